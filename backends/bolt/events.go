@@ -1,0 +1,357 @@
+package bolt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+
+	"github.com/genropy/postino/backends"
+)
+
+// Event buckets.
+var (
+	bucketEvents    = []byte("events")    // event id -> Event JSON
+	bucketMsgEvents = []byte("msgevents") // message id 0x00 seq -> event id
+	bucketEvQueue   = []byte("evqueue")   // due time, event id -> nil: pending events
+	bucketEvLeases  = []byte("evleases")  // lease time, event id -> nil: calling events
+	bucketEvStates  = []byte("evstates")  // state 0x00 updated time, event id -> nil
+)
+
+func eventBuckets() [][]byte {
+	return [][]byte{bucketEvents, bucketMsgEvents, bucketEvQueue, bucketEvLeases, bucketEvStates}
+}
+
+func getEvent(tx *bbolt.Tx, id string) (*backends.Event, error) {
+	v := tx.Bucket(bucketEvents).Get([]byte(id))
+	if v == nil {
+		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
+	}
+	e := new(backends.Event)
+	if err := json.Unmarshal(v, e); err != nil {
+		return nil, fmt.Errorf("event %s: stored record is unreadable: %w", id, err)
+	}
+	return e, nil
+}
+
+func putEvent(tx *bbolt.Tx, e *backends.Event) error {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketEvents).Put([]byte(e.ID), b)
+}
+
+func evStateKey(e *backends.Event) []byte {
+	return append(append([]byte(e.State), 0), timeIDKey(e.UpdatedAt, e.ID)...)
+}
+
+// indexEvent adds the entries of e's state.
+func indexEvent(tx *bbolt.Tx, e *backends.Event) error {
+	switch e.State {
+	case backends.EventPending:
+		if err := tx.Bucket(bucketEvQueue).Put(timeIDKey(e.DueAt, e.ID), nil); err != nil {
+			return err
+		}
+	case backends.EventCalling:
+		if err := tx.Bucket(bucketEvLeases).Put(timeIDKey(e.LeaseUntil, e.ID), nil); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketEvStates).Put(evStateKey(e), nil)
+}
+
+func unindexEvent(tx *bbolt.Tx, e *backends.Event) error {
+	if err := tx.Bucket(bucketEvQueue).Delete(timeIDKey(e.DueAt, e.ID)); err != nil {
+		return err
+	}
+	if err := tx.Bucket(bucketEvLeases).Delete(timeIDKey(e.LeaseUntil, e.ID)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketEvStates).Delete(evStateKey(e))
+}
+
+// insertEvent stores a new event of message id at time at.
+func insertEvent(tx *bbolt.Tx, id string, e *backends.Event, at time.Time) error {
+	if err := e.Prepare(id, at); err != nil {
+		return err
+	}
+	if tx.Bucket(bucketEvents).Get([]byte(e.ID)) != nil {
+		return fmt.Errorf("event %s: %w", e.ID, backends.ErrDuplicate)
+	}
+	// The next sequence number follows the message's last event; a message
+	// has few.
+	prefix := pairKey(id, "")
+	e.Seq = 1
+	c := tx.Bucket(bucketMsgEvents).Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		e.Seq = int64(binary.BigEndian.Uint64(k[len(prefix):])) + 1
+	}
+	if err := tx.Bucket(bucketMsgEvents).Put(binary.BigEndian.AppendUint64(prefix, uint64(e.Seq)), []byte(e.ID)); err != nil {
+		return err
+	}
+	if err := indexEvent(tx, e); err != nil {
+		return err
+	}
+	return putEvent(tx, e)
+}
+
+func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
+	now := time.Now().UTC()
+	err := s.write(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketMessages).Get([]byte(e.MessageID)) == nil {
+			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
+		}
+		return insertEvent(tx, e.MessageID, e, now)
+	})
+	if err != nil {
+		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
+	var out []*backends.Event
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		if tx.Bucket(bucketMessages).Get([]byte(messageID)) == nil {
+			return fmt.Errorf("message %s: %w", messageID, backends.ErrNotFound)
+		}
+		var err error
+		out, err = messageEvents(tx, messageID)
+		return err
+	})
+	return out, err
+}
+
+func messageEvents(tx *bbolt.Tx, messageID string) ([]*backends.Event, error) {
+	var out []*backends.Event
+	prefix := pairKey(messageID, "")
+	c := tx.Bucket(bucketMsgEvents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		e, err := getEvent(tx, string(v))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
+	var out []*backends.Event
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		prefix := append([]byte(state), 0)
+		c := tx.Bucket(bucketEvStates).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(out) < limit; k, _ = c.Next() {
+			e, err := getEvent(tx, string(k[len(prefix)+8:]))
+			if err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// firstInLine reports whether e is the earliest unacknowledged event of its
+// message.
+func firstInLine(tx *bbolt.Tx, e *backends.Event) (bool, error) {
+	prefix := pairKey(e.MessageID, "")
+	c := tx.Bucket(bucketMsgEvents).Cursor()
+	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+		if string(v) == e.ID {
+			return true, nil
+		}
+		other, err := getEvent(tx, string(v))
+		if err != nil {
+			return false, err
+		}
+		if other.State != backends.EventAcked {
+			return false, nil
+		}
+	}
+	return false, nil
+}
+
+func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
+	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
+		return nil, fmt.Errorf("claim events: a lease and a limit are required")
+	}
+	var out []*backends.Event
+	err := s.write(func(tx *bbolt.Tx) error {
+		out = out[:0]
+		now := u64(unixNano(c.Now))
+		var ids []string
+		cur := tx.Bucket(bucketEvQueue).Cursor()
+		for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], now) <= 0 && len(ids) < c.Limit; k, _ = cur.Next() {
+			ids = append(ids, timeIDKeyID(k))
+		}
+		taken := map[string]bool{} // one event per message at a time
+		for _, id := range ids {
+			e, err := getEvent(tx, id)
+			if err != nil {
+				return err
+			}
+			if taken[e.MessageID] {
+				continue
+			}
+			first, err := firstInLine(tx, e)
+			if err != nil {
+				return err
+			}
+			if !first {
+				continue
+			}
+			taken[e.MessageID] = true
+			if err := unindexEvent(tx, e); err != nil {
+				return err
+			}
+			e.State, e.LeaseUntil, e.UpdatedAt = backends.EventCalling, c.LeaseUntil, c.Now
+			if err := indexEvent(tx, e); err != nil {
+				return err
+			}
+			if err := putEvent(tx, e); err != nil {
+				return err
+			}
+			if err := moveForEvent(tx, e.MessageID, backends.CallingPath, e.Outcome, c.Now, c.LeaseUntil, c.Reason); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim events: %w", err)
+	}
+	return out, nil
+}
+
+// moveForEvent walks a message along the path an event asks for, when
+// there is one from where the message stands.
+func moveForEvent(tx *bbolt.Tx, id string, path func(backends.Status, string) []backends.Status,
+	outcome string, at, lease time.Time, reason string) error {
+	m, err := get(tx, id)
+	if err != nil {
+		return err
+	}
+	steps := path(m.Status, outcome)
+	if len(steps) == 0 {
+		return nil
+	}
+	t := backends.Transition{ID: id, From: m.Status, To: steps[0], At: at, KeepReason: true, Reason: reason, LeaseUntil: lease}
+	for _, st := range steps[1:] {
+		t.Then = append(t.Then, backends.Step{To: st, Reason: reason})
+	}
+	if err := t.Check(); err != nil {
+		return err
+	}
+	return apply(tx, m, t)
+}
+
+func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
+	if err := u.Check(); err != nil {
+		return nil, err
+	}
+	if u.At.IsZero() {
+		u.At = time.Now().UTC()
+	}
+	var out *backends.Event
+	var refused error
+	err := s.write(func(tx *bbolt.Tx) error {
+		out, refused = nil, nil
+		if tx.Bucket(bucketEvents).Get([]byte(u.ID)) == nil {
+			refused = backends.ErrNotFound
+			return nil
+		}
+		e, err := getEvent(tx, u.ID)
+		if err != nil {
+			return err
+		}
+		if e.State != u.From {
+			refused = backends.ErrLockNotAcquired
+			return nil
+		}
+		if err := unindexEvent(tx, e); err != nil {
+			return err
+		}
+		u.Apply(e)
+		if err := indexEvent(tx, e); err != nil {
+			return err
+		}
+		if err := putEvent(tx, e); err != nil {
+			return err
+		}
+		if from, dest, ok := backends.EventMessageMove(e.Outcome, u.To); ok {
+			m, err := get(tx, e.MessageID)
+			if err != nil {
+				return err
+			}
+			if m.Status == from {
+				if err := apply(tx, m, backends.Transition{ID: m.ID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason}); err != nil {
+					return err
+				}
+			}
+		}
+		out = e
+		return nil
+	})
+	if err == nil {
+		err = refused
+	}
+	if err != nil {
+		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
+	}
+	return out, nil
+}
+
+// restoreEvents returns calling events whose lease ran out to pending.
+func restoreEvents(tx *bbolt.Tx, expiredBefore, now time.Time, limit int) (int, error) {
+	var ids []string
+	c := tx.Bucket(bucketEvLeases).Cursor()
+	lim := u64(unixNano(expiredBefore))
+	for k, _ := c.First(); k != nil && bytes.Compare(k[:8], lim) < 0 && len(ids) < limit; k, _ = c.Next() {
+		ids = append(ids, timeIDKeyID(k))
+	}
+	for _, id := range ids {
+		e, err := getEvent(tx, id)
+		if err != nil {
+			return 0, err
+		}
+		if err := unindexEvent(tx, e); err != nil {
+			return 0, err
+		}
+		e.State, e.LeaseUntil, e.DueAt, e.UpdatedAt = backends.EventPending, time.Time{}, now, now
+		if err := indexEvent(tx, e); err != nil {
+			return 0, err
+		}
+		if err := putEvent(tx, e); err != nil {
+			return 0, err
+		}
+	}
+	return len(ids), nil
+}
+
+// removeEvents deletes a message's events.
+func removeEvents(tx *bbolt.Tx, messageID string) error {
+	events, err := messageEvents(tx, messageID)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		if err := unindexEvent(tx, e); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketEvents).Delete([]byte(e.ID)); err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketMsgEvents).Delete(binary.BigEndian.AppendUint64(pairKey(messageID, ""), uint64(e.Seq))); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package dynamodb_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/dynamodb"
+)
+
+// rawItems reads every item of a message as stored.
+func rawItems(t *testing.T, opts dynamodb.Options, id string) map[string]map[string]types.AttributeValue {
+	t.Helper()
+	client, table, err := dynamodb.Client(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Query(context.Background(), &awsdynamodb.QueryInput{TableName: aws.String(table),
+		KeyConditionExpression:    aws.String("Id = :id"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": &types.AttributeValueMemberS{Value: id}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]types.AttributeValue{}
+	for _, it := range resp.Items {
+		out[it["Status"].(*types.AttributeValueMemberS).Value] = it
+	}
+	return out
+}
+
+func ttlAt(it map[string]types.AttributeValue) string {
+	if v, ok := it["TTL"].(*types.AttributeValueMemberN); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func TestLayoutTTLAndReentry(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 24*time.Hour)
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, &backends.Message{ID: "layout-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Minute)
+	steps := []backends.Transition{
+		{From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
+		{From: backends.StatusIntaking, To: backends.StatusReady},
+		{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease},
+		{From: backends.StatusProcessing, To: backends.StatusReady, AddAttempt: true, Reason: "451 later"},
+		{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease},
+	}
+	for _, st := range steps {
+		st.ID = "layout-1"
+		if err := s.Transition(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	items := rawItems(t, opts, "layout-1")
+	var keys []string
+	for k := range items {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"ACCEPTED", "INTAKING", "PROCESSING", "PROCESSING#2", "READY", "READY#2", "_META"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("items %v, want %v", keys, want)
+	}
+	meta := items["_META"]
+	if latest := meta["Attributes"].(*types.AttributeValueMemberM).Value["Latest"].(*types.AttributeValueMemberS).Value; latest != "PROCESSING" {
+		t.Errorf("Attributes.Latest = %s", latest)
+	}
+	if v := meta["Version"].(*types.AttributeValueMemberN).Value; v != "0" {
+		t.Errorf("Version = %s, want 0", v)
+	}
+	if ttlAt(meta) == "" || ttlAt(meta) != ttlAt(items["PROCESSING#2"]) {
+		t.Errorf("the TTL of _META (%s) and of the newest status item (%s) must be there and equal", ttlAt(meta), ttlAt(items["PROCESSING#2"]))
+	}
+	for k, it := range items {
+		if ttlAt(it) == "" {
+			t.Errorf("%s has no TTL", k)
+		}
+	}
+	m, _ := s.Get(ctx, "layout-1")
+	if m.TTL == nil || *m.TTL < time.Now().Add(23*time.Hour).Unix() {
+		t.Errorf("message TTL %v", m.TTL)
+	}
+	h, _ := s.History(ctx, "layout-1")
+	var got []string
+	for _, e := range h {
+		got = append(got, string(e.Status))
+	}
+	if strings.Join(got, " ") != "ACCEPTED INTAKING READY PROCESSING READY PROCESSING" {
+		t.Errorf("history %v", got)
+	}
+}
+
+func TestLegacyItems(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	client, table, _ := dynamodb.Client(ctx, opts)
+	put := func(item map[string]types.AttributeValue) {
+		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	nv := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	attrs := func(kv ...string) types.AttributeValue {
+		m := map[string]types.AttributeValue{}
+		for i := 0; i < len(kv); i += 2 {
+			if kv[i] == "TTL" {
+				m[kv[i]] = nv(kv[i+1])
+			} else {
+				m[kv[i]] = sv(kv[i+1])
+			}
+		}
+		return &types.AttributeValueMemberM{Value: m}
+	}
+	// As the seed's writer left them: TTL inside Attributes, no Postino fields.
+	put(map[string]types.AttributeValue{"Id": sv("legacy-1"), "Status": sv("_META"), "Version": nv("0"),
+		"Attributes": attrs("Latest", "SENT-ACKNOWLEDGED", "UpdatedAt", "2026-01-02T03:04:05Z", "Reason", "done",
+			"EmlFilePath", "/efs/legacy-1.eml", "TTL", "1900000000")})
+	put(map[string]types.AttributeValue{"Id": sv("legacy-1"), "Status": sv("ACCEPTED"), "Attributes": attrs("UpdatedAt", "2026-01-02T03:00:00Z")})
+	put(map[string]types.AttributeValue{"Id": sv("legacy-1"), "Status": sv("SENT"), "Attributes": attrs("UpdatedAt", "2026-01-02T03:04:00Z", "Reason", "ok")})
+	put(map[string]types.AttributeValue{"Id": sv("legacy-2"), "Status": sv("_META"), "Version": nv("0"),
+		"Attributes": attrs("Latest", "READY", "UpdatedAt", "2026-01-02T03:04:05Z")})
+
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Get(ctx, "legacy-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status != backends.StatusSentAcknowledged || m.EmlPath != "/efs/legacy-1.eml" || m.TTL == nil || *m.TTL != 1900000000 {
+		t.Errorf("legacy message %+v", m)
+	}
+	if m2, _ := s.Get(ctx, "legacy-2"); m2.TTL != nil {
+		t.Errorf("a message without TTL got %v", *m2.TTL)
+	}
+	h, _ := s.History(ctx, "legacy-1")
+	if len(h) != 2 || h[0].Status != backends.StatusAccepted || h[1].Status != backends.StatusSent {
+		t.Errorf("legacy history %+v", h)
+	}
+	// The seed's query by status finds them.
+	page, _, err := s.List(ctx, backends.ListQuery{Status: backends.StatusReady, Limit: 10})
+	if err != nil || len(page) != 1 || page[0].ID != "legacy-2" {
+		t.Errorf("list READY %+v, %v", page, err)
+	}
+	// A legacy row moves on under Postino.
+	if err := s.Transition(ctx, backends.Transition{ID: "legacy-2", From: backends.StatusReady, To: backends.StatusProcessing,
+		LeaseUntil: time.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCreateTableUpgradesSeedTable(t *testing.T) {
+	ctx := context.Background()
+	opts := dynamodb.Options{Table: "seed_shaped_" + strings.ReplaceAll(t.Name(), "/", "_"), Endpoint: endpoint()}
+	freshTable(t, 0) // skips or fails without DynamoDB Local
+	client, table, _ := dynamodb.Client(ctx, opts)
+	client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
+	_, err := client.CreateTable(ctx, &awsdynamodb.CreateTableInput{
+		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest,
+		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String("Id"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange}},
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("Id"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("Status"), AttributeType: types.ScalarAttributeTypeS}},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{IndexName: aws.String("StatusIndex"),
+			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String("Status"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Id"), KeyType: types.KeyTypeRange}},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
+		t.Fatalf("Open on a seed table: %v", err)
+	}
+	for range 2 { // twice: the second finds everything there
+		if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dynamodb.Open(ctx, opts); err != nil {
+		t.Fatalf("Open after create-table: %v", err)
+	}
+}

@@ -1,0 +1,152 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// indexes are the table's global secondary indexes: the seed's StatusIndex,
+// and the two the relay adds.
+func indexes() []types.GlobalSecondaryIndex {
+	key := func(hash, rng string) []types.KeySchemaElement {
+		k := []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}}
+		if rng != "" {
+			k = append(k, types.KeySchemaElement{AttributeName: aws.String(rng), KeyType: types.KeyTypeRange})
+		}
+		return k
+	}
+	return []types.GlobalSecondaryIndex{
+		{IndexName: aws.String("StatusIndex"), KeySchema: key("Status", "Id"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{"Attributes", "TTL"}}},
+		{IndexName: aws.String("QueueIndex"), KeySchema: key("Queue", "QueueKey"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
+		{IndexName: aws.String("MessageIdIndex"), KeySchema: key("MsgId", ""),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}},
+	}
+}
+
+func attributes() []types.AttributeDefinition {
+	var out []types.AttributeDefinition
+	for _, name := range []string{"Id", "Status", "Queue", "QueueKey", "MsgId"} {
+		out = append(out, types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeS})
+	}
+	return out
+}
+
+// CreateTable creates the outbox table with its indexes, or adds the
+// indexes a table of the seed's shape lacks, and turns TTL on. It is safe to
+// run on a table that has everything.
+func CreateTable(ctx context.Context, opts Options) (string, error) {
+	client, table, err := Client(ctx, opts)
+	if err != nil {
+		return "", err
+	}
+	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	var nf *types.ResourceNotFoundException
+	switch {
+	case errors.As(err, &nf):
+		_, err = client.CreateTable(ctx, &dynamodb.CreateTableInput{
+			TableName: aws.String(table),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String("Id"), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange},
+			},
+			AttributeDefinitions:   attributes(),
+			GlobalSecondaryIndexes: indexes(),
+			BillingMode:            types.BillingModePayPerRequest,
+		})
+		if err != nil {
+			return table, fmt.Errorf("create table %s: %w", table, err)
+		}
+	case err != nil:
+		return table, fmt.Errorf("describe table %s: %w", table, err)
+	default:
+		have := map[string]bool{}
+		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
+			have[aws.ToString(gsi.IndexName)] = true
+		}
+		for _, gsi := range indexes() {
+			if have[aws.ToString(gsi.IndexName)] {
+				continue
+			}
+			if err := waitActive(ctx, client, table); err != nil {
+				return table, err
+			}
+			_, err := client.UpdateTable(ctx, &dynamodb.UpdateTableInput{
+				TableName: aws.String(table), AttributeDefinitions: attributes(),
+				GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
+					IndexName: gsi.IndexName, KeySchema: gsi.KeySchema, Projection: gsi.Projection}}},
+			})
+			if err != nil {
+				return table, fmt.Errorf("add index %s to %s: %w", aws.ToString(gsi.IndexName), table, err)
+			}
+		}
+	}
+	if err := waitActive(ctx, client, table); err != nil {
+		return table, err
+	}
+	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{TableName: aws.String(table),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("TTL"), Enabled: aws.Bool(true)}})
+	if err != nil && !isTTLAlreadyOn(err) {
+		return table, fmt.Errorf("turn TTL on for %s: %w", table, err)
+	}
+	return table, nil
+}
+
+func isTTLAlreadyOn(err error) bool {
+	var ve interface{ ErrorMessage() string }
+	return errors.As(err, &ve) && (strings.Contains(ve.ErrorMessage(), "already enabled") || strings.Contains(ve.ErrorMessage(), "already been enabled"))
+}
+
+// waitActive waits for the table and its indexes to be usable.
+func waitActive(ctx context.Context, client *dynamodb.Client, table string) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+		if err != nil {
+			return err
+		}
+		ready := desc.Table.TableStatus == types.TableStatusActive
+		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
+			ready = ready && gsi.IndexStatus == types.IndexStatusActive
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("table %s is not active after 5 minutes", table)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// checkTable tells what is missing from the table, and the command that
+// adds it.
+func checkTable(ctx context.Context, client *dynamodb.Client, table string) error {
+	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return fmt.Errorf("DynamoDB table %s does not exist; run: postino dynamodb create-table --table %s", table, table)
+	}
+	if err != nil {
+		return fmt.Errorf("DynamoDB table %s: %w", table, err)
+	}
+	have := map[string]bool{}
+	for _, gsi := range desc.Table.GlobalSecondaryIndexes {
+		have[aws.ToString(gsi.IndexName)] = true
+	}
+	for _, gsi := range indexes() {
+		if !have[aws.ToString(gsi.IndexName)] {
+			return fmt.Errorf("DynamoDB table %s lacks the index %s; run: postino dynamodb create-table --table %s (it adds what is missing)",
+				table, aws.ToString(gsi.IndexName), table)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,245 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/genropy/postino/backends"
+)
+
+const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
+
+func scanEvent(r scanner) (*backends.Event, error) {
+	var (
+		e                              backends.Event
+		reason, details, lastErr, acks sql.NullString
+		lease                          sql.NullTime
+	)
+	err := r.Scan(&e.ID, &e.MessageID, &e.Seq, &e.Outcome, &reason, &e.At, &details, &e.State, &e.Attempts,
+		&e.DueAt, &lease, &lastErr, &acks, &e.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	e.ID, e.MessageID = strings.TrimRight(e.ID, " "), strings.TrimRight(e.MessageID, " ")
+	e.Reason, e.LastError, e.LeaseUntil = reason.String, lastErr.String, lease.Time
+	if details.Valid && details.String != "" {
+		e.Details = json.RawMessage(details.String)
+	}
+	if acks.Valid && acks.String != "" {
+		if err := json.Unmarshal([]byte(acks.String), &e.Acked); err != nil {
+			return nil, fmt.Errorf("event %s: stored acknowledgements are unreadable: %w", e.ID, err)
+		}
+	}
+	return &e, nil
+}
+
+func queryEvents(ctx context.Context, q querier, query string, args ...any) ([]*backends.Event, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*backends.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+func nullJSON(v []string) sql.NullString {
+	if v == nil {
+		return sql.NullString{}
+	}
+	b, _ := json.Marshal(v)
+	return sql.NullString{String: string(b), Valid: true}
+}
+
+// insertEvent stores a new event of message id; the caller holds the
+// message's row lock, so the sequence number cannot be taken twice.
+func insertEvent(ctx context.Context, tx *sql.Tx, id string, e *backends.Event, at time.Time) error {
+	if err := e.Prepare(id, at); err != nil {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(seq), 0) + 1 FROM email_events WHERE email_id = ?", id).Scan(&e.Seq); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "INSERT INTO email_events ("+eventCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+		e.ID, id, e.Seq, e.Outcome, null(e.Reason), e.At.UTC(), nullBytes(e.Details), e.State, e.Attempts,
+		e.DueAt.UTC(), nullTime(e.LeaseUntil), null(e.LastError), nullJSON(e.Acked), e.UpdatedAt.UTC())
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1062 {
+		return fmt.Errorf("event %s: %w", e.ID, backends.ErrDuplicate)
+	}
+	return err
+}
+
+func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
+	now := time.Now().UTC()
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := getMessage(ctx, tx, e.MessageID, " FOR UPDATE"); err != nil {
+			return err
+		}
+		return insertEvent(ctx, tx, e.MessageID, e, now)
+	})
+	if err != nil {
+		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
+	out, err := queryEvents(ctx, s.db, "SELECT "+eventCols+" FROM email_events WHERE email_id = ? ORDER BY seq", messageID)
+	if err == nil && len(out) == 0 {
+		_, err = s.Get(ctx, messageID)
+	}
+	return out, err
+}
+
+func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
+	return queryEvents(ctx, s.db, "SELECT "+eventCols+" FROM email_events WHERE state = ? ORDER BY updated_at, event_id LIMIT ?", state, limit)
+}
+
+func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
+	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
+		return nil, fmt.Errorf("claim events: a lease and a limit are required")
+	}
+	var out []*backends.Event
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		out = nil
+		// First the candidates, without locks: an event first in line stays
+		// so, since an acknowledged event never goes back. Then lock those
+		// still pending; another relay may have taken some.
+		rows, err := tx.QueryContext(ctx, `SELECT e.event_id FROM email_events e
+			WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
+				SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
+			ORDER BY e.due_at, e.seq LIMIT ?`, c.Now.UTC(), c.Limit)
+		if err != nil {
+			return err
+		}
+		var ids []any
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(ids) == 0 {
+			return err
+		}
+		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id IN ("+inList(len(ids))+
+			") AND state = 'pending' ORDER BY due_at, seq FOR UPDATE SKIP LOCKED", ids...)
+		if err != nil {
+			return err
+		}
+		taken := map[string]bool{}
+		for _, e := range events {
+			if taken[e.MessageID] {
+				continue
+			}
+			taken[e.MessageID] = true
+			_, err := tx.ExecContext(ctx, "UPDATE email_events SET state = 'calling', lease_until = ?, updated_at = ? WHERE event_id = ?",
+				c.LeaseUntil.UTC(), c.Now.UTC(), e.ID)
+			if err != nil {
+				return err
+			}
+			e.State, e.LeaseUntil, e.UpdatedAt = backends.EventCalling, c.LeaseUntil, c.Now
+			if err := moveForEvent(ctx, tx, e.MessageID, e.Outcome, c.Now, c.LeaseUntil, c.Reason); err != nil {
+				return err
+			}
+			out = append(out, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim events: %w", err)
+	}
+	return out, nil
+}
+
+// statusOf reads a message's status, locking its row.
+func statusOf(ctx context.Context, tx *sql.Tx, id string) backends.Status {
+	var st backends.Status
+	tx.QueryRowContext(ctx, "SELECT status FROM emails WHERE id = ? FOR UPDATE", id).Scan(&st)
+	return st
+}
+
+// moveForEvent moves a message to the calling status of an event's
+// outcome, when there is a way from where it stands.
+func moveForEvent(ctx context.Context, tx *sql.Tx, id, outcome string, at, lease time.Time, reason string) error {
+	from := statusOf(ctx, tx, id)
+	steps := backends.CallingPath(from, outcome)
+	if len(steps) == 0 {
+		return nil
+	}
+	t := backends.Transition{ID: id, From: from, To: steps[0], At: at, KeepReason: true, Reason: reason, LeaseUntil: lease}
+	for _, st := range steps[1:] {
+		t.Then = append(t.Then, backends.Step{To: st, Reason: reason})
+	}
+	if err := t.Check(); err != nil {
+		return err
+	}
+	var h history
+	if err := transition(ctx, tx, t, &h); err != nil {
+		return err
+	}
+	return h.flush(ctx, tx)
+}
+
+func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
+	if err := u.Check(); err != nil {
+		return nil, err
+	}
+	if u.At.IsZero() {
+		u.At = time.Now().UTC()
+	}
+	var out *backends.Event
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id = ? FOR UPDATE", u.ID)
+		if err != nil {
+			return err
+		}
+		if len(events) == 0 {
+			return backends.ErrNotFound
+		}
+		e := events[0]
+		if e.State != u.From {
+			return backends.ErrLockNotAcquired
+		}
+		u.Apply(e)
+		_, err = tx.ExecContext(ctx, `UPDATE email_events SET state = ?, updated_at = ?, lease_until = ?, acked = ?,
+			attempts = ?, due_at = ?, last_error = ? WHERE event_id = ?`,
+			e.State, e.UpdatedAt.UTC(), nullTime(e.LeaseUntil), nullJSON(e.Acked), e.Attempts, e.DueAt.UTC(), null(e.LastError), e.ID)
+		if err != nil {
+			return err
+		}
+		if from, dest, ok := backends.EventMessageMove(e.Outcome, u.To); ok && statusOf(ctx, tx, e.MessageID) == from {
+			var h history
+			if err := transition(ctx, tx, backends.Transition{ID: e.MessageID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason}, &h); err != nil {
+				return err
+			}
+			if err := h.flush(ctx, tx); err != nil {
+				return err
+			}
+		}
+		out = e
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,186 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/mysql"
+)
+
+// seedDatabase makes a database with only the seed's tables, as an
+// existing outbox would have them, and a row in them.
+func seedDatabase(t *testing.T) (string, *sql.DB) {
+	t.Helper()
+	dsn := freshDatabase(t)
+	db, err := mysql.Connect(context.Background(), dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	for _, st := range []string{"DROP TABLE message_links", "DROP TABLE mailbox_cursors", "DROP TABLE email_events", "DROP TABLE email_batches", "DROP TABLE email_statuses", "DROP TABLE emails", "DROP TABLE schema_migrations"} {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed := []string{
+		`CREATE TABLE emails (id CHAR(36) PRIMARY KEY, status ENUM('ACCEPTED','INTAKING','READY','PROCESSING','SENT','FAILED','INVALID',
+			'CALLING-SENT-CALLBACK','CALLING-FAILED-CALLBACK','SENT-ACKNOWLEDGED','FAILED-ACKNOWLEDGED') NOT NULL,
+			eml_file_path VARCHAR(500), payload_file_path VARCHAR(500), reason TEXT, version INT NOT NULL DEFAULT 1,
+			created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
+			INDEX idx_status (status), INDEX idx_status_updated (status, updated_at)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+		`CREATE TABLE email_statuses (id BIGINT AUTO_INCREMENT PRIMARY KEY, email_id CHAR(36) NOT NULL, status VARCHAR(50) NOT NULL,
+			reason TEXT, created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, INDEX idx_email_id (email_id),
+			FOREIGN KEY (email_id) REFERENCES emails(id) ON DELETE CASCADE) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version) VALUES
+			('legacy-1', 'SENT-ACKNOWLEDGED', '/efs/legacy-1.eml', '/efs/legacy-1.json', 'done', 4)`,
+		`INSERT INTO email_statuses (email_id, status, reason) VALUES ('legacy-1', 'ACCEPTED', ''), ('legacy-1', 'SENT', 'ok')`,
+	}
+	for _, st := range seed {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dsn, db
+}
+
+func TestMigrateSeedInPlace(t *testing.T) {
+	ctx := context.Background()
+	dsn, db := seedDatabase(t)
+	_, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if !errors.Is(err, mysql.ErrSchemaBehind) || !strings.Contains(err.Error(), "postino migrate --backend mysql") {
+		t.Fatalf("Open on a schema behind: %v", err)
+	}
+	applied, err := mysql.Migrate(ctx, db)
+	if err != nil || len(applied) != mysql.LatestVersion() {
+		t.Fatalf("Migrate = %v, %v", applied, err)
+	}
+	again, err := mysql.Migrate(ctx, db)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("a second Migrate = %v, %v: it must change nothing", again, err)
+	}
+	s, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	m, err := s.Get(ctx, "legacy-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Status != backends.StatusSentAcknowledged || m.EmlPath != "/efs/legacy-1.eml" || m.PayloadPath != "/efs/legacy-1.json" ||
+		m.Version != 4 || m.Reason != "done" || m.Priority != backends.PriorityNormal {
+		t.Errorf("legacy row after migration %+v", m)
+	}
+	h, _ := s.History(ctx, "legacy-1")
+	if len(h) != 2 || h[1].Status != backends.StatusSent {
+		t.Errorf("legacy history %+v", h)
+	}
+	// The new statuses fit in the extended column.
+	if err := s.Create(ctx, &backends.Message{ID: "new-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []backends.Status{backends.StatusInvalid, backends.StatusCallingInvalid, backends.StatusInvalidAcknowledged} {
+		from := map[backends.Status]backends.Status{backends.StatusInvalid: backends.StatusAccepted,
+			backends.StatusCallingInvalid: backends.StatusInvalid, backends.StatusInvalidAcknowledged: backends.StatusCallingInvalid}[to]
+		tr := backends.Transition{ID: "new-1", From: from, To: to}
+		if to.Working() {
+			tr.LeaseUntil = time.Now().Add(time.Minute)
+		}
+		if err := s.Transition(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestMigrateInterrupted(t *testing.T) {
+	ctx := context.Background()
+	_, db := seedDatabase(t)
+	// Half of the second migration ran before a crash.
+	for _, st := range []string{
+		"CREATE TABLE schema_migrations (version INT PRIMARY KEY, name VARCHAR(200) NOT NULL, applied_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+		"INSERT INTO schema_migrations (version, name) VALUES (1, '0001_seed.sql')",
+		"ALTER TABLE emails ADD COLUMN message_id VARCHAR(998) NULL",
+		"ALTER TABLE emails ADD COLUMN priority TINYINT NOT NULL DEFAULT 2",
+		"CREATE INDEX idx_created ON emails (created_at)",
+	} {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatalf("Migrate after an interrupted run: %v", err)
+	}
+	if v, _ := mysql.SchemaVersion(ctx, db); v != mysql.LatestVersion() {
+		t.Errorf("schema version %d", v)
+	}
+}
+
+func TestConcurrentMigrate(t *testing.T) {
+	ctx := context.Background()
+	dsn, _ := seedDatabase(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Go(func() {
+			db, err := mysql.Connect(ctx, dsn, mysql.Options{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer db.Close()
+			_, errs[i] = mysql.Migrate(ctx, db)
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("concurrent Migrate: %v", err)
+		}
+	}
+}
+
+// TestLockWaitRetried holds a message's row lock past the lock wait
+// timeout: the transition fails once with error 1205 and succeeds on retry.
+func TestLockWaitRetried(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshDatabase(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	s, err := mysql.Open(ctx, dsn+sep+"innodb_lock_wait_timeout=1", mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(ctx, &backends.Message{ID: "locked", Priority: 2, EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := mysql.Connect(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer blocker.Close()
+	tx, err := blocker.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("SELECT id FROM emails WHERE id = 'locked' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(1500 * time.Millisecond); tx.Rollback() }()
+	start := time.Now()
+	err = s.Transition(ctx, backends.Transition{ID: "locked", From: backends.StatusAccepted, To: backends.StatusInvalid, Reason: "test"})
+	if err != nil {
+		t.Fatalf("transition behind a held lock: %v", err)
+	}
+	if d := time.Since(start); d < time.Second {
+		t.Errorf("the transition did not wait for the lock (%s)", d)
+	}
+}

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+
+	"github.com/genropy/postino/relay"
+)
+
+// startRelay runs a relay in this process for the client commands to talk to.
+func startRelay(t *testing.T) *relay.Relay {
+	t.Helper()
+	cfg := relay.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.SMTP.Listen = "127.0.0.1:0"
+	cfg.Admin.Listen = "127.0.0.1:0"
+	cfg.Intake.Poll = relay.Duration(50 * time.Millisecond)
+	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r
+}
+
+func cli(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func sendOne(t *testing.T, addr, header string) {
+	t.Helper()
+	c, err := smtp.Dial(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.SendMail("app@example.com", []string{"user@example.net"},
+		strings.NewReader("From: app@example.com\r\n"+header+"Subject: cli\r\n\r\nbody\r\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestQueueCommands(t *testing.T) {
+	r := startRelay(t)
+	admin := r.AdminAddr().String()
+	// Due in an hour, so that it waits in READY for the commands.
+	sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: cli-1\r\nX-Postino-Batch: b1\r\nX-Postino-Send-After: "+
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+"\r\n")
+
+	deadline := time.Now().Add(10 * time.Second)
+	var show map[string]any
+	for {
+		out, errOut, code := cli(t, "queue", "show", "cli-1", "--json", "--admin", admin)
+		if code != 0 {
+			t.Fatalf("queue show: %d %s", code, errOut)
+		}
+		show = nil
+		if err := json.Unmarshal([]byte(out), &show); err != nil {
+			t.Fatalf("queue show --json is not JSON: %v\n%s", err, out)
+		}
+		if show["status"] == "READY" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, k := range []string{"id", "status", "attempts", "message_id", "recipients", "history"} {
+		if _, ok := show[k]; !ok {
+			t.Errorf("queue show --json lacks %q: %v", k, show)
+		}
+	}
+	hist, _ := show["history"].([]any)
+	if len(hist) != 3 {
+		t.Fatalf("history %v", show["history"])
+	}
+	for _, h := range hist {
+		e := h.(map[string]any)
+		for _, k := range []string{"status", "reason", "at"} {
+			if _, ok := e[k]; !ok {
+				t.Errorf("history entry lacks %q: %v", k, e)
+			}
+		}
+	}
+
+	out, _, code := cli(t, "queue", "show", "cli-1", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "Status:") || !strings.Contains(out, "INTAKING") || !strings.Contains(out, "user@example.net") {
+		t.Errorf("queue show:\n%s", out)
+	}
+	out, _, code = cli(t, "queue", "list", "--admin", admin)
+	if code != 0 || !strings.HasPrefix(out, "ID") || !strings.Contains(out, "cli-1") {
+		t.Errorf("queue list:\n%s", out)
+	}
+	out, _, code = cli(t, "queue", "list", "--status", "ready", "--json", "--admin", admin)
+	var page struct {
+		Messages []map[string]any `json:"messages"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Messages) != 1 {
+		t.Errorf("queue list --json:\n%s", out)
+	}
+	out, _, code = cli(t, "batch", "suspend", "b1", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "suspended") {
+		t.Errorf("batch suspend: %d %s", code, out)
+	}
+	out, _, code = cli(t, "batch", "activate", "b1", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "activated") {
+		t.Errorf("batch activate: %d %s", code, out)
+	}
+	out, _, code = cli(t, "queue", "cancel", "cli-1", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "FAILED") {
+		t.Errorf("queue cancel: %d %s", code, out)
+	}
+	_, errOut, code := cli(t, "queue", "cancel", "missing", "--admin", admin)
+	if code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("cancel of an unknown id: %d %s", code, errOut)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{{}, {"frob"}, {"queue"}, {"queue", "show"}, {"queue", "explode", "x"}, {"batch", "suspend"}} {
+		if _, _, code := cli(t, args...); code != 2 {
+			t.Errorf("postino %v: exit %d, want 2", args, code)
+		}
+	}
+	if out, _, code := cli(t, "version"); code != 0 || !strings.HasPrefix(out, "postino ") {
+		t.Errorf("version: %d %q", code, out)
+	}
+}
+
+func TestRelayDown(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l.Addr().String()
+	l.Close()
+	_, errOut, code := cli(t, "queue", "list", "--admin", addr)
+	if code != 1 || !strings.Contains(errOut, "is postino serve running") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestServeRefusesOpenRelay(t *testing.T) {
+	_, errOut, code := cli(t, "serve", "--listen", "0.0.0.0:0", "--data", t.TempDir())
+	if code != 1 || !strings.Contains(errOut, "allow_networks") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestServeFlagsOverrideEnv(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("POSTINO_LISTEN", "127.0.0.1:1") // would fail to bind if used
+	t.Setenv("POSTINO_ADMIN", "127.0.0.1:1")
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data", data}, &out, &errOut)
+	if code != 0 || !strings.Contains(errOut.String(), "postino serving") || !strings.Contains(errOut.String(), "data="+data) {
+		t.Errorf("serve exit %d:\n%s", code, errOut.String())
+	}
+}

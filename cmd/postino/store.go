@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/genropy/postino/backends/dynamodb"
+	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/relay"
+)
+
+// migrate brings a MySQL outbox's schema up to date; running it again
+// changes nothing.
+func migrate(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := newFlagSet("migrate", stdout)
+	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` (POSTINO_CONFIG)")
+	backend := fs.String("backend", "mysql", "outbox `store`: mysql (bolt and dynamodb need no migration)")
+	dsn := fs.String("dsn", "", "MySQL `DSN` (or outbox.mysql.dsn, dsn_file, dsn_env)")
+	rest, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("migrate", rest); err != nil {
+		return err
+	}
+	switch *backend {
+	case "mysql":
+	case "bolt", "dynamodb":
+		fmt.Fprintf(stdout, "the %s outbox needs no migration%s\n", *backend,
+			map[string]string{"dynamodb": " (postino dynamodb create-table adds missing indexes)", "bolt": ""}[*backend])
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown backend %q", errUsage, *backend)
+	}
+	cfg, err := relay.LoadConfig(*configPath, os.Environ())
+	if err != nil {
+		return err
+	}
+	if *dsn != "" {
+		cfg.Outbox.MySQL = relay.MySQLConfig{DSN: *dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile}
+	}
+	conn, err := cfg.MySQLDSN()
+	if err != nil {
+		return err
+	}
+	db, err := mysql.Connect(ctx, conn, mysql.Options{CAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	applied, err := mysql.Migrate(ctx, db)
+	if err != nil {
+		return err
+	}
+	v, err := mysql.SchemaVersion(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(applied) == 0 {
+		fmt.Fprintf(stdout, "schema already at version %d: nothing to do\n", v)
+		return nil
+	}
+	fmt.Fprintf(stdout, "applied migrations %v; schema at version %d\n", applied, v)
+	return nil
+}
+
+// dynamodbCmd manages the DynamoDB outbox table.
+func dynamodbCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] != "create-table" {
+		return fmt.Errorf("%w: postino dynamodb create-table --table NAME", errUsage)
+	}
+	fs := newFlagSet("dynamodb create-table", stdout)
+	table := fs.String("table", "", "table `name` (EMAIL_OUTBOX_TABLE)")
+	endpoint := fs.String("endpoint", "", "DynamoDB `URL` (AWS_ENDPOINT_URL), for DynamoDB Local")
+	region := fs.String("region", "", "AWS `region` (AWS_REGION)")
+	rest, err := parseFlags(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if err := wantArgs("dynamodb create-table", rest); err != nil {
+		return err
+	}
+	name, err := dynamodb.CreateTable(ctx, dynamodb.Options{Table: *table, Endpoint: *endpoint, Region: *region})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "table %s is ready: keys Id and Status, indexes StatusIndex, QueueIndex and MessageIdIndex, TTL on\n", name)
+	return nil
+}

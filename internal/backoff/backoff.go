@@ -1,0 +1,27 @@
+// Package backoff holds the retry schedule shared by delivery and the
+// callback stage: exponential, capped, jittered so that work that failed
+// together does not come back together.
+package backoff
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Schedule waits First after the first failure, then doubles up to Max;
+// each wait is varied by ±Jitter (a fraction below 1).
+type Schedule struct {
+	First  time.Duration
+	Max    time.Duration
+	Jitter float64
+}
+
+// Delay is the wait after the n-th failure (n from 1).
+func (s Schedule) Delay(n int) time.Duration {
+	d := s.First
+	for i := 1; i < n && d < s.Max; i++ {
+		d *= 2
+	}
+	d = min(d, s.Max)
+	return time.Duration(float64(d) * (1 + s.Jitter*(2*rand.Float64()-1)))
+}

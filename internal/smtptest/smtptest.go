@@ -1,0 +1,252 @@
+// Package smtptest runs an upstream SMTP server (go-smtp) for tests: it keeps
+// what it receives and answers as the test tells it.
+package smtptest
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
+)
+
+// Message is one message the server received.
+type Message struct {
+	From     string
+	To       []string
+	Data     []byte
+	Opts     smtp.MailOptions
+	AuthUser string
+	TLS      bool
+	Received time.Time
+}
+
+// Header returns the value of the first header field with that name.
+func (m Message) Header(name string) string {
+	head, _, _ := strings.Cut(string(m.Data), "\r\n\r\n")
+	for _, l := range strings.Split(head, "\r\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, name) {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// Options shape the server.
+type Options struct {
+	// Addr to listen on; 127.0.0.1:0 when empty.
+	Addr string
+	// TLS enables STARTTLS, or implicit TLS with Implicit.
+	TLS      *tls.Config
+	Implicit bool
+	// Auth requires AUTH PLAIN with one of these users and passwords.
+	Auth map[string]string
+	// NoSMTPUTF8 leaves SMTPUTF8 out of the extensions.
+	NoSMTPUTF8 bool
+	// MaxSize is the SIZE limit; 0 is none.
+	MaxSize int64
+}
+
+// Server is a running upstream.
+type Server struct {
+	Addr string
+
+	mu   sync.Mutex
+	msgs []Message
+	// Rcpt, when set, answers RCPT TO; nil accepts.
+	rcpt func(to string) error
+	// data, when set, answers the end of DATA for a received message.
+	data func(m Message) error
+	// hang keeps DATA's end from answering for that long.
+	hang time.Duration
+	// drop closes the connection in the middle of DATA.
+	drop  bool
+	conns int
+	srv   *smtp.Server
+}
+
+// Start runs a server until the test ends.
+func Start(t testing.TB, o Options) *Server {
+	t.Helper()
+	s := &Server{}
+	srv := smtp.NewServer(backend{s, o})
+	srv.Domain = "upstream.test"
+	srv.AllowInsecureAuth = true
+	srv.EnableSMTPUTF8 = !o.NoSMTPUTF8
+	srv.EnableDSN = true
+	srv.MaxMessageBytes = o.MaxSize
+	srv.TLSConfig = o.TLS
+	srv.ReadTimeout = time.Minute
+	srv.WriteTimeout = time.Minute
+	srv.ErrorLog = nopLogger{}
+	addr := o.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Implicit {
+		l = tls.NewListener(l, o.TLS)
+	}
+	s.Addr = l.Addr().String()
+	s.srv = srv
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+type nopLogger struct{}
+
+func (nopLogger) Printf(string, ...any) {}
+func (nopLogger) Println(...any)        {}
+
+// Messages returns what was received so far.
+func (s *Server) Messages() []Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Message(nil), s.msgs...)
+}
+
+// Connections counts the sessions opened so far.
+func (s *Server) Connections() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns
+}
+
+// OnRcpt sets the answer to RCPT TO.
+func (s *Server) OnRcpt(f func(to string) error) {
+	s.mu.Lock()
+	s.rcpt = f
+	s.mu.Unlock()
+}
+
+// OnData sets the answer to the end of DATA; a message refused is not kept.
+func (s *Server) OnData(f func(m Message) error) {
+	s.mu.Lock()
+	s.data = f
+	s.mu.Unlock()
+}
+
+// Hang delays the answer to the end of DATA.
+func (s *Server) Hang(d time.Duration) {
+	s.mu.Lock()
+	s.hang = d
+	s.mu.Unlock()
+}
+
+// DropInData closes connections in the middle of DATA.
+func (s *Server) DropInData(drop bool) {
+	s.mu.Lock()
+	s.drop = drop
+	s.mu.Unlock()
+}
+
+// Reply makes an SMTP error reply for the hooks.
+func Reply(code int, enhanced smtp.EnhancedCode, text string) error {
+	return &smtp.SMTPError{Code: code, EnhancedCode: enhanced, Message: text}
+}
+
+type backend struct {
+	s *Server
+	o Options
+}
+
+func (b backend) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	b.s.mu.Lock()
+	b.s.conns++
+	b.s.mu.Unlock()
+	_, isTLS := c.TLSConnectionState()
+	return &session{s: b.s, o: b.o, conn: c, tls: isTLS || b.o.Implicit}, nil
+}
+
+type session struct {
+	s    *Server
+	o    Options
+	conn *smtp.Conn
+	tls  bool
+	user string
+	msg  Message
+}
+
+func (ss *session) AuthMechanisms() []string {
+	if ss.o.Auth == nil {
+		return nil
+	}
+	return []string{sasl.Plain}
+}
+
+func (ss *session) Auth(mech string) (sasl.Server, error) {
+	return sasl.NewPlainServer(func(_, user, pass string) error {
+		if want, ok := ss.o.Auth[user]; !ok || want != pass {
+			return smtp.ErrAuthFailed
+		}
+		ss.user = user
+		return nil
+	}), nil
+}
+
+func (ss *session) Mail(from string, opts *smtp.MailOptions) error {
+	if ss.o.Auth != nil && ss.user == "" {
+		return smtp.ErrAuthRequired
+	}
+	ss.msg = Message{From: from, Opts: *opts, AuthUser: ss.user}
+	if _, ok := ss.conn.TLSConnectionState(); ok {
+		ss.tls = true
+	}
+	return nil
+}
+
+func (ss *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	ss.s.mu.Lock()
+	f := ss.s.rcpt
+	ss.s.mu.Unlock()
+	if f != nil {
+		if err := f(to); err != nil {
+			return err
+		}
+	}
+	ss.msg.To = append(ss.msg.To, to)
+	return nil
+}
+
+func (ss *session) Data(r io.Reader) error {
+	ss.s.mu.Lock()
+	data, hang, drop := ss.s.data, ss.s.hang, ss.s.drop
+	ss.s.mu.Unlock()
+	if drop {
+		buf := make([]byte, 16)
+		io.ReadFull(r, buf)
+		ss.conn.Conn().Close()
+		return errors.New("dropped")
+	}
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if hang > 0 {
+		time.Sleep(hang)
+	}
+	m := ss.msg
+	m.Data, m.TLS, m.Received = b, ss.tls, time.Now()
+	if data != nil {
+		if err := data(m); err != nil {
+			return err
+		}
+	}
+	ss.s.mu.Lock()
+	ss.s.msgs = append(ss.s.msgs, m)
+	ss.s.mu.Unlock()
+	return nil
+}
+
+func (ss *session) Reset()        { ss.msg = Message{} }
+func (ss *session) Logout() error { return nil }

@@ -1,0 +1,156 @@
+//go:build ignore
+
+package pec
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/genropy/postino/backends"
+)
+
+// Limits are how long receipts may take before the relay says so.
+type Limits struct {
+	// Acceptance runs from SENT to the acceptance (or non-acceptance).
+	Acceptance time.Duration
+	// Delivery runs from the acceptance to each certified recipient's
+	// delivery receipt or delivery error.
+	Delivery time.Duration
+}
+
+// overdueScan bounds the messages one check reads per status.
+const overdueScan = 1000
+
+// CheckOverdue raises, once each, an event for every PEC message (a
+// message whose route is in routes) whose acceptance is late, and for
+// every recipient whose delivery outcome is late, so that a lost receipt
+// is noticed.
+func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits, isPEC func(route string) bool) error {
+	waitingAcceptance := []backends.Status{backends.StatusSent, backends.StatusCallingSent, backends.StatusSentAcknowledged}
+	waitingDelivery := []backends.Status{backends.StatusPECAccepted, backends.StatusCallingPECAccepted, backends.StatusPECAcceptedAcknowledged}
+	raised := 0
+	for _, group := range []struct {
+		statuses []backends.Status
+		limit    time.Duration
+		check    func(context.Context, *backends.Message, []*backends.Event, time.Time) ([]*backends.Event, error)
+	}{{waitingAcceptance, l.Acceptance, r.acceptanceOverdue}, {waitingDelivery, l.Delivery, r.deliveryOverdue}} {
+		for _, st := range group.statuses {
+			// The oldest first (by priority, then last change): a queue of
+			// more than overdueScan young messages of a higher priority
+			// may delay the check of an older one to a later run.
+			msgs, _, err := r.store.List(ctx, backends.ListQuery{Status: st, Limit: overdueScan})
+			if err != nil {
+				return fmt.Errorf("list %s: %w", st, err)
+			}
+			for _, m := range msgs {
+				if now.Sub(m.UpdatedAt) < group.limit || !isPEC(m.Route) {
+					continue
+				}
+				events, err := r.store.Events(ctx, m.ID)
+				if err != nil {
+					return fmt.Errorf("events of %s: %w", m.ID, err)
+				}
+				out, err := group.check(ctx, m, events, now.Add(-group.limit))
+				if err != nil {
+					return err
+				}
+				for _, e := range out {
+					err := r.store.AddEvent(ctx, e)
+					switch {
+					case errors.Is(err, backends.ErrDuplicate), errors.Is(err, backends.ErrNotFound):
+					case err != nil:
+						return fmt.Errorf("record %s of %s: %w", e.Outcome, m.ID, err)
+					default:
+						raised++
+						r.metrics.overdue.WithLabelValues(strings.TrimSuffix(strings.TrimPrefix(e.Outcome, "PEC-"), "-OVERDUE")).Inc()
+						r.log.Warn("pec receipt overdue", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason)
+					}
+				}
+			}
+		}
+	}
+	if raised > 0 && r.wake != nil {
+		r.wake()
+	}
+	return nil
+}
+
+// acceptanceOverdue: SENT before the deadline and no acceptance receipt.
+func (r *Recorder) acceptanceOverdue(_ context.Context, m *backends.Message, events []*backends.Event, deadline time.Time) ([]*backends.Event, error) {
+	var sentAt time.Time
+	for _, e := range events {
+		switch e.Outcome {
+		case string(backends.StatusSent):
+			sentAt = e.At
+		case OutcomeAccepted, OutcomeNotAccepted:
+			return nil, nil
+		}
+	}
+	if sentAt.IsZero() || sentAt.After(deadline) {
+		return nil, nil
+	}
+	e := backends.OutcomeEvent(m.Status, OutcomeAcceptanceOverdue,
+		fmt.Sprintf("no acceptance receipt since %s: look in the PEC mailbox, or ask the provider", sentAt.Format(time.RFC3339)), nil)
+	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00acceptance-overdue")).String()
+	e.MessageID = m.ID
+	return []*backends.Event{e}, nil
+}
+
+// deliveryOverdue: accepted before the deadline, and certified recipients
+// with neither a delivery receipt nor a delivery error.
+func (r *Recorder) deliveryOverdue(_ context.Context, m *backends.Message, events []*backends.Event, deadline time.Time) ([]*backends.Event, error) {
+	var acceptedAt time.Time
+	pending := map[string]bool{}
+	for _, e := range events {
+		var d eventPEC
+		if len(e.Details) == 0 || json.Unmarshal(e.Details, &d) != nil {
+			continue
+		}
+		switch e.Outcome {
+		case OutcomeAccepted:
+			acceptedAt = e.At
+			for _, rc := range d.PEC.Recipients {
+				if rc.Type != "esterno" {
+					pending[strings.ToLower(rc.Address)] = true
+				}
+			}
+		case OutcomeDelivered, OutcomeRecipientDelivered, OutcomeNotDelivered:
+			delete(pending, strings.ToLower(d.PEC.Delivery))
+		}
+	}
+	if acceptedAt.IsZero() || acceptedAt.After(deadline) {
+		return nil, nil
+	}
+	if len(pending) == 0 && !hasDeliveryOutcome(events) {
+		// The acceptance listed no recipients: the envelope's.
+		for _, a := range m.Envelope.Recipients {
+			pending[strings.ToLower(a)] = true
+		}
+	}
+	var out []*backends.Event
+	for a := range pending {
+		e := backends.OutcomeEvent(m.Status, OutcomeDeliveryOverdue,
+			fmt.Sprintf("no delivery receipt for %s since the acceptance at %s", a, acceptedAt.Format(time.RFC3339)),
+			map[string]any{"pec": map[string]string{"delivery": a}})
+		e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00delivery-overdue\x00"+a)).String()
+		e.MessageID = m.ID
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+func hasDeliveryOutcome(events []*backends.Event) bool {
+	for _, e := range events {
+		switch e.Outcome {
+		case OutcomeDelivered, OutcomeRecipientDelivered, OutcomeNotDelivered:
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,126 @@
+package pec_test
+
+import (
+	"bytes"
+	"crypto/x509"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/pec"
+	"github.com/genropy/postino/pec/pectest"
+)
+
+const signerName = "Posta Certificata Provider Test <" + pectest.ProviderAddress + ">"
+
+func TestSignature(t *testing.T) {
+	ca := pectest.NewCA(t)
+	other := pectest.NewCA(t)
+	bundle, err := pec.LoadTrustBundle(ca.BundleFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Date: sent})
+
+	tests := []struct {
+		name    string
+		raw     []byte
+		roots   *x509.CertPool
+		now     time.Time
+		status  pec.SignatureStatus
+		signer  string
+		errWith string
+	}{
+		{"valid", signed, ca.Pool(), checkAt, pec.SignatureValid, signerName, ""},
+		{"valid, roots from a bundle file", signed, bundle, checkAt, pec.SignatureValid, signerName, ""},
+		{"valid now", signed, ca.Pool(), time.Time{}, pec.SignatureValid, signerName, ""},
+		{
+			// Mailboxes store messages with LF line ends: the signature is
+			// over the CRLF form all the same.
+			"valid, stored with LF", bytes.ReplaceAll(signed, []byte("\r\n"), []byte("\n")),
+			ca.Pool(), checkAt, pec.SignatureValid, signerName, "",
+		},
+		{"other roots", signed, other.Pool(), checkAt, pec.SignatureInvalid, signerName, "certificate"},
+		{"before the certificates", signed, ca.Pool(), time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC), pec.SignatureInvalid, signerName, "certificate"},
+		{
+			"tampered", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Tamper: true}),
+			ca.Pool(), checkAt, pec.SignatureInvalid, signerName, "altered",
+		},
+		{
+			"tampered, opaque", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Tamper: true, Opaque: true}),
+			ca.Pool(), checkAt, pec.SignatureInvalid, signerName, "altered",
+		},
+		{"not checked without roots", signed, nil, checkAt, pec.SignatureNotChecked, signerName, "no trust roots"},
+		{
+			"unsigned", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Unsigned: true}),
+			ca.Pool(), checkAt, pec.SignatureInvalid, "", "not signed",
+		},
+		{
+			"unsigned, no roots", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Unsigned: true}),
+			nil, checkAt, pec.SignatureNotChecked, "", "not signed",
+		},
+		{
+			"signature part missing", bytes.Split(signed, []byte("\r\nContent-Disposition: attachment; filename=smime.p7s"))[0],
+			ca.Pool(), checkAt, pec.SignatureInvalid, "", "signature part",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := pec.Parse(tt.raw, pec.Options{Roots: tt.roots, Now: tt.now})
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			s := r.Signature
+			if s.Status != tt.status || s.Signer != tt.signer || !strings.Contains(s.Error, tt.errWith) ||
+				(tt.errWith == "" && s.Error != "") {
+				t.Errorf("signature = %+v, want %q by %q with error %q", s, tt.status, tt.signer, tt.errWith)
+			}
+			// Whatever the signature, the receipt is read.
+			if r.Type == "" || r.Keys.Identificativo == "" {
+				t.Errorf("type %q, keys %+v", r.Type, r.Keys)
+			}
+		})
+	}
+}
+
+func TestLoadTrustBundle(t *testing.T) {
+	ca := pectest.NewCA(t)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	key := "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"
+
+	tests := []struct {
+		name    string
+		path    string
+		errWith string
+	}{
+		{"one root", ca.BundleFile(t), ""},
+		{"roots among other blocks", write("mixed.pem", key+string(ca.RootPEM())+string(pectest.NewCA(t).RootPEM())), ""},
+		{"missing", filepath.Join(dir, "nope.pem"), "nope.pem"},
+		{"no certificate", write("key.pem", key), "key.pem: no PEM certificate"},
+		{"not PEM", write("der.pem", "just text\n"), "der.pem: no PEM certificate"},
+		{"bad certificate", write("bad.pem", "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"), "bad.pem: certificate 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pool, err := pec.LoadTrustBundle(tt.path)
+			if tt.errWith == "" {
+				if err != nil || pool == nil {
+					t.Fatalf("LoadTrustBundle = %v, %v", pool, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.errWith) {
+				t.Fatalf("LoadTrustBundle error = %v, want one with %q", err, tt.errWith)
+			}
+		})
+	}
+}

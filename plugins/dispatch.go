@@ -1,0 +1,222 @@
+// Package plugins tells the app's own code what became of each message. The
+// dispatcher claims outcome events from the outbox, in order per message,
+// calls the status-callback plugins that want them (separate programs, run
+// by hashicorp/go-plugin), and acknowledges each event once every one of
+// them has. A plugin that fails is tried again with backoff; an event whose
+// tries run out is parked until an operator replays it.
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/plugins/sdk"
+)
+
+// Store is what the dispatcher needs of the outbox.
+type Store interface {
+	Get(ctx context.Context, id string) (*backends.Message, error)
+	ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error)
+	UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error)
+}
+
+// Config tunes the dispatcher.
+type Config struct {
+	Poll  time.Duration
+	Lease time.Duration
+	Owner string
+	// Concurrency bounds the events being dispatched at once.
+	Concurrency int
+	// Version is the relay's, told to plugins.
+	Version string
+}
+
+// Dispatcher runs the callback stage.
+type Dispatcher struct {
+	cfg     Config
+	store   Store
+	log     *slog.Logger
+	metrics *Metrics
+	runners []*runner
+	wake    chan struct{}
+}
+
+// NewDispatcher prepares the plugins; they start when Run does.
+func NewDispatcher(cfg Config, store Store, specs []Spec, log *slog.Logger, m *Metrics) *Dispatcher {
+	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, wake: make(chan struct{}, 1)}
+	for _, s := range specs {
+		d.runners = append(d.runners, newRunner(s, log, cfg.Version))
+	}
+	return d
+}
+
+// Wake tells the dispatcher that events are waiting.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Ready reports each plugin's health, for /readyz.
+func (d *Dispatcher) Ready() map[string]error {
+	out := map[string]error{}
+	for _, r := range d.runners {
+		out["plugin "+r.spec.Name] = r.state()
+	}
+	return out
+}
+
+// Run dispatches until ctx ends, then stops the plugins. A plugin that does
+// not start is reported and tried again; the relay goes on meanwhile.
+func (d *Dispatcher) Run(ctx context.Context) {
+	defer func() {
+		for _, r := range d.runners {
+			r.stop()
+		}
+	}()
+	for _, r := range d.runners {
+		r.running()
+	}
+	poll := time.NewTicker(d.cfg.Poll)
+	defer poll.Stop()
+	for ctx.Err() == nil {
+		n, err := d.dispatch(ctx)
+		if err != nil {
+			d.log.Error("callbacks: cannot claim events; retrying", "error", err)
+		}
+		if n == d.cfg.Concurrency {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-poll.C:
+			for _, r := range d.runners {
+				if r.state() != nil {
+					r.running() // a plugin down is started again in time
+				}
+			}
+		}
+	}
+}
+
+// dispatch claims a batch of events and handles each.
+func (d *Dispatcher) dispatch(ctx context.Context) (int, error) {
+	now := time.Now().UTC()
+	events, err := d.store.ClaimEvents(context.WithoutCancel(ctx), backends.EventClaim{
+		Now: now, LeaseUntil: now.Add(d.cfg.Lease), Limit: d.cfg.Concurrency, Reason: "calling plugins (" + d.cfg.Owner + ")",
+	})
+	if err != nil {
+		return 0, err
+	}
+	var wg sync.WaitGroup
+	for _, e := range events {
+		wg.Go(func() { d.handle(context.WithoutCancel(ctx), e) })
+	}
+	wg.Wait()
+	return len(events), nil
+}
+
+// handle calls the plugins that want an event and have not acknowledged it
+// yet, and records the result.
+func (d *Dispatcher) handle(ctx context.Context, e *backends.Event) {
+	var want []*runner
+	for _, r := range d.runners {
+		if r.wantsOutcome(e.Outcome) && !slices.Contains(e.Acked, r.spec.Name) {
+			want = append(want, r)
+		}
+	}
+	acked := slices.Clone(e.Acked)
+	if acked == nil {
+		acked = []string{}
+	}
+	var failures []string
+	var failed []*runner
+	if len(want) > 0 {
+		m, err := d.store.Get(ctx, e.MessageID)
+		if err != nil {
+			d.log.Error("callbacks: cannot read the message of an event; the lease will return it", "event", e.ID, "id", e.MessageID, "error", err)
+			return
+		}
+		ev := sdk.ToProto(eventFor(e, m))
+		for _, r := range want {
+			start := time.Now()
+			err := r.deliver(ctx, ev)
+			d.metrics.observe(r.spec.Name, time.Since(start), err)
+			if err != nil {
+				failures = append(failures, fmt.Sprintf("plugin %s: %v", r.spec.Name, err))
+				failed = append(failed, r)
+				continue
+			}
+			acked = append(acked, r.spec.Name)
+		}
+	}
+	u := backends.EventUpdate{ID: e.ID, From: backends.EventCalling, Acked: acked}
+	switch {
+	case len(failures) == 0:
+		u.To = backends.EventAcked
+		u.Reason = "no plugin wants " + e.Outcome
+		if len(want) > 0 {
+			u.Reason = "acknowledged by " + strings.Join(acked, ", ")
+		}
+	case d.exhausted(e, failed):
+		u.To, u.AddAttempt = backends.EventParked, true
+		u.LastError = strings.Join(failures, "; ")
+		u.Reason = fmt.Sprintf("parked after %d tries: %s; replay it with postino events replay %s", e.Attempts+1, u.LastError, e.ID)
+		d.metrics.parked.Inc()
+		d.log.Error("event parked", "event", e.ID, "id", e.MessageID, "outcome", e.Outcome, "error", u.LastError)
+	default:
+		// The first failed plugin's schedule spaces the tries.
+		u.To, u.AddAttempt = backends.EventPending, true
+		u.LastError = strings.Join(failures, "; ")
+		u.DueAt = time.Now().UTC().Add(failed[0].spec.Retry.Delay(e.Attempts + 1))
+		u.Reason = fmt.Sprintf("%s; try %d at %s", u.LastError, e.Attempts+2, u.DueAt.Format(time.RFC3339))
+		d.log.Warn("plugin failed; will try again", "event", e.ID, "id", e.MessageID, "error", u.LastError, "next", u.DueAt)
+	}
+	if _, err := d.store.UpdateEvent(ctx, u); err != nil {
+		d.log.Error("callbacks: cannot record the event's result; the lease will return it", "event", e.ID, "error", err)
+	}
+}
+
+// exhausted reports whether the event has used up the tries of one of the
+// plugins that failed it.
+func (d *Dispatcher) exhausted(e *backends.Event, failed []*runner) bool {
+	for _, r := range failed {
+		if r.spec.MaxAttempts > 0 && e.Attempts+1 >= r.spec.MaxAttempts {
+			return true
+		}
+		if r.spec.MaxAge > 0 && time.Since(e.At) >= r.spec.MaxAge {
+			return true
+		}
+	}
+	return false
+}
+
+// eventFor is what plugins are told of an event: the message's state, and
+// what the event's own details add (per-recipient results of the attempt,
+// bounce and PEC fields), in the same JSON vocabulary.
+func eventFor(e *backends.Event, m *backends.Message) *sdk.Event {
+	out := &sdk.Event{
+		EventID: e.ID, MessageID: e.MessageID, RFC822MessageID: m.MessageID, Outcome: e.Outcome, Reason: e.Reason,
+		At: e.At.UTC().Format(time.RFC3339Nano), Attempts: m.Attempts, Sender: m.Envelope.Sender, Batch: m.Batch,
+		Priority: m.Priority, Route: m.Route, DeliveryAttempt: e.Attempts + 1,
+	}
+	for _, r := range m.RecipientResults() {
+		out.Recipients = append(out.Recipients, sdk.Recipient{Address: r.Address, Status: r.Status, Code: r.Code,
+			EnhancedCode: r.Enhanced, Text: r.Text, Host: r.Host})
+	}
+	if len(e.Details) > 0 {
+		json.Unmarshal(e.Details, out)
+		// The details may not change who and what the event is about.
+		out.EventID, out.MessageID, out.Outcome, out.DeliveryAttempt = e.ID, e.MessageID, e.Outcome, e.Attempts+1
+	}
+	return out
+}

@@ -1,0 +1,56 @@
+package sdk
+
+import (
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+// fill gives every field of v a distinct value, so that a field left out of
+// the wire mapping shows up as a difference.
+func fill(v reflect.Value, path string) {
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(path)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(len(path)))
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), path)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 2, 2))
+		for i := range 2 {
+			fill(v.Index(i), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			fill(v.Field(i), path+"."+v.Type().Field(i).Name)
+		}
+	default:
+		panic("fill: add " + v.Kind().String())
+	}
+}
+
+func TestEventWireRoundTrip(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		make func() *Event
+	}{
+		{"every field set", func() *Event {
+			e := &Event{}
+			fill(reflect.ValueOf(e).Elem(), "e")
+			return e
+		}},
+		{"no bounce, no PEC, no recipients", func() *Event {
+			// Recipients stay an empty list, so that the JSON has [] and not null.
+			return &Event{EventID: "ev", MessageID: "m", Outcome: "SENT", At: "2026-11-21T00:00:00Z", DeliveryAttempt: 1, Recipients: []Recipient{}}
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := tt.make()
+			if got := FromProto(ToProto(want)); !reflect.DeepEqual(got, want) {
+				t.Errorf("lost on the wire:\n got %+v\nwant %+v", got, want)
+			}
+		})
+	}
+}

@@ -1,0 +1,118 @@
+// Package admin is the relay's HTTP API for operators and the client that
+// `postino queue` and `postino batch` use.
+package admin
+
+import (
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/spool"
+)
+
+// Message is a message as the API shows it.
+type Message struct {
+	ID         string      `json:"id"`
+	MessageID  string      `json:"message_id"`
+	Status     string      `json:"status"`
+	Reason     string      `json:"reason,omitempty"`
+	Attempts   int         `json:"attempts"`
+	Priority   int         `json:"priority"`
+	Batch      string      `json:"batch,omitempty"`
+	Route      string      `json:"route,omitempty"`
+	DueAt      time.Time   `json:"due_at"`
+	LeaseUntil *time.Time  `json:"lease_until,omitempty"`
+	CreatedAt  time.Time   `json:"created_at"`
+	UpdatedAt  time.Time   `json:"updated_at"`
+	Sender     string      `json:"sender"`
+	Recipients []Recipient `json:"recipients"`
+	Size       int64       `json:"size"`
+	Client     string      `json:"client,omitempty"`
+	AuthUser   string      `json:"auth_user,omitempty"`
+	EmlPath    string      `json:"eml_path"`
+	// History and Events are filled in for a single message, oldest first.
+	History []HistoryEntry `json:"history,omitempty"`
+	Events  []Event        `json:"events,omitempty"`
+}
+
+// Event is one outcome told, or to be told, to the plugins.
+type Event struct {
+	ID        string    `json:"event_id"`
+	MessageID string    `json:"message_id,omitempty"`
+	Seq       int64     `json:"seq"`
+	Outcome   string    `json:"outcome"`
+	Reason    string    `json:"reason,omitempty"`
+	At        time.Time `json:"at"`
+	State     string    `json:"state"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error,omitempty"`
+	Acked     []string  `json:"acked,omitempty"`
+}
+
+// Recipient is one envelope recipient and what became of it.
+type Recipient struct {
+	Address  string     `json:"address"`
+	Status   string     `json:"status"`
+	Code     int        `json:"code,omitempty"`
+	Enhanced string     `json:"enhanced_code,omitempty"`
+	Text     string     `json:"text,omitempty"`
+	Host     string     `json:"host,omitempty"`
+	At       *time.Time `json:"at,omitempty"`
+}
+
+// HistoryEntry is one status change.
+type HistoryEntry struct {
+	Status  string    `json:"status"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+	Details any       `json:"details,omitempty"`
+}
+
+// EventList is a list of events.
+type EventList struct {
+	Events []Event `json:"events"`
+}
+
+func eventView(e *backends.Event) Event {
+	return Event{ID: e.ID, MessageID: e.MessageID, Seq: e.Seq, Outcome: e.Outcome, Reason: e.Reason, At: e.At,
+		State: string(e.State), Attempts: e.Attempts, LastError: e.LastError, Acked: e.Acked}
+}
+
+// MessageList is a page of messages.
+// ReceiptList lists the receipts kept with a message.
+type ReceiptList struct {
+	Receipts []spool.Receipt `json:"receipts"`
+}
+
+type MessageList struct {
+	Messages []Message `json:"messages"`
+	// Next is the cursor of the next page, empty on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// Error is the body of every error answer.
+type Error struct {
+	Error string `json:"error"`
+}
+
+func messageView(m *backends.Message) Message {
+	v := Message{
+		ID: m.ID, MessageID: m.MessageID, Status: string(m.Status), Reason: m.Reason,
+		Attempts: m.Attempts, Priority: m.Priority, Batch: m.Batch, Route: m.Route,
+		DueAt: m.DueAt, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
+		Sender: m.Envelope.Sender, Size: m.Envelope.Size, Client: m.Envelope.ClientAddr,
+		AuthUser: m.Envelope.AuthUser, EmlPath: m.EmlPath,
+		Recipients: make([]Recipient, len(m.Envelope.Recipients)),
+	}
+	if !m.LeaseUntil.IsZero() {
+		t := m.LeaseUntil
+		v.LeaseUntil = &t
+	}
+	for i, r := range m.RecipientResults() {
+		v.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Code: r.Code, Enhanced: r.Enhanced, Text: r.Text, Host: r.Host}
+		if !r.At.IsZero() {
+			at := r.At
+			v.Recipients[i].At = &at
+		}
+	}
+	return v
+}

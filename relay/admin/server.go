@@ -1,0 +1,392 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/spool"
+)
+
+// Store is what the API needs of the outbox.
+type Store interface {
+	Get(ctx context.Context, id string) (*backends.Message, error)
+	History(ctx context.Context, id string) ([]backends.HistoryEntry, error)
+	Events(ctx context.Context, messageID string) ([]*backends.Event, error)
+	EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error)
+	UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error)
+	List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error)
+	Transition(ctx context.Context, t backends.Transition) error
+	SuspendBatch(ctx context.Context, code string) error
+	ActivateBatch(ctx context.Context, code string) error
+}
+
+// Options wire the API to the rest of the relay.
+type Options struct {
+	// Metrics serves /metrics.
+	Metrics http.Handler
+	// Ready reports the state of each part the relay needs; an error makes
+	// /readyz answer 503.
+	Ready func(ctx context.Context) map[string]error
+	// Degraded reports parts whose failure leaves the relay taking and
+	// sending mail (a plugin that is down: its events wait): /readyz still
+	// answers 200, saying "degraded".
+	Degraded func() map[string]error
+	// Wake tells the workers that a message became ready through the API.
+	Wake func()
+	// WakeEvents tells the callback stage that an event was replayed.
+	WakeEvents func()
+	// Receipts are the receipts kept with the messages (PEC evidence).
+	Receipts Receipts
+	Log      *slog.Logger
+}
+
+// Receipts is where the receipts of messages are kept.
+type Receipts interface {
+	Receipts(path string) ([]spool.Receipt, error)
+	OpenReceipt(path, name string) (*os.File, error)
+}
+
+const (
+	defaultListLimit = 50
+	maxListLimit     = 1000
+)
+
+// NewHandler serves the admin API.
+func NewHandler(store Store, opts Options) http.Handler {
+	a := &api{store: store, opts: opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/messages", a.list)
+	mux.HandleFunc("GET /v1/messages/{id}", a.get)
+	mux.HandleFunc("POST /v1/messages/{id}/retry", a.retry)
+	mux.HandleFunc("POST /v1/messages/{id}/cancel", a.cancel)
+	mux.HandleFunc("POST /v1/batches/{code}/suspend", a.batch(store.SuspendBatch, true))
+	mux.HandleFunc("POST /v1/batches/{code}/activate", a.batch(store.ActivateBatch, false))
+	mux.HandleFunc("GET /v1/messages/{id}/receipts", a.receipts)
+	mux.HandleFunc("GET /v1/messages/{id}/receipts/{name}", a.receipt)
+	mux.HandleFunc("GET /v1/events", a.events)
+	mux.HandleFunc("POST /v1/events/{id}/replay", a.replay)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", a.readyz)
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	return mux
+}
+
+type api struct {
+	store Store
+	opts  Options
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, format string, args ...any) {
+	writeJSON(w, code, Error{Error: fmt.Sprintf(format, args...)})
+}
+
+// storeError answers for an outbox error.
+func storeError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, backends.ErrNotFound):
+		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, backends.ErrLockNotAcquired):
+		writeError(w, http.StatusConflict, "the message changed status meanwhile; look at it again and retry: %v", err)
+	case errors.Is(err, backends.ErrInvalidTransition):
+		writeError(w, http.StatusConflict, "%v", err)
+	default:
+		writeError(w, http.StatusServiceUnavailable, "outbox error: %v", err)
+	}
+}
+
+func (a *api) receipts(w http.ResponseWriter, r *http.Request) {
+	m, err := a.store.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	list, err := a.opts.Receipts.Receipts(m.EmlPath)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "cannot list the receipts of %s: %v", m.ID, err)
+		return
+	}
+	if list == nil {
+		list = []spool.Receipt{}
+	}
+	writeJSON(w, http.StatusOK, ReceiptList{Receipts: list})
+}
+
+// receipt answers one receipt as it came, message/rfc822.
+func (a *api) receipt(w http.ResponseWriter, r *http.Request) {
+	m, err := a.store.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	name := r.PathValue("name")
+	f, err := a.opts.Receipts.OpenReceipt(m.EmlPath, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		writeError(w, http.StatusNotFound, "message %s has no receipt %s; list them with GET /v1/messages/%s/receipts", m.ID, name, m.ID)
+		return
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "message/rfc822")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+	io.Copy(w, f)
+}
+
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	q := backends.ListQuery{Limit: defaultListLimit, After: r.URL.Query().Get("after")}
+	if s := r.URL.Query().Get("status"); s != "" {
+		st, err := backends.ParseStatus(s)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		q.Status = st
+	}
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
+			return
+		}
+		q.Limit = n
+	}
+	msgs, next, err := a.store.List(r.Context(), q)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	out := MessageList{Messages: make([]Message, len(msgs)), Next: next}
+	for i, m := range msgs {
+		out.Messages[i] = messageView(m)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (a *api) get(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m, err := a.store.Get(r.Context(), id)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	h, err := a.store.History(r.Context(), id)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	v := messageView(m)
+	v.History = make([]HistoryEntry, len(h))
+	for i, e := range h {
+		v.History[i] = HistoryEntry{Status: string(e.Status), Reason: e.Reason, At: e.At}
+		if len(e.Details) > 0 {
+			v.History[i].Details = e.Details
+		}
+	}
+	events, err := a.store.Events(r.Context(), id)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	for _, e := range events {
+		v.Events = append(v.Events, eventView(e))
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+// retry sends a message on its way again: a READY message now, a FAILED one
+// back to READY, an INVALID one through intake again.
+func (a *api) retry(w http.ResponseWriter, r *http.Request) {
+	a.operate(w, r, "retry", func(m *backends.Message) (backends.Status, string) {
+		switch m.Status {
+		case backends.StatusReady, backends.StatusFailed, backends.StatusFailedAcknowledged:
+			return backends.StatusReady, "retry requested by an operator"
+		case backends.StatusInvalid, backends.StatusInvalidAcknowledged:
+			return backends.StatusAccepted, "intake again requested by an operator"
+		}
+		return "", "only READY, FAILED and INVALID messages can be retried"
+	})
+}
+
+// cancel stops a message that has not left: it ends FAILED, and the app is
+// told so like of any other failure.
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	a.operate(w, r, "cancel", func(m *backends.Message) (backends.Status, string) {
+		switch m.Status {
+		case backends.StatusAccepted, backends.StatusReady:
+			return backends.StatusFailed, "cancelled by an operator"
+		case backends.StatusIntaking, backends.StatusProcessing:
+			return "", "a worker holds it right now; try again in a moment"
+		}
+		return "", "only messages that have not been sent (ACCEPTED, READY) can be cancelled"
+	})
+}
+
+// operate applies an operator's action: decide picks the target status, or
+// says why the action does not apply.
+func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, decide func(*backends.Message) (backends.Status, string)) {
+	id := r.PathValue("id")
+	m, err := a.store.Get(r.Context(), id)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	to, why := decide(m)
+	if to == "" {
+		writeError(w, http.StatusConflict, "cannot %s message %s: it is %s; %s", action, id, m.Status, why)
+		return
+	}
+	t := backends.Transition{ID: id, From: m.Status, To: to, Reason: why}
+	switch to {
+	case backends.StatusReady:
+		t.DueAt = time.Now().UTC()
+	case backends.StatusFailed:
+		t.Event = backends.OutcomeEvent(m.Status, to, why, nil)
+	}
+	if err := a.store.Transition(r.Context(), t); err != nil {
+		storeError(w, err)
+		return
+	}
+	if m, err = a.store.Get(r.Context(), id); err != nil {
+		storeError(w, err)
+		return
+	}
+	if a.opts.Log != nil {
+		a.opts.Log.Info("operator "+action, "id", id, "status", m.Status)
+	}
+	if a.opts.Wake != nil {
+		a.opts.Wake()
+	}
+	writeJSON(w, http.StatusOK, messageView(m))
+}
+
+func (a *api) batch(op func(context.Context, string) error, suspend bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		code := r.PathValue("code")
+		if err := backends.CheckBatch(code); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		if err := op(r.Context(), code); err != nil {
+			storeError(w, err)
+			return
+		}
+		if a.opts.Log != nil {
+			a.opts.Log.Info("batch changed", "batch", code, "suspended", suspend)
+		}
+		if !suspend && a.opts.Wake != nil {
+			a.opts.Wake()
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"batch": code, "suspended": suspend})
+	}
+}
+
+func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
+	checks := map[string]string{}
+	code := http.StatusOK
+	if a.opts.Ready != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		for name, err := range a.opts.Ready(ctx) {
+			checks[name] = "ok"
+			if err != nil {
+				checks[name] = err.Error()
+				code = http.StatusServiceUnavailable
+			}
+		}
+	}
+	status := "ready"
+	if a.opts.Degraded != nil {
+		for name, err := range a.opts.Degraded() {
+			checks[name] = "ok"
+			if err != nil {
+				checks[name] = err.Error()
+				status = "degraded"
+			}
+		}
+	}
+	if code != http.StatusOK {
+		status = "not ready"
+	}
+	writeJSON(w, code, map[string]any{"status": status, "checks": checks})
+}
+
+// events lists events in a state: parked by default, the ones that need an
+// operator.
+func (a *api) events(w http.ResponseWriter, r *http.Request) {
+	state := backends.EventState(r.URL.Query().Get("state"))
+	if state == "" {
+		state = backends.EventParked
+	}
+	switch state {
+	case backends.EventPending, backends.EventCalling, backends.EventAcked, backends.EventParked:
+	default:
+		writeError(w, http.StatusBadRequest, "state %q: use pending, calling, acked or parked", state)
+		return
+	}
+	limit := defaultListLimit
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
+			return
+		}
+		limit = n
+	}
+	events, err := a.store.EventsByState(r.Context(), state, limit)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	out := EventList{Events: []Event{}}
+	for _, e := range events {
+		out.Events = append(out.Events, eventView(e))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// replay sends a parked event to the plugins again, tries counted afresh
+// from where they stood.
+func (a *api) replay(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	e, err := a.store.UpdateEvent(r.Context(), backends.EventUpdate{ID: id, From: backends.EventParked, To: backends.EventPending,
+		Reason: "replayed by an operator"})
+	if errors.Is(err, backends.ErrLockNotAcquired) {
+		writeError(w, http.StatusConflict, "event %s is not parked: only parked events can be replayed", id)
+		return
+	}
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	if a.opts.Log != nil {
+		a.opts.Log.Info("operator replay", "event", id, "id", e.MessageID)
+	}
+	if a.opts.WakeEvents != nil {
+		a.opts.WakeEvents()
+	}
+	writeJSON(w, http.StatusOK, eventView(e))
+}

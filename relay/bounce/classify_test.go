@@ -1,0 +1,190 @@
+package bounce
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// classifyCases has at least one case for each row of rules, in the order
+// of the table; TestRules checks that every row decides one of them.
+var classifyCases = []struct {
+	status     string
+	code       int
+	diagnostic string
+	typ        string
+	reason     Reason
+}{
+	// 1. Wording that decides, over any code.
+	{"5.7.1", 554, "554 5.7.1 Message rejected: virus found in attachment (Eicar-Test-Signature)", "soft", ReasonVirus},
+	{"5.1.1", 550, "550 5.1.1 user's mailbox is full", "soft", ReasonMailboxFull},
+	{"5.0.0", 0, "X-Unix; 67", "soft", ReasonSystem},
+	{"5.7.1", 550, "550 5.7.1 Unauthenticated email from example.com is not accepted due to domain's DMARC policy", "soft", ReasonAuthentication},
+	{"5.7.1", 550, "550 5.7.1 Client host rejected: cannot find your reverse hostname, [198.51.100.7]", "soft", ReasonBlocked},
+	{"4.7.650", 451, "451 4.7.650 The mail server has been temporarily rate limited due to IP reputation", "soft", ReasonBlocked},
+	{"4.7.0", 421, "421 4.7.0 Too many concurrent SMTP connections from this IP address", "soft", ReasonRateLimited},
+	{"5.7.1", 554, "554 5.7.1 Service unavailable; Client host [198.51.100.7] blocked using zen.spamhaus.org", "soft", ReasonBlocked},
+	{"5.7.1", 550, "550 5.7.1 This message is not RFC 5322 compliant, to reduce the amount of spam", "soft", ReasonPolicy},
+	{"5.1.1", 550, "550 5.1.1 Message rejected as spam by Content Filtering", "soft", ReasonSpam},
+	{"5.0.0", 552, "552 Message size exceeds fixed maximum message size", "soft", ReasonTooLarge},
+	{"5.7.1", 554, "554 5.7.1 <x@example.com>: Relay access denied", "soft", ReasonPolicy},
+	{"5.0.0", 550, "SMTP error from remote mail server after MAIL FROM:<shop@example.com>: 550 Unroutable address", "soft", ReasonBlocked},
+	{"5.1.8", 553, "553 5.1.8 Domain of sender address shop@example.com does not exist", "soft", ReasonBlocked},
+	{"5.2.1", 550, "550 5.2.1 <x@example.com>: this mailbox has been disabled", "hard", ReasonMailboxDisabled},
+	{"5.0.0", 551, "551 User has moved; please try <new@example.com>", "hard", ReasonUserUnknown},
+	{"5.2.1", 550, "550 5.2.1 <x@example.com>... User Unknown", "hard", ReasonUserUnknown},
+	{"4.4.3", 0, "Host or domain name not found. Name service error for name=example.com type=MX: Host not found, try again", "soft", ReasonNetwork},
+	{"5.4.4", 0, "Host or domain name not found. Name service error for name=example.invalid type=A: Host not found", "hard", ReasonDomainNotFound},
+
+	// 2. Specific enhanced status codes.
+	{"5.1.1", 550, "550 5.1.1 Requested action not taken", "hard", ReasonUserUnknown},
+	{"5.1.2", 0, "", "hard", ReasonDomainNotFound},
+	{"5.1.3", 501, "501 5.1.3 Bad recipient address syntax", "hard", ReasonUserUnknown},
+	{"5.1.6", 550, "", "hard", ReasonUserUnknown},
+	{"5.1.7", 553, "", "soft", ReasonBlocked},
+	{"5.1.8", 553, "", "soft", ReasonBlocked},
+	{"5.1.10", 550, "", "hard", ReasonDomainNotFound},
+	{"5.2.1", 550, "", "hard", ReasonMailboxDisabled},
+	{"4.2.2", 452, "", "soft", ReasonMailboxFull},
+	{"5.2.3", 552, "", "soft", ReasonTooLarge},
+	{"4.3.1", 452, "", "soft", ReasonSystem},
+	{"5.3.2", 521, "", "hard", ReasonDomainNotFound},
+	{"5.3.4", 552, "", "soft", ReasonTooLarge},
+	{"4.4.1", 0, "", "soft", ReasonNetwork},
+	{"4.4.2", 421, "", "soft", ReasonNetwork},
+	{"4.4.3", 451, "", "soft", ReasonSystem},
+	{"5.4.4", 0, "", "hard", ReasonDomainNotFound},
+	{"5.4.6", 554, "", "soft", ReasonNetwork},
+	{"4.4.7", 0, "", "soft", ReasonExpired},
+	{"4.5.3", 452, "", "soft", ReasonRateLimited},
+	{"5.7.13", 525, "", "hard", ReasonMailboxDisabled},
+	{"5.7.20", 550, "", "soft", ReasonAuthentication},
+	{"5.7.21", 550, "", "soft", ReasonAuthentication},
+	{"5.7.22", 550, "", "soft", ReasonAuthentication},
+	{"5.7.23", 550, "", "soft", ReasonAuthentication},
+	{"5.7.24", 550, "", "soft", ReasonAuthentication},
+	{"5.7.25", 550, "", "soft", ReasonBlocked},
+	{"5.7.26", 550, "", "soft", ReasonAuthentication},
+	{"5.7.27", 550, "", "soft", ReasonBlocked},
+	{"5.7.28", 550, "", "soft", ReasonSpam},
+	{"5.7.29", 550, "", "soft", ReasonAuthentication},
+	{"5.7.509", 550, "550 5.7.509 Access denied, sending domain does not pass verification", "soft", ReasonAuthentication},
+	{"5.7.606", 550, "550 5.7.606 Access denied", "soft", ReasonBlocked},
+	{"4.7.650", 451, "", "soft", ReasonBlocked},
+
+	// 3. Telling wording.
+	{"5.7.9", 554, "554 5.7.9 Message not accepted under the receiving domain's rules: prohibited content", "soft", ReasonPolicy},
+	{"", 0, "retry timeout exceeded", "soft", ReasonExpired},
+	{"", 0, "connect to mx.example.com[192.0.2.1]:25: Connection refused", "soft", ReasonNetwork},
+	{"", 451, "451 Temporary local problem - please try later", "soft", ReasonSystem},
+
+	// 4. The subject of a status code alone.
+	{"5.1.0", 550, "550 5.1.0 Address rejected", "hard", ReasonUserUnknown},
+	{"5.2.0", 550, "", "soft", ReasonMailboxDisabled},
+	{"5.3.0", 554, "", "soft", ReasonSystem},
+	{"5.4.0", 550, "", "soft", ReasonNetwork},
+	{"5.6.0", 554, "", "soft", ReasonPolicy},
+	{"5.7.1", 550, "550 5.7.1 Delivery not authorized", "soft", ReasonPolicy},
+
+	// 5. Bare refusals, then reply codes alone.
+	{"5.0.0", 550, "550 Rejected", "soft", ReasonPolicy},
+	{"", 421, "421 closing connection", "soft", ReasonSystem},
+	{"", 451, "", "soft", ReasonSystem},
+	{"", 452, "", "soft", ReasonSystem},
+	{"", 521, "", "hard", ReasonDomainNotFound},
+	{"", 551, "", "hard", ReasonUserUnknown},
+	{"", 552, "", "soft", ReasonMailboxFull},
+	{"", 553, "", "hard", ReasonUserUnknown},
+	{"", 556, "", "hard", ReasonDomainNotFound},
+	{"", 571, "", "soft", ReasonBlocked},
+
+	// Nothing to go by.
+	{"5.0.0", 550, "550 no", "soft", ReasonOther},
+	{"", 0, "", "soft", ReasonOther},
+	// A transient failure is soft whatever its reason.
+	{"4.1.1", 450, "450 4.1.1 <x@example.com>: Recipient address rejected: unverified address", "soft", ReasonUserUnknown},
+	// Success is no failure.
+	{"2.0.0", 250, "250 2.0.0 Ok", "", ""},
+}
+
+func TestClassify(t *testing.T) {
+	for _, c := range classifyCases {
+		typ, reason := Classify(c.status, c.code, c.diagnostic)
+		if typ != c.typ || reason != c.reason {
+			t.Errorf("Classify(%q, %d, %q) = %q, %q; want %q, %q", c.status, c.code, c.diagnostic, typ, reason, c.typ, c.reason)
+		}
+	}
+}
+
+// TestRules checks that every row of the table decides at least one case,
+// so that none is dead or hidden by an earlier one.
+func TestRules(t *testing.T) {
+	decided := make([]bool, len(rules))
+	for _, c := range classifyCases {
+		if i := classify(c.status, c.code, c.diagnostic); i >= 0 {
+			decided[i] = true
+		}
+	}
+	for i, ok := range decided {
+		if !ok {
+			r := rules[i]
+			t.Errorf("rule %d (status %q, code %d, text %v, %s) decides no case", i, r.status, r.code, r.text, r.reason)
+		}
+	}
+}
+
+// TestRulesLowerCase checks that the patterns are written in lower case,
+// as anyOf requires: escapes such as \S aside, an upper-case letter would
+// never match.
+func TestRulesLowerCase(t *testing.T) {
+	escape := regexp.MustCompile(`\\[A-Za-z]`)
+	for i, r := range rules {
+		if r.text == nil {
+			continue
+		}
+		if p := escape.ReplaceAllString(r.text.String(), ""); p != strings.ToLower(p) {
+			t.Errorf("rule %d has upper case: %s", i, p)
+		}
+	}
+}
+
+func TestReplyCodes(t *testing.T) {
+	tests := []struct {
+		in     string
+		code   int
+		status string
+	}{
+		{"550 5.1.1 <a@example.com>: Recipient address rejected", 550, "5.1.1"},
+		{"550-5.7.26 Unauthenticated email", 550, "5.7.26"},
+		{"554 554 5.7.1 Service unavailable", 554, "5.7.1"},
+		{"Remote host said: 552 Error: disk quota exceeded", 552, ""},
+		{"Sorry, no mailbox here by that name. (#5.1.1)", 0, "5.1.1"},
+		{"host 192.0.2.153 [192.0.2.153]: 550 Unknown user", 550, ""},
+		{"[(0) example.com. [2606:2800:220:6d:26bf:1447:1097:aa7]:25: socket error]", 0, ""},
+		{"Out: 250 2.1.5 Ok In: DATA Out: 451 4.3.0 Error: queue file write error", 451, "4.3.0"},
+		{"Size (in bytes): 222", 0, ""},
+		{"5.1.0 - Unknown address error 550-'5.7.1 <a@example.com>... Access denied'", 550, "5.7.1"},
+	}
+	for _, tt := range tests {
+		code, status := replyCodes(tt.in)
+		if code != tt.code || status != tt.status {
+			t.Errorf("replyCodes(%q) = %d, %q; want %d, %q", tt.in, code, status, tt.code, tt.status)
+		}
+	}
+}
+
+func TestPreferStatus(t *testing.T) {
+	tests := []struct{ status, diagnostic, want string }{
+		{"5.1.1", "550 5.7.1 IP address blacklisted by recipient", "5.7.1"},
+		{"5.0.0", "550 5.1.1 user unknown", "5.1.1"},
+		{"4.4.7", "554 4.4.7 Message expired: unable to deliver in 840 minutes.<421 4.4.2 Connection timed out>", "4.4.2"},
+		{"5.1.1", "550 5.0.0 rejected", "5.1.1"},
+		{"5.0.0", "550 rejected", "5.0.0"},
+		{"", "", ""},
+	}
+	for _, tt := range tests {
+		if got := preferStatus(tt.status, tt.diagnostic); got != tt.want {
+			t.Errorf("preferStatus(%q, %q) = %q, want %q", tt.status, tt.diagnostic, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,239 @@
+package bounce
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/plugins/sdk"
+	"github.com/genropy/postino/relay/mailbox"
+)
+
+// Store is what the recorder needs of the outbox.
+type Store interface {
+	Get(ctx context.Context, id string) (*backends.Message, error)
+	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
+	AddEvent(ctx context.Context, e *backends.Event) error
+}
+
+// Recorder reads the messages of a bounce mailbox and records, on the
+// message each is about, a BOUNCED event per failed recipient, a DELAYED
+// notice per delayed one, and a COMPLAINED notice per complaint.
+type Recorder struct {
+	store   Store
+	opts    Options
+	log     *slog.Logger
+	metrics *Metrics
+	// wake tells the callback stage that events wait.
+	wake func()
+}
+
+// NewRecorder makes a recorder; m may be nil.
+func NewRecorder(store Store, opts Options, log *slog.Logger, m *Metrics, wake func()) *Recorder {
+	return &Recorder{store: store, opts: opts, log: log, metrics: m, wake: wake}
+}
+
+// eventNamespace makes the ids of bounce events: the same bounce read
+// twice (a crash before it was moved, a UIDVALIDITY change) gets the same
+// id, and the outbox keeps one.
+var eventNamespace = uuid.MustParse("6f1d2a8e-5b7c-4c1e-9a43-8e2f0b9d7c15")
+
+// Handle reads one message of the mailbox.
+func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, error) {
+	rep, err := Parse(bytes.NewReader(raw), r.opts)
+	if err != nil {
+		r.log.Warn("bounce mailbox: unreadable message set aside", "error", err)
+		return mailbox.Unmatched, nil
+	}
+	switch rep.Kind {
+	case KindBounce, KindDelay, KindComplaint:
+	default:
+		r.log.Info("bounce mailbox: not a bounce, set aside", "kind", rep.Kind, "message_id", rep.MessageID)
+		r.count(rep.Kind, "unmatched")
+		return mailbox.Unmatched, nil
+	}
+	m, by, err := r.find(ctx, rep.Keys)
+	if err != nil {
+		return 0, err
+	}
+	if m == nil {
+		r.log.Info("bounce mailbox: about no message the outbox holds, set aside", "kind", rep.Kind,
+			"mail_id", rep.Keys.MailID, "verp", rep.Keys.VERP, "message_id", rep.Keys.MessageID, "envid", rep.Keys.EnvID)
+		r.count(rep.Kind, "unmatched")
+		return mailbox.Unmatched, nil
+	}
+	events := r.events(m, rep, by, raw)
+	if len(events) == 0 {
+		r.count(rep.Kind, "unmatched")
+		return mailbox.Unmatched, nil
+	}
+	added := 0
+	for _, e := range events {
+		e.MessageID = m.ID
+		err := r.store.AddEvent(ctx, e)
+		switch {
+		case errors.Is(err, backends.ErrDuplicate):
+			// Recorded before: read again after a crash or a UIDVALIDITY change.
+		case errors.Is(err, backends.ErrNotFound):
+			r.log.Info("bounce mailbox: the message was removed (retention) before its bounce came", "id", m.ID)
+		case err != nil:
+			return 0, fmt.Errorf("record %s of %s: %w", e.Outcome, m.ID, err)
+		default:
+			added++
+			r.log.Info("bounce recorded", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason, "matched_by", by)
+		}
+	}
+	r.count(rep.Kind, "processed")
+	if added > 0 && r.wake != nil {
+		r.wake()
+	}
+	return mailbox.Processed, nil
+}
+
+func (r *Recorder) count(k Kind, verdict string) {
+	if r.metrics != nil {
+		r.metrics.reports.WithLabelValues(string(k), verdict).Inc()
+	}
+}
+
+// find looks for the message the report is about, by each key in turn.
+func (r *Recorder) find(ctx context.Context, k Keys) (*backends.Message, string, error) {
+	for _, c := range []struct{ by, id string }{{"X-Genro-Mail-ID", k.MailID}, {"VERP", k.VERP}} {
+		if c.id == "" || backends.CheckID(c.id) != nil {
+			continue
+		}
+		m, err := r.store.Get(ctx, c.id)
+		if err == nil {
+			return m, c.by, nil
+		}
+		if !errors.Is(err, backends.ErrNotFound) {
+			return nil, "", fmt.Errorf("look up %s: %w", c.id, err)
+		}
+	}
+	if k.MessageID != "" {
+		ms, err := r.store.ByMessageID(ctx, k.MessageID)
+		if err != nil {
+			return nil, "", fmt.Errorf("look up Message-ID %s: %w", k.MessageID, err)
+		}
+		if len(ms) > 0 {
+			// The newest: an app that reuses a Message-ID bounces its latest.
+			return ms[len(ms)-1], "Message-ID", nil
+		}
+	}
+	if k.EnvID != "" && backends.CheckID(k.EnvID) == nil {
+		m, err := r.store.Get(ctx, k.EnvID)
+		if err == nil {
+			return m, "ENVID", nil
+		}
+		if !errors.Is(err, backends.ErrNotFound) {
+			return nil, "", fmt.Errorf("look up %s: %w", k.EnvID, err)
+		}
+	}
+	return nil, "", nil
+}
+
+// events makes the report's events on m: one per failed or delayed
+// recipient, one per complaint.
+func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byte) []*backends.Event {
+	reportID := rep.MessageID
+	if reportID == "" {
+		sum := sha256.Sum256(raw)
+		reportID = hex.EncodeToString(sum[:])
+	}
+	// The details are the plugin contract's bounce, by its JSON names.
+	detail := func(kind, typ string, rcpts ...Recipient) map[string]any {
+		b := sdk.Bounce{Kind: kind, Type: typ, ReportingMTA: rep.ReportingMTA, MatchedBy: by}
+		if !rep.ArrivalDate.IsZero() {
+			b.ArrivalDate = rep.ArrivalDate.UTC().Format(time.RFC3339)
+		}
+		for _, rc := range rcpts {
+			b.Recipients = append(b.Recipients, sdk.BounceRecipient{FinalRecipient: rc.FinalRecipient, OriginalRecipient: rc.OriginalRecipient,
+				Action: rc.Action, Status: rc.Status, SMTPCode: rc.SMTPCode, Reason: string(rc.Reason), RemoteMTA: rc.RemoteMTA, Diagnostic: rc.Diagnostic})
+		}
+		return map[string]any{"bounce": b}
+	}
+	var out []*backends.Event
+	if rep.Kind == KindComplaint {
+		e := backends.OutcomeEvent(m.Status, "COMPLAINED", complaintReason(rep), detail("complaint", "", rep.Recipients...))
+		e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00complaint\x00"+reportID)).String()
+		return append(out, e)
+	}
+	for _, rc := range rep.Recipients {
+		addr := strings.ToLower(rc.FinalRecipient)
+		switch {
+		case rc.Action == "delayed" || rep.Kind == KindDelay && rc.Action == "":
+			e := backends.OutcomeEvent(m.Status, "DELAYED", recipientReason(rc), detail("delay", "soft", rc))
+			e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00delay\x00"+addr+"\x00"+reportID)).String()
+			out = append(out, e)
+		case rc.Action == "" || rc.Action == "failed":
+			e := backends.OutcomeEvent(m.Status, backends.StatusBounced, recipientReason(rc), detail("bounce", rc.Type, rc))
+			e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00bounce\x00"+addr)).String()
+			out = append(out, e)
+		}
+		// delivered, relayed, expanded: not failures.
+	}
+	return out
+}
+
+// recipientReason is the event's reason: who, the codes, and the verdict.
+func recipientReason(rc Recipient) string {
+	var b strings.Builder
+	b.WriteString(rc.FinalRecipient)
+	b.WriteString(":")
+	if rc.SMTPCode != 0 {
+		fmt.Fprintf(&b, " %d", rc.SMTPCode)
+	}
+	if rc.Status != "" {
+		b.WriteString(" " + rc.Status)
+	}
+	if rc.Diagnostic != "" {
+		d := rc.Diagnostic
+		if len(d) > 200 {
+			d = d[:200] + "…"
+		}
+		b.WriteString(" " + d)
+	}
+	if rc.Type != "" || rc.Reason != "" {
+		fmt.Fprintf(&b, " (%s, %s)", rc.Type, rc.Reason)
+	}
+	return b.String()
+}
+
+func complaintReason(rep *Report) string {
+	who := make([]string, 0, len(rep.Recipients))
+	for _, rc := range rep.Recipients {
+		who = append(who, rc.FinalRecipient)
+	}
+	s := "complaint"
+	if rep.FeedbackType != "" {
+		s += " (" + rep.FeedbackType + ")"
+	}
+	if len(who) > 0 {
+		s += " from " + strings.Join(who, ", ")
+	}
+	return s
+}
+
+// Metrics count what the bounce mailboxes bring.
+type Metrics struct {
+	reports *prometheus.CounterVec
+}
+
+// NewMetrics registers the series with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "postino_bounce_reports_total", Help: "Messages read from bounce mailboxes, by kind and by whether they matched a message."},
+		[]string{"kind", "verdict"})}
+	reg.MustRegister(m.reports)
+	return m
+}

@@ -1,0 +1,55 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/relay/bounce"
+	"github.com/genropy/postino/relay/mailbox"
+)
+
+// bounceMailboxes makes a poller per configured bounce mailbox, all
+// recording through one recorder.
+func (r *Relay) bounceMailboxes(reg prometheus.Registerer, wake func()) error {
+	if len(r.cfg.Bounces.Mailboxes) == 0 {
+		return nil
+	}
+	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bounce.NewMetrics(reg), wake)
+	m := mailbox.NewMetrics(reg)
+	for i, mc := range r.cfg.Bounces.Mailboxes {
+		cfg, err := mc.mailbox(r.owner(), os.Getenv)
+		if err != nil {
+			return fmt.Errorf("bounces.mailboxes[%d]: %w", i, err)
+		}
+		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, rec, r.log, m))
+	}
+	return nil
+}
+
+// owner names this relay for the mailbox leases: the same across its
+// restarts (so that a restarted relay takes its mailboxes back at once),
+// another for another relay, even on the same host.
+func (r *Relay) owner() string {
+	return r.cfg.Hostname + "/" + r.smtpLn.Addr().String()
+}
+
+// runPollers watches the mailboxes until ctx ends.
+func (r *Relay) runPollers(ctx context.Context, wg *sync.WaitGroup) {
+	for _, p := range r.pollers {
+		wg.Go(func() { p.Run(ctx) })
+	}
+}
+
+// degraded lists the parts whose failure leaves mail flowing: plugins and
+// mailboxes.
+func (r *Relay) degraded() map[string]error {
+	out := r.dispatcher.Ready()
+	for _, p := range r.pollers {
+		out["mailbox "+p.Name()] = p.Ready()
+	}
+	return out
+}

@@ -1,0 +1,883 @@
+package relay
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/mail"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/plugins"
+	"github.com/genropy/postino/relay/delivery"
+	"github.com/genropy/postino/relay/dkim"
+	"github.com/genropy/postino/relay/intake"
+	"github.com/genropy/postino/relay/mailbox"
+)
+
+// Config is the relay's configuration: one YAML file, every key of which an
+// environment variable can override (POSTINO_ and the key path in capitals,
+// smtp.listen as POSTINO_SMTP_LISTEN), and the common ones flags too.
+type Config struct {
+	// DataDir holds the spool and outbox.db.
+	DataDir string `yaml:"data_dir"`
+	// Hostname names the relay in SMTP and in generated Message-IDs;
+	// empty means the machine's host name.
+	Hostname  string         `yaml:"hostname"`
+	SMTP      SMTPConfig     `yaml:"smtp"`
+	Admin     AdminConfig    `yaml:"admin"`
+	Outbox    OutboxConfig   `yaml:"outbox"`
+	Intake    IntakeConfig   `yaml:"intake"`
+	Delivery  DeliveryConfig `yaml:"delivery"`
+	Routes    RoutesConfig   `yaml:"routes"`
+	DKIM      DKIMConfig     `yaml:"dkim"`
+	Bounces   BouncesConfig  `yaml:"bounces"`
+	PEC       PECConfig      `yaml:"pec"`
+	Plugins   []PluginConfig `yaml:"plugins"`
+	Retention Duration       `yaml:"retention"`
+	Log       LogConfig      `yaml:"log"`
+
+	// Resolver answers the DNS questions of MX delivery; nil is the
+	// system's. Tests set their own.
+	Resolver delivery.Resolver `yaml:"-"`
+}
+
+type SMTPConfig struct {
+	Listen         string   `yaml:"listen"`
+	MaxMessageSize ByteSize `yaml:"max_message_size"`
+	MaxRecipients  int      `yaml:"max_recipients"`
+	// MaxLineLength bounds body lines; RFC 5322 says 998.
+	MaxLineLength int `yaml:"max_line_length"`
+	// BareNewlines is "normalize" (a lone CR or LF becomes CRLF) or
+	// "reject".
+	BareNewlines string `yaml:"bare_newlines"`
+	// AllowNetworks may send without AUTH. Unset, it is loopback only.
+	AllowNetworks []string   `yaml:"allow_networks"`
+	TLS           TLSConfig  `yaml:"tls"`
+	Auth          AuthConfig `yaml:"auth"`
+	ReadTimeout   Duration   `yaml:"read_timeout"`
+	WriteTimeout  Duration   `yaml:"write_timeout"`
+}
+
+type TLSConfig struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+type AuthConfig struct {
+	// Accounts may AUTH; AUTH is off without any.
+	Accounts []Account `yaml:"accounts"`
+	// AllowInsecure offers AUTH without TLS.
+	AllowInsecure bool `yaml:"allow_insecure"`
+}
+
+// Account is an SMTP AUTH user. The password comes from a file or an
+// environment variable, never from the configuration itself.
+type Account struct {
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+}
+
+type AdminConfig struct {
+	Listen string `yaml:"listen"`
+}
+
+type OutboxConfig struct {
+	// Backend is bolt (embedded, the default), mysql or dynamodb; the last
+	// two let several relays share one outbox (and one spool directory).
+	Backend  string         `yaml:"backend"`
+	Bolt     BoltConfig     `yaml:"bolt"`
+	MySQL    MySQLConfig    `yaml:"mysql"`
+	DynamoDB DynamoDBConfig `yaml:"dynamodb"`
+}
+
+type MySQLConfig struct {
+	// DSN is user:password@tcp(host:3306)/database; it may come from a file
+	// or a variable instead, as it holds a password.
+	DSN     string `yaml:"dsn"`
+	DSNFile string `yaml:"dsn_file"`
+	DSNEnv  string `yaml:"dsn_env"`
+	// TLSCAFile makes TLS required, verified against these authorities;
+	// the DSN may also ask for TLS itself (tls=true).
+	TLSCAFile string `yaml:"tls_ca_file"`
+	MaxConns  int    `yaml:"max_conns"`
+}
+
+type DynamoDBConfig struct {
+	// Table defaults to EMAIL_OUTBOX_TABLE.
+	Table string `yaml:"table"`
+	// Endpoint defaults to AWS_ENDPOINT_URL (DynamoDB Local).
+	Endpoint string `yaml:"endpoint"`
+	Region   string `yaml:"region"`
+	// TTL lets DynamoDB drop a message's items this long after their last
+	// change; 0 writes no TTL.
+	TTL Duration `yaml:"ttl"`
+}
+
+type BoltConfig struct {
+	// Path defaults to outbox.db in the data directory.
+	Path string `yaml:"path"`
+}
+
+type IntakeConfig struct {
+	Workers int      `yaml:"workers"`
+	Lease   Duration `yaml:"lease"`
+	Poll    Duration `yaml:"poll"`
+}
+
+type DeliveryConfig struct {
+	// Paused holds every message in READY: nothing is sent until it is
+	// false again (for maintenance, or to measure intake alone).
+	Paused bool `yaml:"paused"`
+	// MaxInFlight bounds the messages being delivered at once.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// Lease must exceed the longest delivery attempt.
+	Lease Duration `yaml:"lease"`
+	Poll  Duration `yaml:"poll"`
+	// IdleTimeout keeps an upstream session open for the next message.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// ShutdownTimeout lets deliveries in progress finish on SIGTERM.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// MXConnections bounds the sessions to one domain's MX hosts.
+	MXConnections int `yaml:"mx_connections"`
+	// MXPort is where MX hosts listen: 25.
+	MXPort   int            `yaml:"mx_port"`
+	Retry    RetryConfig    `yaml:"retry"`
+	Timeouts TimeoutsConfig `yaml:"timeouts"`
+}
+
+type RetryConfig struct {
+	First  Duration `yaml:"first"`
+	Max    Duration `yaml:"max"`
+	MaxAge Duration `yaml:"max_age"`
+	// Jitter varies each delay by this fraction either way.
+	Jitter float64 `yaml:"jitter"`
+}
+
+// TimeoutsConfig bounds each step of an upstream session; the defaults are
+// RFC 5321's (section 4.5.3.2).
+type TimeoutsConfig struct {
+	Connect   Duration `yaml:"connect"`
+	Greeting  Duration `yaml:"greeting"`
+	Command   Duration `yaml:"command"`
+	DataInit  Duration `yaml:"data_init"`
+	DataBlock Duration `yaml:"data_block"`
+	DataEnd   Duration `yaml:"data_end"`
+}
+
+type RoutesConfig struct {
+	// Default carries what no sender route matches. Without a smarthost it
+	// delivers to the recipients' MX hosts.
+	Default RouteConfig `yaml:"default"`
+	// Senders are tried in order; the first that matches takes the message.
+	Senders []RouteConfig `yaml:"senders"`
+}
+
+type RouteConfig struct {
+	// Name names a sender route in logs, metrics and history.
+	Name  string      `yaml:"name"`
+	Match MatchConfig `yaml:"match"`
+	// Smarthost is host:port; empty means MX delivery.
+	Smarthost string `yaml:"smarthost"`
+	// TLS is none, starttls (required, certificate verified) or tls
+	// (implicit, port 465).
+	TLS           string `yaml:"tls"`
+	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	Username      string `yaml:"username"`
+	// The password comes from a file or a variable, never from here.
+	PasswordFile   string  `yaml:"password_file"`
+	PasswordEnv    string  `yaml:"password_env"`
+	MaxConnections int     `yaml:"max_connections"`
+	Rate           float64 `yaml:"rate"`
+	// BounceAddress replaces the envelope sender upstream so that DSNs
+	// reach the bounce mailbox; {id} in it becomes the message id (VERP).
+	BounceAddress string `yaml:"bounce_address"`
+	// DKIMDomain signs the route's messages for this domain instead of
+	// their From header's.
+	DKIMDomain string `yaml:"dkim_domain"`
+}
+
+// DKIMConfig is how messages are signed as they leave. SIGHUP reloads it,
+// keys included, without a restart.
+type DKIMConfig struct {
+	// Required makes a message whose signing domain has no active key fail
+	// instead of going out unsigned.
+	Required bool `yaml:"required"`
+	// Canonicalization is header/body: relaxed/relaxed or simple.
+	Canonicalization string `yaml:"canonicalization"`
+	// Headers are signed where present; Oversign once more than present.
+	Headers  []string `yaml:"headers"`
+	Oversign []string `yaml:"oversign"`
+	// Expiry sets x= this long after signing; 0 sets none.
+	Expiry Duration  `yaml:"expiry"`
+	Keys   []DKIMKey `yaml:"keys"`
+}
+
+// BouncesConfig is where bounces come back: the mailboxes that receive
+// what is sent to the routes' bounce addresses.
+type BouncesConfig struct {
+	Mailboxes []MailboxConfig `yaml:"mailboxes"`
+}
+
+// MailboxConfig is one IMAP folder the relay watches.
+type MailboxConfig struct {
+	// Name names it in logs, metrics and /readyz; default user@host.
+	Name string `yaml:"name"`
+	Host string `yaml:"host"`
+	// Port defaults to 993 with tls, 143 otherwise.
+	Port int `yaml:"port"`
+	// TLS is tls (implicit), starttls, or none (loopback only).
+	TLS           string `yaml:"tls"`
+	TLSCAFile     string `yaml:"tls_ca_file"`
+	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
+	Username      string `yaml:"username"`
+	// The password comes from a file or a variable, never from here.
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// Folder is watched; handled mail is moved to ProcessedFolder, mail
+	// that is not a bounce of a known message to UnmatchedFolder.
+	Folder          string `yaml:"folder"`
+	ProcessedFolder string `yaml:"processed_folder"`
+	UnmatchedFolder string `yaml:"unmatched_folder"`
+	// Poll is the interval between looks when the server lacks IDLE.
+	Poll Duration `yaml:"poll"`
+}
+
+// BounceAddresses are the routes' bounce addresses that carry the message
+// id (VERP), by which bounces are tied to their message.
+func (c *Config) BounceAddresses() []string {
+	var out []string
+	for _, rc := range append([]RouteConfig{c.Routes.Default}, c.Routes.Senders...) {
+		if strings.Contains(rc.BounceAddress, "{id}") {
+			out = append(out, rc.BounceAddress)
+		}
+	}
+	return out
+}
+
+// PECConfig is certified mail: the accounts it is sent from, and how its
+// receipts are followed.
+type PECConfig struct {
+	Accounts []PECAccountConfig `yaml:"accounts"`
+	// TrustBundle holds the providers' certificate authorities (PEM); the
+	// receipts' S/MIME signatures are checked against it. Empty: not
+	// checked, and the events say so.
+	TrustBundle string `yaml:"trust_bundle"`
+	// A message with no acceptance this long after SENT, or a recipient
+	// with no delivery outcome this long after acceptance, raises an event.
+	AcceptanceTimeout Duration `yaml:"acceptance_timeout"`
+	DeliveryTimeout   Duration `yaml:"delivery_timeout"`
+}
+
+// PECAccountConfig is one PEC mailbox at its provider.
+type PECAccountConfig struct {
+	// Address is the account: a message with it as envelope sender (or
+	// authenticated as it) is sent through the account, and must have it
+	// as From.
+	Address string `yaml:"address"`
+	// Username defaults to Address.
+	Username     string `yaml:"username"`
+	PasswordFile string `yaml:"password_file"`
+	PasswordEnv  string `yaml:"password_env"`
+	// SMTP and IMAP are the provider's endpoints, host:port, implicit TLS.
+	SMTP string `yaml:"smtp"`
+	IMAP string `yaml:"imap"`
+	// TLSCAFile adds authorities to trust for both endpoints.
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// Receipt is the X-TipoRicevuta asked for: completa (default), breve
+	// or sintetica; X-Postino-PEC-Receipt overrides it per message.
+	Receipt         string   `yaml:"receipt"`
+	Folder          string   `yaml:"folder"`
+	ProcessedFolder string   `yaml:"processed_folder"`
+	UnmatchedFolder string   `yaml:"unmatched_folder"`
+	Poll            Duration `yaml:"poll"`
+}
+
+func (p *PECConfig) check() error {
+	if p.AcceptanceTimeout <= 0 || p.DeliveryTimeout <= 0 {
+		return errors.New("pec.acceptance_timeout and pec.delivery_timeout must be positive, for instance 30m and 24h")
+	}
+	seen := map[string]bool{}
+	for i, a := range p.Accounts {
+		addr := strings.ToLower(a.Address)
+		if _, err := mail.ParseAddress(a.Address); err != nil || !strings.Contains(a.Address, "@") {
+			return fmt.Errorf("pec.accounts[%d].address %q is not an address", i, a.Address)
+		}
+		if seen[addr] {
+			return fmt.Errorf("pec account %s is given twice", a.Address)
+		}
+		seen[addr] = true
+		for _, ep := range []struct{ key, v string }{{"smtp", a.SMTP}, {"imap", a.IMAP}} {
+			if _, _, err := net.SplitHostPort(ep.v); err != nil {
+				return fmt.Errorf("pec account %s: %s %q: give the provider's host:port (implicit TLS, for instance smtps.pec.example.it:465)", a.Address, ep.key, ep.v)
+			}
+		}
+		if _, err := intake.ParsePECReceipt(a.Receipt); err != nil {
+			return fmt.Errorf("pec account %s: receipt %w", a.Address, err)
+		}
+	}
+	return nil
+}
+
+// username is the login at the provider.
+func (a PECAccountConfig) username() string {
+	if a.Username != "" {
+		return a.Username
+	}
+	return a.Address
+}
+
+// intakeAccounts are the PEC accounts as intake checks them.
+func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
+	out := map[string]intake.PECAccount{}
+	for _, a := range p.Accounts {
+		receipt, _ := intake.ParsePECReceipt(a.Receipt) // checked by Check
+		out[strings.ToLower(a.Address)] = intake.PECAccount{Address: a.Address, Receipt: receipt}
+	}
+	return out
+}
+
+// pecRouteName names the delivery route of a PEC account.
+func pecRouteName(address string) string { return "pec:" + strings.ToLower(address) }
+
+// mailbox is the account's mailbox, where its receipts come.
+func (a PECAccountConfig) mailbox() MailboxConfig {
+	host, port, _ := net.SplitHostPort(a.IMAP)
+	p, _ := strconv.Atoi(port)
+	return MailboxConfig{Name: "pec " + a.Address, Host: host, Port: p, TLS: mailbox.TLSImplicit, TLSCAFile: a.TLSCAFile,
+		Username: a.username(), PasswordFile: a.PasswordFile, PasswordEnv: a.PasswordEnv, Folder: a.Folder,
+		ProcessedFolder: a.ProcessedFolder, UnmatchedFolder: a.UnmatchedFolder, Poll: a.Poll}
+}
+
+// mailbox fills in the defaults and reads the password.
+func (mc MailboxConfig) mailbox(owner string, getenv func(string) string) (mailbox.Config, error) {
+	if mc.TLS == "" {
+		mc.TLS = mailbox.TLSImplicit
+	}
+	if mc.Host == "" || mc.Username == "" {
+		return mailbox.Config{}, errors.New("a mailbox needs host and username")
+	}
+	if err := mailbox.CheckTLS(mc.TLS, mc.Host); err != nil {
+		return mailbox.Config{}, fmt.Errorf("mailbox %s: %w", mc.Host, err)
+	}
+	name := mc.Name
+	if name == "" {
+		name = mc.Username + "@" + mc.Host
+	}
+	pw, err := secret(mc.PasswordFile, mc.PasswordEnv, getenv)
+	if err != nil {
+		return mailbox.Config{}, fmt.Errorf("mailbox %s: password: %w; set password_file or password_env", name, err)
+	}
+	cfg := mailbox.Config{Name: name, Addr: mailbox.Addr(mc.Host, mc.Port, mc.TLS), TLS: mc.TLS, CAFile: mc.TLSCAFile,
+		SkipVerify: mc.TLSSkipVerify, Username: mc.Username, Password: pw, Folder: mc.Folder,
+		Processed: mc.ProcessedFolder, Unmatched: mc.UnmatchedFolder, Poll: mc.Poll.D(), Lease: 2 * time.Minute, Owner: owner}
+	if cfg.Folder == "" {
+		cfg.Folder = "INBOX"
+	}
+	if cfg.Processed == "" {
+		cfg.Processed = "Processed"
+	}
+	if cfg.Unmatched == "" {
+		cfg.Unmatched = "Unmatched"
+	}
+	if cfg.Poll <= 0 {
+		cfg.Poll = time.Minute
+	}
+	return cfg, nil
+}
+
+// DKIMKey is one key of one signing domain.
+type DKIMKey struct {
+	Domain   string `yaml:"domain"`
+	Selector string `yaml:"selector"`
+	KeyFile  string `yaml:"key_file"`
+	// Active, true when left out, signs with the key; an inactive key
+	// waits for its record to spread, or stays while the old one expires.
+	Active *bool `yaml:"active"`
+}
+
+// Keyring loads the DKIM keys and policy; an error names the file or key
+// at fault.
+func (c *DKIMConfig) Keyring() (*dkim.Keyring, error) {
+	p := dkim.Policy{Canonicalization: c.Canonicalization, Headers: c.Headers, Oversign: c.Oversign,
+		Expiry: c.Expiry.D(), Required: c.Required}
+	var specs []dkim.KeySpec
+	for _, k := range c.Keys {
+		specs = append(specs, dkim.KeySpec{Domain: k.Domain, Selector: k.Selector, File: k.KeyFile, Active: k.Active == nil || *k.Active})
+	}
+	return dkim.Load(p, specs)
+}
+
+// MatchConfig picks the messages of a sender route: all the conditions
+// given must hold.
+type MatchConfig struct {
+	Sender   string `yaml:"sender"`
+	Domain   string `yaml:"domain"`
+	AuthUser string `yaml:"auth_user"`
+}
+
+// PluginConfig declares a status-callback plugin.
+type PluginConfig struct {
+	// Name defaults to the file name of Path.
+	Name string   `yaml:"name"`
+	Path string   `yaml:"path"`
+	Args []string `yaml:"args"`
+	// Env is added to the relay's own environment for the plugin.
+	Env map[string]string `yaml:"env"`
+	// Outcomes, when set, overrides those the plugin asks for.
+	Outcomes []string `yaml:"outcomes"`
+	// Timeout bounds one call; a plugin that takes longer is restarted.
+	Timeout Duration `yaml:"timeout"`
+	// An event is parked after MaxAttempts failed tries (0: no bound) or
+	// once older than MaxAge (0: no bound).
+	MaxAttempts int               `yaml:"max_attempts"`
+	MaxAge      Duration          `yaml:"max_age"`
+	Retry       PluginRetryConfig `yaml:"retry"`
+}
+
+// PluginRetryConfig shapes the waits between tries of an event: first,
+// doubling up to max, each varied by jitter (a fraction) either way. How long
+// tries go on is the plugin's max_age or max_attempts.
+type PluginRetryConfig struct {
+	First  Duration `yaml:"first"`
+	Max    Duration `yaml:"max"`
+	Jitter float64  `yaml:"jitter"`
+}
+
+type LogConfig struct {
+	// Level is debug, info, warn or error.
+	Level string `yaml:"level"`
+	// Format is text or json.
+	Format string `yaml:"format"`
+}
+
+// DefaultConfig is the embedded default: bbolt and the spool under ./var,
+// SMTP and the admin API on loopback.
+func DefaultConfig() Config {
+	return Config{
+		DataDir: "./var",
+		SMTP: SMTPConfig{
+			Listen:         "127.0.0.1:2525",
+			MaxMessageSize: 25 << 20,
+			MaxRecipients:  1000,
+			MaxLineLength:  998,
+			BareNewlines:   "normalize",
+			ReadTimeout:    Duration(5 * time.Minute),
+			WriteTimeout:   Duration(5 * time.Minute),
+		},
+		Admin:  AdminConfig{Listen: "127.0.0.1:8525"},
+		Outbox: OutboxConfig{Backend: "bolt"},
+		Intake: IntakeConfig{Workers: 4, Lease: Duration(time.Minute), Poll: Duration(5 * time.Second)},
+		Delivery: DeliveryConfig{
+			MaxInFlight:     512,
+			Lease:           Duration(30 * time.Minute),
+			Poll:            Duration(time.Second),
+			IdleTimeout:     Duration(5 * time.Second),
+			ShutdownTimeout: Duration(30 * time.Second),
+			MXConnections:   10,
+			MXPort:          25,
+			Retry:           RetryConfig{First: Duration(time.Minute), Max: Duration(time.Hour), MaxAge: Duration(5 * 24 * time.Hour), Jitter: 0.2},
+			Timeouts: TimeoutsConfig{Connect: Duration(30 * time.Second), Greeting: Duration(5 * time.Minute),
+				Command: Duration(5 * time.Minute), DataInit: Duration(2 * time.Minute),
+				DataBlock: Duration(3 * time.Minute), DataEnd: Duration(10 * time.Minute)},
+		},
+		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: 20}},
+		DKIM:      defaultDKIM(),
+		PEC:       PECConfig{AcceptanceTimeout: Duration(30 * time.Minute), DeliveryTimeout: Duration(24 * time.Hour)},
+		Retention: Duration(7 * 24 * time.Hour),
+		Log:       LogConfig{Level: "info", Format: "text"},
+	}
+}
+
+func defaultDKIM() DKIMConfig {
+	p := dkim.DefaultPolicy()
+	return DKIMConfig{Canonicalization: p.Canonicalization, Headers: p.Headers, Oversign: p.Oversign}
+}
+
+// LoadConfig reads the defaults, then the file at path (if not empty), then
+// the POSTINO_* variables of env.
+func LoadConfig(path string, env []string) (Config, error) {
+	cfg := DefaultConfig()
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config: %w", err)
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)
+		// An empty file decodes to io.EOF: it sets nothing.
+		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
+			return cfg, fmt.Errorf("config %s: %w", path, explainYAML(err))
+		}
+	}
+	if err := applyEnv(&cfg, env); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
+// Check reports the first setting that cannot work, saying how to fix it.
+func (c *Config) Check() error {
+	if c.DataDir == "" {
+		return errors.New("data_dir is empty: set it (or --data, POSTINO_DATA) to the directory for the spool and outbox.db")
+	}
+	for _, l := range []struct{ key, addr string }{{"smtp.listen", c.SMTP.Listen}, {"admin.listen", c.Admin.Listen}} {
+		if _, _, err := net.SplitHostPort(l.addr); err != nil {
+			return fmt.Errorf("%s %q is not a host:port address: %v", l.key, l.addr, err)
+		}
+	}
+	if _, err := c.allowNetworks(); err != nil {
+		return err
+	}
+	switch c.SMTP.BareNewlines {
+	case "normalize", "reject":
+	default:
+		return fmt.Errorf("smtp.bare_newlines %q: use normalize or reject", c.SMTP.BareNewlines)
+	}
+	if c.SMTP.MaxLineLength < 78 {
+		return fmt.Errorf("smtp.max_line_length %d is too small: RFC 5322 allows 998", c.SMTP.MaxLineLength)
+	}
+	if c.SMTP.MaxMessageSize <= 0 || c.SMTP.MaxRecipients <= 0 {
+		return errors.New("smtp.max_message_size and smtp.max_recipients must be positive")
+	}
+	if (c.SMTP.TLS.CertFile == "") != (c.SMTP.TLS.KeyFile == "") {
+		return errors.New("smtp.tls needs both cert_file and key_file")
+	}
+	for i, a := range c.SMTP.Auth.Accounts {
+		if a.Username == "" {
+			return fmt.Errorf("smtp.auth.accounts[%d] has no username", i)
+		}
+		if (a.PasswordFile == "") == (a.PasswordEnv == "") {
+			return fmt.Errorf("smtp.auth account %q: give exactly one of password_file and password_env", a.Username)
+		}
+	}
+	if len(c.SMTP.Auth.Accounts) > 0 && c.SMTP.TLS.CertFile == "" && !c.SMTP.Auth.AllowInsecure {
+		return errors.New("smtp.auth has accounts but no TLS: clients could not authenticate; " +
+			"set smtp.tls.cert_file and key_file, or smtp.auth.allow_insecure: true on a network you trust")
+	}
+	if err := c.checkExposure(); err != nil {
+		return err
+	}
+	switch c.Outbox.Backend {
+	case "bolt", "dynamodb":
+	case "mysql":
+		my := c.Outbox.MySQL
+		if n := btoi(my.DSN != "") + btoi(my.DSNFile != "") + btoi(my.DSNEnv != ""); n != 1 {
+			return errors.New("outbox.mysql needs exactly one of dsn (--dsn), dsn_file and dsn_env")
+		}
+	default:
+		return fmt.Errorf("outbox.backend %q: use bolt, mysql or dynamodb", c.Outbox.Backend)
+	}
+	if c.Intake.Workers <= 0 || c.Intake.Lease <= 0 || c.Intake.Poll <= 0 {
+		return errors.New("intake.workers, intake.lease and intake.poll must be positive")
+	}
+	d := c.Delivery
+	if d.MaxInFlight <= 0 || d.Lease <= 0 || d.Poll <= 0 || d.IdleTimeout <= 0 || d.MXConnections <= 0 || d.MXPort <= 0 {
+		return errors.New("delivery.max_in_flight, lease, poll, idle_timeout, mx_connections and mx_port must be positive")
+	}
+	t := d.Timeouts
+	if t.Connect <= 0 || t.Greeting <= 0 || t.Command <= 0 || t.DataInit <= 0 || t.DataBlock <= 0 || t.DataEnd <= 0 {
+		return errors.New("every delivery.timeouts value must be positive")
+	}
+	if d.Retry.First <= 0 || d.Retry.Max < d.Retry.First || d.Retry.MaxAge <= 0 || d.Retry.Jitter < 0 || d.Retry.Jitter >= 1 {
+		return errors.New("delivery.retry: first and max_age must be positive, max at least first, jitter from 0 to below 1")
+	}
+	if err := c.PEC.check(); err != nil {
+		return err
+	}
+	for i, p := range c.Plugins {
+		if p.Path == "" {
+			return fmt.Errorf("plugins[%d] has no path", i)
+		}
+		if p.Timeout < 0 || p.Retry.First < 0 || (p.Retry.Max != 0 && p.Retry.Max < p.Retry.First) || p.MaxAttempts < 0 || p.MaxAge < 0 || p.Retry.Jitter < 0 || p.Retry.Jitter >= 1 {
+			return fmt.Errorf("plugin %s: timeout, retry, max_attempts and max_age cannot be negative, retry.max is at least retry.first, and retry.jitter goes from 0 to below 1", p.Path)
+		}
+	}
+	if c.Retention <= 0 {
+		return errors.New("retention must be positive, for instance 7d")
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format %q: use text or json", c.Log.Format)
+	}
+	return nil
+}
+
+// checkExposure refuses an open relay: a listener that clients beyond this
+// machine can reach, with no AUTH and no list of networks trusted without it.
+func (c *Config) checkExposure() error {
+	host, _, _ := net.SplitHostPort(c.SMTP.Listen)
+	if len(c.SMTP.Auth.Accounts) > 0 || c.SMTP.AllowNetworks != nil {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() || host == "localhost" {
+		return nil
+	}
+	return fmt.Errorf("smtp.listen %s can be reached from other machines, but neither AUTH nor allowed networks are configured, "+
+		"so anyone there could send mail through this relay; add smtp.auth.accounts, or list the networks of your apps in "+
+		"smtp.allow_networks (POSTINO_SMTP_ALLOW_NETWORKS=172.18.0.0/16 for a compose network)", c.SMTP.Listen)
+}
+
+// allowNetworks parses smtp.allow_networks; unset, it is loopback.
+func (c *Config) allowNetworks() ([]netip.Prefix, error) {
+	nets := c.SMTP.AllowNetworks
+	if nets == nil {
+		nets = []string{"127.0.0.0/8", "::1/128"}
+	}
+	var out []netip.Prefix
+	for _, n := range nets {
+		n = strings.TrimSpace(n)
+		if p, err := netip.ParsePrefix(n); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(n)
+		if err != nil {
+			return nil, fmt.Errorf("smtp.allow_networks: %q is neither a network (10.0.0.0/8) nor an address", n)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
+}
+
+// accounts reads the AUTH passwords from their files and variables.
+func (c *Config) accounts(getenv func(string) string) (map[string]string, error) {
+	if len(c.SMTP.Auth.Accounts) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(c.SMTP.Auth.Accounts))
+	for _, a := range c.SMTP.Auth.Accounts {
+		pw, err := secret(a.PasswordFile, a.PasswordEnv, getenv)
+		if err != nil {
+			return nil, fmt.Errorf("smtp.auth account %q: %w", a.Username, err)
+		}
+		out[a.Username] = pw
+	}
+	return out, nil
+}
+
+// secret reads a secret from a file (its trailing newline dropped) or from
+// an environment variable.
+func secret(file, envName string, getenv func(string) string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("read secret: %w", err)
+		}
+		s := strings.TrimRight(string(b), "\r\n")
+		if s == "" {
+			return "", fmt.Errorf("secret file %s is empty", file)
+		}
+		return s, nil
+	}
+	s := getenv(envName)
+	if s == "" {
+		return "", fmt.Errorf("environment variable %s is empty or unset", envName)
+	}
+	return s, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// MySQLDSN reads the DSN from where the configuration says.
+func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
+
+func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
+	my := c.Outbox.MySQL
+	if my.DSN != "" {
+		return my.DSN, nil
+	}
+	dsn, err := secret(my.DSNFile, my.DSNEnv, getenv)
+	if err != nil {
+		return "", fmt.Errorf("outbox.mysql DSN: %w", err)
+	}
+	return dsn, nil
+}
+
+// boltPath is where the embedded outbox lives.
+func (c *Config) boltPath() string {
+	if c.Outbox.Bolt.Path != "" {
+		return c.Outbox.Bolt.Path
+	}
+	return filepath.Join(c.DataDir, "outbox.db")
+}
+
+func (c *Config) spoolDir() string { return filepath.Join(c.DataDir, "spool") }
+
+// Duration is a time.Duration written as Go writes it ("90s", "1h30m") or
+// in days ("7d").
+type Duration time.Duration
+
+func (d *Duration) UnmarshalText(b []byte) error {
+	s := strings.TrimSpace(string(b))
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		if err != nil {
+			return fmt.Errorf("duration %q: %w", s, err)
+		}
+		*d = Duration(n * float64(24*time.Hour))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: use a number and a unit, such as 90s, 5m, 1h or 7d", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// D is the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// ByteSize is a size in bytes, written plainly or with a unit: 25MB, 25MiB,
+// 512KiB.
+type ByteSize int64
+
+func (b *ByteSize) UnmarshalText(text []byte) error {
+	s := strings.TrimSpace(string(text))
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = strings.TrimSpace(num), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("size %q: use bytes or a unit, such as 25MiB or 10MB", string(text))
+	}
+	*b = ByteSize(n * mult)
+	return nil
+}
+
+func (b ByteSize) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+
+// deliveryRoutes builds the routes and their rules, reading the passwords.
+func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, error) {
+	var routes []delivery.Route
+	var rules []delivery.Rule
+	build := func(rc RouteConfig, name string) (delivery.Route, error) {
+		r := delivery.Route{Name: name, Smarthost: rc.Smarthost, TLS: rc.TLS, SkipVerify: rc.TLSSkipVerify,
+			CAFile: rc.TLSCAFile, Username: rc.Username, MaxConnections: rc.MaxConnections, Rate: rc.Rate,
+			MXPort: c.Delivery.MXPort, BounceAddress: rc.BounceAddress, DKIMDomain: rc.DKIMDomain}
+		if r.MaxConnections == 0 {
+			r.MaxConnections = 20
+		}
+		if rc.Username != "" {
+			pw, err := secret(rc.PasswordFile, rc.PasswordEnv, getenv)
+			if err != nil {
+				return r, fmt.Errorf("route %s: password of %s: %w", name, rc.Username, err)
+			}
+			r.Password = pw
+		}
+		return r, nil
+	}
+	def, err := build(c.Routes.Default, delivery.DefaultRoute)
+	if err != nil {
+		return nil, err
+	}
+	routes = append(routes, def)
+	// PEC accounts first: their mail must leave through the account.
+	for _, a := range c.PEC.Accounts {
+		name := pecRouteName(a.Address)
+		r, err := build(RouteConfig{Smarthost: a.SMTP, TLS: "tls", TLSCAFile: a.TLSCAFile, Username: a.username(),
+			PasswordFile: a.PasswordFile, PasswordEnv: a.PasswordEnv, MaxConnections: 5}, name)
+		if err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
+		rules = append(rules, delivery.Rule{Sender: a.Address, Route: name}, delivery.Rule{AuthUser: a.Address, Route: name})
+	}
+	for i, rc := range c.Routes.Senders {
+		name := rc.Name
+		if name == "" {
+			name = fmt.Sprintf("sender-%d", i+1)
+		}
+		r, err := build(rc, name)
+		if err != nil {
+			return nil, err
+		}
+		routes = append(routes, r)
+		rules = append(rules, delivery.Rule{Sender: rc.Match.Sender, Domain: rc.Match.Domain, AuthUser: rc.Match.AuthUser, Route: name})
+	}
+	rs, err := delivery.NewRoutes(routes, rules)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	return rs, nil
+}
+
+func (c *Config) deliveryConfig(host string) delivery.Config {
+	d := c.Delivery
+	return delivery.Config{
+		MaxInFlight: d.MaxInFlight, Lease: d.Lease.D(), Poll: d.Poll.D(), IdleTimeout: d.IdleTimeout.D(),
+		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections,
+		Timeouts: delivery.Timeouts{Connect: d.Timeouts.Connect.D(), Greeting: d.Timeouts.Greeting.D(),
+			Command: d.Timeouts.Command.D(), DataInit: d.Timeouts.DataInit.D(),
+			DataBlock: d.Timeouts.DataBlock.D(), DataEnd: d.Timeouts.DataEnd.D()},
+		Retry:    delivery.Retry{Schedule: backoff.Schedule{First: d.Retry.First.D(), Max: d.Retry.Max.D(), Jitter: d.Retry.Jitter}, MaxAge: d.Retry.MaxAge.D()},
+		HeloName: host, Owner: host,
+	}
+}
+
+// DefaultPlugin is a plugin with default settings, as --plugin adds it.
+func DefaultPlugin(path string) PluginConfig {
+	return PluginConfig{Path: path, Timeout: Duration(10 * time.Second), MaxAge: Duration(24 * time.Hour),
+		Retry: PluginRetryConfig{First: Duration(time.Second), Max: Duration(5 * time.Minute), Jitter: 0.2}}
+}
+
+// pluginSpecs turns the configuration into what the dispatcher runs; a
+// plugin's unset settings take the defaults.
+func (c *Config) pluginSpecs() []plugins.Spec {
+	var out []plugins.Spec
+	def := DefaultPlugin("")
+	for _, p := range c.Plugins {
+		if p.Timeout == 0 {
+			p.Timeout = def.Timeout
+		}
+		if p.Retry.First == 0 {
+			p.Retry.First = def.Retry.First
+		}
+		if p.Retry.Max == 0 {
+			p.Retry.Max = def.Retry.Max
+		}
+		if p.Retry.Jitter == 0 {
+			p.Retry.Jitter = def.Retry.Jitter
+		}
+		if p.MaxAttempts == 0 && p.MaxAge == 0 {
+			p.MaxAge = def.MaxAge
+		}
+		var env []string
+		for k, v := range p.Env {
+			env = append(env, k+"="+v)
+		}
+		sort.Strings(env)
+		out = append(out, plugins.Spec{Name: p.Name, Path: p.Path, Args: p.Args, Env: env, Outcomes: p.Outcomes,
+			Timeout: p.Timeout.D(), MaxAttempts: p.MaxAttempts, MaxAge: p.MaxAge.D(), Retry: backoff.Schedule{First: p.Retry.First.D(), Max: p.Retry.Max.D(), Jitter: p.Retry.Jitter}})
+	}
+	return out
+}

@@ -1,0 +1,222 @@
+package relay
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "postino.yaml")
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestLoadConfig(t *testing.T) {
+	file := writeFile(t, `
+data_dir: /srv/postino
+smtp:
+  listen: 0.0.0.0:2525
+  max_message_size: 10MiB
+  allow_networks: [172.18.0.0/16]
+  auth:
+    accounts:
+      - username: app
+        password_file: /run/secrets/app
+retention: 3d
+`)
+	tests := []struct {
+		name  string
+		path  string
+		env   []string
+		check func(t *testing.T, c Config)
+	}{
+		{name: "defaults", check: func(t *testing.T, c Config) {
+			if c.SMTP.Listen != "127.0.0.1:2525" || c.Admin.Listen != "127.0.0.1:8525" || c.DataDir != "./var" ||
+				c.Retention.D() != 7*24*time.Hour || c.Outbox.Backend != "bolt" {
+				t.Errorf("defaults %+v", c)
+			}
+		}},
+		{name: "file", path: file, check: func(t *testing.T, c Config) {
+			if c.DataDir != "/srv/postino" || c.SMTP.Listen != "0.0.0.0:2525" || c.SMTP.MaxMessageSize != 10<<20 ||
+				c.Retention.D() != 72*time.Hour || len(c.SMTP.AllowNetworks) != 1 || c.SMTP.Auth.Accounts[0].PasswordFile != "/run/secrets/app" {
+				t.Errorf("from file %+v", c)
+			}
+			if c.Admin.Listen != "127.0.0.1:8525" {
+				t.Errorf("a key the file does not set lost its default: %s", c.Admin.Listen)
+			}
+		}},
+		{name: "env over file", path: file, env: []string{"POSTINO_DATA_DIR=/data", "POSTINO_SMTP_MAX_RECIPIENTS=50",
+			"POSTINO_SMTP_ALLOW_NETWORKS=10.0.0.0/8, 192.168.0.0/16", "POSTINO_RETENTION=36h", "HOME=/root"},
+			check: func(t *testing.T, c Config) {
+				if c.DataDir != "/data" || c.SMTP.MaxRecipients != 50 || len(c.SMTP.AllowNetworks) != 2 ||
+					c.SMTP.AllowNetworks[1] != "192.168.0.0/16" || c.Retention.D() != 36*time.Hour {
+					t.Errorf("from env %+v", c)
+				}
+			}},
+		{name: "flag twins", env: []string{"POSTINO_LISTEN=127.0.0.1:2600", "POSTINO_ADMIN=127.0.0.1:8600", "POSTINO_DATA=/d", "POSTINO_CONFIG=/ignored"},
+			check: func(t *testing.T, c Config) {
+				if c.SMTP.Listen != "127.0.0.1:2600" || c.Admin.Listen != "127.0.0.1:8600" || c.DataDir != "/d" {
+					t.Errorf("twins %+v", c)
+				}
+			}},
+		{name: "full name wins over twin", env: []string{"POSTINO_SMTP_LISTEN=127.0.0.1:2700", "POSTINO_LISTEN=127.0.0.1:2600"},
+			check: func(t *testing.T, c Config) {
+				if c.SMTP.Listen != "127.0.0.1:2700" {
+					t.Errorf("listen %s", c.SMTP.Listen)
+				}
+			}},
+		{name: "records from env", env: []string{`POSTINO_SMTP_AUTH_ACCOUNTS=[{"username": "app", "password_env": "APP_PW"}]`},
+			check: func(t *testing.T, c Config) {
+				if len(c.SMTP.Auth.Accounts) != 1 || c.SMTP.Auth.Accounts[0].PasswordEnv != "APP_PW" {
+					t.Errorf("accounts %+v", c.SMTP.Auth.Accounts)
+				}
+			}},
+		{name: "DKIM from env", env: []string{"POSTINO_DKIM_REQUIRED=true", "POSTINO_DKIM_EXPIRY=7d", "POSTINO_DKIM_OVERSIGN=From, Subject",
+			`POSTINO_DKIM_KEYS=[{domain: example.com, selector: s1, key_file: /k/s1.pem}, {domain: example.com, selector: s0, key_file: /k/s0.pem, active: false}]`},
+			check: func(t *testing.T, c Config) {
+				d := c.DKIM
+				if !d.Required || d.Expiry.D() != 7*24*time.Hour || len(d.Oversign) != 2 || len(d.Keys) != 2 ||
+					d.Keys[0].Active != nil || d.Keys[1].Active == nil || *d.Keys[1].Active || d.Canonicalization != "relaxed/relaxed" {
+					t.Errorf("dkim %+v", d)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := LoadConfig(tt.path, tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		file string
+		env  []string
+		want string
+	}{
+		{name: "unknown variable", env: []string{"POSTINO_SMTP_LISTN=x"}, want: "POSTINO_SMTP_LISTN is not a setting; did you mean POSTINO_SMTP_LISTEN?"},
+		{name: "bad number", env: []string{"POSTINO_SMTP_MAX_RECIPIENTS=many"}, want: "POSTINO_SMTP_MAX_RECIPIENTS"},
+		{name: "bad duration", env: []string{"POSTINO_RETENTION=a week"}, want: "7d"},
+		{name: "bad size", env: []string{"POSTINO_SMTP_MAX_MESSAGE_SIZE=big"}, want: "25MiB"},
+		{name: "unknown key", file: "smtp:\n  listem: x\n", want: "listem is not a setting; did you mean listen?"},
+		{name: "unknown section", file: "smpt:\n  listen: x\n", want: "smpt is not a setting; did you mean smtp?"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := ""
+			if tt.file != "" {
+				path = writeFile(t, tt.file)
+			}
+			_, err := LoadConfig(path, tt.env)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "missing.yaml"), nil); err == nil {
+		t.Error("a missing config file was accepted")
+	}
+	if _, err := LoadConfig(writeFile(t, ""), nil); err != nil {
+		t.Errorf("an empty config file: %v", err)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // empty: valid
+	}{
+		{name: "default"},
+		{name: "open relay", mutate: func(c *Config) { c.SMTP.Listen = "0.0.0.0:2525" }, want: "smtp.allow_networks"},
+		{name: "open relay on a public address", mutate: func(c *Config) { c.SMTP.Listen = "192.0.2.10:2525" }, want: "anyone there could send"},
+		{name: "all interfaces by empty host", mutate: func(c *Config) { c.SMTP.Listen = ":2525" }, want: "allowed networks"},
+		{name: "listed networks", mutate: func(c *Config) {
+			c.SMTP.Listen = "0.0.0.0:2525"
+			c.SMTP.AllowNetworks = []string{"172.18.0.0/16"}
+		}},
+		{name: "auth", mutate: func(c *Config) {
+			c.SMTP.Listen = "0.0.0.0:2525"
+			c.SMTP.Auth.Accounts = []Account{{Username: "app", PasswordEnv: "X"}}
+			c.SMTP.TLS = TLSConfig{CertFile: "c", KeyFile: "k"}
+		}},
+		{name: "auth without tls", mutate: func(c *Config) {
+			c.SMTP.Auth.Accounts = []Account{{Username: "app", PasswordEnv: "X"}}
+		}, want: "no TLS"},
+		{name: "account without secret", mutate: func(c *Config) {
+			c.SMTP.Auth.Accounts = []Account{{Username: "app"}}
+			c.SMTP.Auth.AllowInsecure = true
+		}, want: "password_file"},
+		{name: "bad network", mutate: func(c *Config) { c.SMTP.AllowNetworks = []string{"10.0.0.0/33"} }, want: "neither a network"},
+		{name: "bad bare newline mode", mutate: func(c *Config) { c.SMTP.BareNewlines = "fix" }, want: "normalize or reject"},
+		{name: "half tls", mutate: func(c *Config) { c.SMTP.TLS.CertFile = "c" }, want: "both cert_file and key_file"},
+		{name: "bad listen", mutate: func(c *Config) { c.Admin.Listen = "8525" }, want: "admin.listen"},
+		{name: "unknown backend", mutate: func(c *Config) { c.Outbox.Backend = "sqlite" }, want: "use bolt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			if tt.mutate != nil {
+				tt.mutate(&c)
+			}
+			err := c.Check()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("error %v, want it to say %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSecrets(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	os.WriteFile(pw, []byte("from-file\n"), 0o600)
+	c := DefaultConfig()
+	c.SMTP.Auth.Accounts = []Account{{Username: "a", PasswordFile: pw}, {Username: "b", PasswordEnv: "B_PW"}}
+	got, err := c.accounts(func(k string) string { return map[string]string{"B_PW": "from-env"}[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["a"] != "from-file" || got["b"] != "from-env" {
+		t.Errorf("accounts %v", got)
+	}
+	c.SMTP.Auth.Accounts = []Account{{Username: "b", PasswordEnv: "UNSET"}}
+	if _, err := c.accounts(func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "UNSET") {
+		t.Errorf("unset variable: %v", err)
+	}
+}
+
+func TestExampleConfig(t *testing.T) {
+	c, err := LoadConfig(filepath.Join("..", "contrib", "postino.example.yaml"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Check(); err != nil {
+		t.Fatal(err)
+	}
+	def := DefaultConfig()
+	if c.SMTP.Listen != def.SMTP.Listen || c.Retention != def.Retention || c.SMTP.MaxMessageSize != def.SMTP.MaxMessageSize {
+		t.Errorf("the example's values drifted from the defaults: %+v", c)
+	}
+	if len(c.DKIM.Keys) == 0 {
+		c.DKIM.Keys = nil // "keys: []" in the file
+	}
+	if !reflect.DeepEqual(c.DKIM, def.DKIM) {
+		t.Errorf("the example's dkim section drifted from the defaults:\n%+v\n%+v", c.DKIM, def.DKIM)
+	}
+}

@@ -1,0 +1,293 @@
+package delivery
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/genropy/postino/backends"
+)
+
+type dns struct {
+	mx   map[string][]*net.MX
+	addr map[string]bool
+	err  error
+}
+
+func (d dns) LookupMX(_ context.Context, name string) ([]*net.MX, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	if mx, ok := d.mx[name]; ok {
+		return mx, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+}
+
+func (d dns) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
+	if d.addr[host] {
+		return []net.IPAddr{{IP: net.ParseIP("192.0.2.1")}}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+func TestMXHosts(t *testing.T) {
+	res := dns{
+		mx: map[string][]*net.MX{
+			"a.example":    {{Host: "c.mx.", Pref: 30}, {Host: "a.mx.", Pref: 10}, {Host: "b.mx.", Pref: 20}},
+			"null.example": {{Host: ".", Pref: 0}},
+		},
+		addr: map[string]bool{"plain.example": true},
+	}
+	tests := []struct {
+		domain  string
+		hosts   string
+		verdict string
+	}{
+		{"a.example", "a.mx b.mx c.mx", ""},
+		{"plain.example", "plain.example", ""},
+		{"null.example", "", "556 5.1.10"},
+		{"none.example", "", "550 5.1.2"},
+		{"[192.0.2.7]", "192.0.2.7", ""},
+		{"[IPv6:2001:db8::1]", "2001:db8::1", ""},
+	}
+	for _, tt := range tests {
+		hosts, v, err := mxHosts(context.Background(), res, tt.domain)
+		if err != nil {
+			t.Errorf("%s: %v", tt.domain, err)
+			continue
+		}
+		if got := strings.Join(hosts, " "); got != tt.hosts {
+			t.Errorf("%s: hosts %q, want %q", tt.domain, got, tt.hosts)
+		}
+		if tt.verdict != "" && (v == nil || !strings.HasPrefix(v.String(), tt.verdict)) {
+			t.Errorf("%s: verdict %v, want %s", tt.domain, v, tt.verdict)
+		}
+	}
+	_, v, err := mxHosts(context.Background(), dns{err: &net.DNSError{Err: "server misbehaving", IsTemporary: true}}, "x.example")
+	if err == nil || v != nil {
+		t.Errorf("a DNS failure must be temporary: %v %v", v, err)
+	}
+}
+
+func TestChooseRoute(t *testing.T) {
+	rs, err := NewRoutes([]Route{
+		{Name: DefaultRoute, MaxConnections: 1},
+		{Name: "billing", Smarthost: "b.example:25", MaxConnections: 1},
+		{Name: "partner", Smarthost: "p.example:25", MaxConnections: 1},
+		{Name: "app", Smarthost: "a.example:25", MaxConnections: 1},
+	}, []Rule{
+		{Sender: "billing@example.com", Route: "billing"},
+		{Domain: "partner.example", Route: "partner"},
+		{AuthUser: "app", Domain: "example.com", Route: "app"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		sender, user, want string
+	}{
+		{"Billing@Example.com", "", "billing"},
+		{"x@partner.example", "", "partner"},
+		{"x@example.com", "app", "app"},
+		{"x@example.com", "other", DefaultRoute},
+		{"", "", DefaultRoute},
+	} {
+		m := &backends.Message{Envelope: backends.Envelope{Sender: tt.sender, AuthUser: tt.user}}
+		if got, _ := rs.Choose(m); got != tt.want {
+			t.Errorf("%s/%s: %s, want %s", tt.sender, tt.user, got, tt.want)
+		}
+	}
+	for _, bad := range []struct {
+		routes []Route
+		rules  []Rule
+		want   string
+	}{
+		{[]Route{{Name: "x", MaxConnections: 1}}, nil, "default"},
+		{[]Route{{Name: DefaultRoute, MaxConnections: 1}}, []Rule{{Route: DefaultRoute}}, "matches nothing"},
+		{[]Route{{Name: DefaultRoute, MaxConnections: 1}}, []Rule{{Sender: "a@b", Route: "nope"}}, "does not exist"},
+		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", Username: "u", MaxConnections: 1}}, nil, "in clear"},
+		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", TLS: "maybe", MaxConnections: 1}}, nil, "none, starttls or tls"},
+	} {
+		if _, err := NewRoutes(bad.routes, bad.rules); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("NewRoutes: %v, want %q", err, bad.want)
+		}
+	}
+}
+
+// scripted is an upstream that answers each line with the next reply of a
+// script, and records what it was sent.
+func scripted(t *testing.T, pipelining bool, replies map[string]string) (string, chan []string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	got := make(chan []string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var lines []string
+		defer func() { got <- lines }()
+		w := bufio.NewWriter(c)
+		r := bufio.NewReader(c)
+		w.WriteString("220 scripted ESMTP\r\n")
+		w.Flush()
+		inData := false
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			line = strings.TrimRight(line, "\r\n")
+			lines = append(lines, line)
+			if inData {
+				if line == "." {
+					inData = false
+					w.WriteString(replies["."] + "\r\n")
+				}
+			} else {
+				verb := strings.ToUpper(strings.Fields(line + " x")[0])
+				switch verb {
+				case "EHLO":
+					w.WriteString("250-scripted\r\n250-SIZE 100000\r\n")
+					if pipelining {
+						w.WriteString("250-PIPELINING\r\n")
+					}
+					w.WriteString("250 8BITMIME\r\n")
+				case "DATA":
+					rep := replies["DATA"]
+					if strings.HasPrefix(rep, "354") {
+						inData = true
+					}
+					w.WriteString(rep + "\r\n")
+				case "QUIT":
+					w.WriteString("221 bye\r\n")
+					w.Flush()
+					return
+				default:
+					rep, ok := replies[line]
+					if !ok {
+						rep = "250 2.0.0 ok"
+					}
+					w.WriteString(rep + "\r\n")
+				}
+			}
+			if r.Buffered() == 0 {
+				w.Flush()
+			}
+		}
+	}()
+	return l.Addr().String(), got
+}
+
+func TestClientTransaction(t *testing.T) {
+	for _, pipelining := range []bool{true, false} {
+		name := "sequential"
+		if pipelining {
+			name = "pipelined"
+		}
+		t.Run(name, func(t *testing.T) {
+			addr, got := scripted(t, pipelining, map[string]string{
+				"RCPT TO:<bad@example.net>":  "550-5.1.1 no such user\r\n550 5.1.1 try another",
+				"RCPT TO:<busy@example.net>": "452 4.2.2 mailbox full",
+				"DATA":                       "354 go on",
+				".":                          "250 2.0.0 queued as X1",
+			})
+			c, err := dial(context.Background(), addr, "scripted", nil, DefaultTimeouts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.hello("relay.test"); err != nil {
+				t.Fatal(err)
+			}
+			if c.has("PIPELINING") != pipelining || c.ext["SIZE"] != "100000" {
+				t.Fatalf("extensions %v", c.ext)
+			}
+			out, err := c.send(&transaction{from: "app@example.com", size: 20,
+				rcpts: []string{"ok@example.net", "bad@example.net", "busy@example.net"},
+				body:  strings.NewReader("Subject: x\r\n\r\n.leading dot\r\n")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"250 2.0.0 ok", "550 5.1.1 no such user try another", "452 4.2.2 mailbox full"}
+			for i, w := range want {
+				if out.rcpts[i].String() != w {
+					t.Errorf("recipient %d: %q, want %q", i, out.rcpts[i], w)
+				}
+			}
+			if out.data.String() != "250 2.0.0 queued as X1" {
+				t.Errorf("data reply %q", out.data)
+			}
+			c.quit()
+			lines := <-got
+			joined := strings.Join(lines, "|")
+			if !strings.Contains(joined, "MAIL FROM:<app@example.com> SIZE=20|RCPT TO:<ok@example.net>") ||
+				!strings.Contains(joined, "|..leading dot|.|QUIT") {
+				t.Errorf("the upstream saw %q", joined)
+			}
+		})
+	}
+}
+
+func TestClientPrecheck(t *testing.T) {
+	addr, _ := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 ok"})
+	c, err := dial(context.Background(), addr, "scripted", nil, DefaultTimeouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.close()
+	if err := c.hello("relay.test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		tr   transaction
+		want string
+	}{
+		{transaction{smtputf8: true}, "554 5.6.7"},
+		{transaction{size: 200000}, "552 5.3.4"},
+	} {
+		tt.tr.rcpts = []string{"a@example.net"}
+		out, err := c.send(&tt.tr)
+		if err != nil || !strings.HasPrefix(out.rcpts[0].String(), tt.want) {
+			t.Errorf("%+v: %v %v, want %s", tt.tr, out.rcpts, err, tt.want)
+		}
+	}
+}
+
+func TestClientLostSession(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, _ := l.Accept()
+		c.Write([]byte("220 hi\r\n"))
+		r := bufio.NewReader(c)
+		r.ReadString('\n')
+		c.Write([]byte("250 hi\r\n"))
+		r.ReadString('\n') // MAIL, then hang up
+		c.Close()
+	}()
+	c, err := dial(context.Background(), l.Addr().String(), "x", nil, DefaultTimeouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.hello("relay.test")
+	out, err := c.send(&transaction{from: "a@example.com", rcpts: []string{"b@example.net"}, body: strings.NewReader("x")})
+	if err == nil || !c.broken || out.rcpts[0].Code != 0 {
+		t.Errorf("a dropped session: %v broken=%v %+v", err, c.broken, out)
+	}
+	var re *replyError
+	if errors.As(err, &re) {
+		t.Errorf("a lost connection reported as a reply: %v", err)
+	}
+}

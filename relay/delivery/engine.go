@@ -1,0 +1,522 @@
+package delivery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/relay/dkim"
+	"github.com/genropy/postino/spool"
+)
+
+// Signer DKIM-signs a message as it leaves.
+type Signer interface {
+	// Sign reads the message and returns the fields to put before it;
+	// domain, when set, is the signing domain instead of From's.
+	Sign(r io.Reader, domain string) (dkim.Result, error)
+	// Enabled tells whether signing is configured at all, and so whether
+	// the history should say how each message was signed.
+	Enabled() bool
+}
+
+// Store is what delivery needs of the outbox.
+type Store interface {
+	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
+	Transition(ctx context.Context, t backends.Transition) error
+}
+
+// Retry is the schedule of temporary failures; a message older than MaxAge
+// fails with reason "expired".
+type Retry struct {
+	backoff.Schedule
+	MaxAge time.Duration
+}
+
+// Config tunes the engine.
+type Config struct {
+	// MaxInFlight bounds the messages being delivered at once.
+	MaxInFlight int
+	// Lease is how long a message may stay PROCESSING; it must exceed the
+	// longest attempt.
+	Lease time.Duration
+	// Poll is how often READY messages are looked for without a wake-up.
+	Poll time.Duration
+	// IdleTimeout is how long an upstream session waits for another message
+	// before it quits.
+	IdleTimeout time.Duration
+	// ShutdownTimeout is how long deliveries in progress may go on once the
+	// relay is told to stop.
+	ShutdownTimeout time.Duration
+	// MXConnections bounds the sessions to one domain's MX hosts.
+	MXConnections int
+	Timeouts      Timeouts
+	Retry         Retry
+	// HeloName is the name said in EHLO.
+	HeloName string
+	// Owner names this relay in the history.
+	Owner string
+	// Acknowledge, when no plugin is configured, takes SENT and FAILED
+	// through their callback status to acknowledged in the same commit.
+	Acknowledge bool
+	// Signer, when set, DKIM-signs every message before it leaves.
+	Signer Signer
+}
+
+// Engine delivers READY messages.
+type Engine struct {
+	cfg      Config
+	store    Store
+	spool    *spool.Spool
+	routes   *Routes
+	resolver Resolver
+	log      *slog.Logger
+	metrics  *Metrics
+	// outcome is told when messages reach SENT or FAILED.
+	outcome func()
+	wake    chan struct{}
+
+	mu       sync.Mutex
+	dests    map[string]*destination
+	inflight int
+	freed    chan struct{}
+
+	// abort ends the upstream sessions when the shutdown deadline passes.
+	abort    context.Context
+	stop     context.CancelFunc
+	sessions sync.WaitGroup
+	flights  sync.WaitGroup
+}
+
+// NewEngine builds the engine; Run starts it.
+func NewEngine(cfg Config, store Store, sp *spool.Spool, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, outcome func()) *Engine {
+	abort, stop := context.WithCancel(context.Background())
+	return &Engine{
+		cfg: cfg, store: store, spool: sp, routes: routes, resolver: res, log: log, metrics: m, outcome: outcome,
+		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
+		abort: abort, stop: stop,
+	}
+}
+
+// Wake tells the engine that messages may be ready.
+func (e *Engine) Wake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run claims and delivers until ctx ends. Then it claims nothing more, lets
+// the deliveries in progress finish for ShutdownTimeout, ends the others
+// and hands their messages back to READY without counting an attempt.
+func (e *Engine) Run(ctx context.Context) {
+	poll := time.NewTicker(e.cfg.Poll)
+	defer poll.Stop()
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		free := e.cfg.MaxInFlight - e.inFlight()
+		n := 0
+		if free > 0 {
+			var err error
+			n, err = e.claim(ctx, min(free, 256))
+			if err != nil {
+				backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+				e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", backoff)
+			} else {
+				backoff = 0
+			}
+		}
+		if n > 0 && n == min(free, 256) {
+			continue // there may be more
+		}
+		var retry <-chan time.Time
+		if backoff > 0 {
+			retry = time.After(backoff)
+		}
+		select {
+		case <-ctx.Done():
+		case <-e.wake:
+		case <-poll.C:
+		case <-retry:
+		case <-e.freed:
+		}
+	}
+	e.shutdown()
+}
+
+func (e *Engine) inFlight() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inflight
+}
+
+func (e *Engine) shutdown() {
+	done := make(chan struct{})
+	go func() { e.flights.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(e.cfg.ShutdownTimeout):
+		e.log.Warn("delivery: shutdown deadline passed; handing back the messages still in progress")
+	}
+	e.stop()
+	e.sessions.Wait()
+	// Jobs no session took are handed back too.
+	e.mu.Lock()
+	dests := make([]*destination, 0, len(e.dests))
+	for _, d := range e.dests {
+		dests = append(dests, d)
+	}
+	e.mu.Unlock()
+	for _, d := range dests {
+		for {
+			select {
+			case j := <-d.jobs:
+				j.interrupt()
+				continue
+			default:
+			}
+			break
+		}
+	}
+	<-done
+}
+
+func (e *Engine) claim(ctx context.Context, limit int) (int, error) {
+	now := time.Now().UTC()
+	msgs, err := e.store.Claim(context.WithoutCancel(ctx), backends.Claim{
+		From: backends.StatusReady, To: backends.StatusProcessing,
+		Now: now, LeaseUntil: now.Add(e.cfg.Lease), Limit: limit,
+		Reason: "claimed for delivery by " + e.cfg.Owner,
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		e.dispatch(m)
+	}
+	return len(msgs), nil
+}
+
+// flight is one delivery attempt of a message: one job per destination.
+type flight struct {
+	e       *Engine
+	m       *backends.Message
+	route   *Route
+	start   time.Time
+	mu      sync.Mutex
+	results []backends.RecipientResult
+	tried   []int // the recipients of this attempt
+	jobs    int   // jobs not finished
+	stopped bool  // a job was interrupted by the shutdown
+
+	// The DKIM signature is made once per attempt, by the first job that
+	// has a session open, and shared by the others.
+	signOnce sync.Once
+	signed   *dkim.Result // nil until signed, or when signing is off
+	signErr  *Reply       // why the message cannot leave, when it cannot
+}
+
+// signature returns the fields to put before the message, or the verdict
+// for its recipients when it cannot be signed: permanent when the policy
+// wants a key the domain lacks, temporary otherwise.
+func (f *flight) signature() (string, *Reply) {
+	s := f.e.cfg.Signer
+	if s == nil {
+		return "", nil
+	}
+	f.signOnce.Do(func() {
+		if !s.Enabled() {
+			return
+		}
+		file, err := f.e.spool.Open(f.m.EmlPath)
+		if err != nil {
+			f.signErr = &Reply{Code: 451, Enhanced: "4.3.0", Text: fmt.Sprintf("cannot read the spool file %s to sign it: %v", f.m.EmlPath, err)}
+			return
+		}
+		defer file.Close()
+		res, err := s.Sign(file, f.route.DKIMDomain)
+		switch {
+		case errors.Is(err, dkim.ErrNoKey):
+			f.signErr = &Reply{Code: 550, Enhanced: "5.7.0", Text: err.Error()}
+		case err != nil:
+			f.signErr = &Reply{Code: 451, Enhanced: "4.3.0", Text: err.Error()}
+		default:
+			f.signed = &res
+		}
+	})
+	if f.signErr != nil {
+		return "", f.signErr
+	}
+	if f.signed == nil {
+		return "", nil
+	}
+	return f.signed.Fields, nil
+}
+
+// job is the part of a flight for one destination.
+type job struct {
+	f     *flight
+	rcpts []int // indexes into the message's recipients
+}
+
+func (e *Engine) dispatch(m *backends.Message) {
+	route := e.routes.get(m)
+	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults()}
+	byDest := map[string][]int{}
+	var order []string
+	for i, r := range f.results {
+		if r.Status != backends.RecipientPending {
+			continue
+		}
+		key := ""
+		if route.MX() {
+			key = domainOf(r.Address)
+		}
+		if _, seen := byDest[key]; !seen {
+			order = append(order, key)
+		}
+		byDest[key] = append(byDest[key], i)
+		f.tried = append(f.tried, i)
+	}
+	e.mu.Lock()
+	e.inflight++
+	e.mu.Unlock()
+	e.flights.Add(1)
+	f.jobs = len(order)
+	if f.jobs == 0 {
+		f.finish()
+		return
+	}
+	for _, domain := range order {
+		e.destination(route, domain).enqueue(&job{f: f, rcpts: byDest[domain]})
+	}
+}
+
+func domainOf(addr string) string {
+	_, d, _ := strings.Cut(addr, "@")
+	return strings.ToLower(d)
+}
+
+// record stores the replies of one job's recipients.
+func (j *job) record(host string, out outcome, lost error) {
+	f := j.f
+	now := time.Now().UTC()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, i := range j.rcpts {
+		rep := out.rcpts[k]
+		if rep.ok() {
+			rep = out.data
+		}
+		r := &f.results[i]
+		r.At, r.Host = now, host
+		switch {
+		case rep.Code == 0:
+			r.Status, r.Code, r.Enhanced = backends.RecipientPending, 0, ""
+			r.Text = "no reply: " + errText(lost)
+		case rep.ok():
+			r.Status = backends.RecipientSent
+		case rep.permanent():
+			r.Status = backends.RecipientFailed
+		default:
+			r.Status = backends.RecipientPending
+		}
+		if rep.Code != 0 {
+			r.Code, r.Enhanced, r.Text = rep.Code, rep.Enhanced, rep.Text
+		}
+	}
+}
+
+// fail gives every recipient of the job the same verdict, when no
+// transaction could take place.
+func (j *job) fail(host string, rep Reply) {
+	out := outcome{rcpts: make([]Reply, len(j.rcpts))}
+	for i := range out.rcpts {
+		out.rcpts[i] = rep
+	}
+	j.record(host, out, nil)
+}
+
+// interrupt marks the job cut short by the shutdown: its recipients stay
+// pending and the attempt does not count.
+func (j *job) interrupt() {
+	j.f.mu.Lock()
+	j.f.stopped = true
+	j.f.mu.Unlock()
+	j.done()
+}
+
+func (j *job) done() {
+	f := j.f
+	f.mu.Lock()
+	f.jobs--
+	last := f.jobs == 0
+	f.mu.Unlock()
+	if last {
+		f.finish()
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "the session ended"
+	}
+	return err.Error()
+}
+
+// attempt is the history's account of one delivery attempt.
+type attempt struct {
+	Attempt    int                        `json:"attempt"`
+	Route      string                     `json:"route"`
+	DurationMS int64                      `json:"duration_ms"`
+	DKIM       string                     `json:"dkim,omitempty"`
+	Recipients []backends.RecipientResult `json:"recipients"`
+}
+
+// finish records the attempt and moves the message on: SENT when every
+// recipient is resolved and one was accepted, FAILED when none was, READY
+// for a later attempt otherwise.
+func (f *flight) finish() {
+	e := f.e
+	defer func() {
+		e.mu.Lock()
+		e.inflight--
+		e.mu.Unlock()
+		select {
+		case e.freed <- struct{}{}:
+		default:
+		}
+		e.flights.Done()
+	}()
+	now := time.Now().UTC()
+	m := f.m
+	t := backends.Transition{ID: m.ID, From: backends.StatusProcessing, At: now, Results: f.results}
+	attemptNo := m.Attempts + 1
+	if f.stopped {
+		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now
+		t.Reason = "handed back at shutdown; the attempt does not count"
+	} else {
+		t.AddAttempt = true
+		sent, failed, pending := f.count()
+		expired := pending > 0 && now.Sub(m.CreatedAt) >= e.cfg.Retry.MaxAge
+		if expired {
+			for i := range f.results {
+				if r := &f.results[i]; r.Status == backends.RecipientPending {
+					r.Status = backends.RecipientFailed
+					r.Text = fmt.Sprintf("expired: not delivered within %s; last: %s", e.cfg.Retry.MaxAge, r.Text)
+				}
+			}
+			failed, pending = failed+pending, 0
+		}
+		switch {
+		case pending > 0:
+			t.To = backends.StatusReady
+			t.DueAt = now.Add(e.cfg.Retry.Delay(attemptNo))
+			t.Reason = fmt.Sprintf("deferred: %s; next attempt at %s", f.firstText(backends.RecipientPending), t.DueAt.Format(time.RFC3339))
+			e.metrics.deferred.WithLabelValues(f.route.Name).Inc()
+		case sent > 0:
+			t.To = backends.StatusSent
+			t.Reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed, f.route.Name)
+			if expired {
+				t.Reason = "expired: " + t.Reason
+			}
+			e.metrics.delivered.WithLabelValues(f.route.Name).Inc()
+			e.metrics.latency.Observe(now.Sub(m.CreatedAt).Seconds())
+		default:
+			t.To = backends.StatusFailed
+			t.Reason = "no recipient accepted: " + f.firstText(backends.RecipientFailed)
+			if expired {
+				t.Reason = "expired: " + t.Reason
+			}
+			e.metrics.failed.WithLabelValues(f.route.Name).Inc()
+		}
+	}
+	if e.cfg.Acknowledge {
+		switch t.To {
+		case backends.StatusSent:
+			t.Then = noPlugin(backends.StatusCallingSent, backends.StatusSentAcknowledged)
+		case backends.StatusFailed:
+			t.Then = noPlugin(backends.StatusCallingFailed, backends.StatusFailedAcknowledged)
+		}
+	}
+	tried := make([]backends.RecipientResult, len(f.tried))
+	for k, i := range f.tried {
+		tried[k] = f.results[i]
+	}
+	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
+	if f.signed != nil {
+		a.DKIM = f.signed.String()
+		if !f.stopped {
+			t.Reason += "; " + a.DKIM
+		}
+	}
+	t.Details, _ = json.Marshal(a)
+	if t.To == backends.StatusSent || t.To == backends.StatusFailed {
+		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason,
+			map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": f.results})
+		t.Event.At = now
+		if len(t.Then) > 0 {
+			t.Event.State = backends.EventAcked
+		}
+	}
+	if err := e.store.Transition(context.Background(), t); err != nil {
+		// The lease returns the message to READY: delivered recipients may
+		// then get it twice, never none.
+		e.log.Error("delivery: cannot record the attempt", "id", m.ID, "to", t.To, "error", err)
+		return
+	}
+	level := slog.LevelInfo
+	if t.To == backends.StatusFailed {
+		level = slog.LevelWarn
+	}
+	e.log.Log(context.Background(), level, strings.ToLower(string(t.To)), "id", m.ID, "route", f.route.Name,
+		"attempt", attemptNo, "reason", t.Reason)
+	if len(t.Then) == 0 && t.To != backends.StatusReady && e.outcome != nil {
+		e.outcome()
+	}
+}
+
+func noPlugin(calling, acked backends.Status) []backends.Step {
+	const why = "no plugin is configured"
+	return []backends.Step{{To: calling, Reason: why}, {To: acked, Reason: why}}
+}
+
+func (f *flight) count() (sent, failed, pending int) {
+	for _, r := range f.results {
+		switch r.Status {
+		case backends.RecipientSent:
+			sent++
+		case backends.RecipientFailed:
+			failed++
+		default:
+			pending++
+		}
+	}
+	return
+}
+
+// firstText explains the first recipient in a state.
+func (f *flight) firstText(status string) string {
+	for _, r := range f.results {
+		if r.Status == status {
+			s := r.Address + ": "
+			if r.Code != 0 {
+				s += Reply{Code: r.Code, Enhanced: r.Enhanced, Text: r.Text}.String()
+			} else {
+				s += r.Text
+			}
+			if r.Host != "" {
+				s += " (" + r.Host + ")"
+			}
+			return s
+		}
+	}
+	return ""
+}

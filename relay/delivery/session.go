@@ -1,0 +1,287 @@
+package delivery
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// destination is where a group of jobs goes: a smarthost route, or one
+// domain of an MX route. It runs up to max sessions, each carrying job
+// after job.
+type destination struct {
+	e       *Engine
+	key     string
+	route   *Route
+	domain  string
+	jobs    chan *job
+	limiter *rate.Limiter
+
+	mu     sync.Mutex
+	active int
+	idle   int
+	max    int
+}
+
+func (e *Engine) destination(route *Route, domain string) *destination {
+	key := route.Name
+	if route.MX() {
+		key += "/" + domain
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := e.dests[key]
+	if d == nil {
+		d = &destination{e: e, key: key, route: route, domain: domain,
+			jobs: make(chan *job, e.cfg.MaxInFlight), max: route.MaxConnections}
+		if route.MX() {
+			d.max = e.cfg.MXConnections
+		}
+		if route.Rate > 0 {
+			d.limiter = rate.NewLimiter(rate.Limit(route.Rate), 1)
+		}
+		e.dests[key] = d
+	}
+	return d
+}
+
+// enqueue hands a job to an idle session, or starts one if the limit allows.
+func (d *destination) enqueue(j *job) {
+	d.jobs <- j
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.idle == 0 && d.active < d.max {
+		d.active++
+		d.e.sessions.Add(1)
+		go d.run()
+	}
+}
+
+// run is one upstream session: it takes jobs until none comes for the idle
+// time, reusing its connection.
+func (d *destination) run() {
+	e := d.e
+	defer e.sessions.Done()
+	var (
+		c      *client
+		used   bool
+		cmu    sync.Mutex // guards c against the shutdown's close
+		closed bool
+	)
+	stop := context.AfterFunc(e.abort, func() {
+		cmu.Lock()
+		closed = true
+		if c != nil {
+			c.close()
+		}
+		cmu.Unlock()
+	})
+	defer stop()
+	setClient := func(nc *client) {
+		cmu.Lock()
+		defer cmu.Unlock()
+		if closed && nc != nil {
+			nc.close()
+		}
+		c = nc
+	}
+	idle := time.NewTimer(e.cfg.IdleTimeout)
+	defer idle.Stop()
+	for {
+		d.mu.Lock()
+		d.idle++
+		d.mu.Unlock()
+		idle.Reset(e.cfg.IdleTimeout)
+		var j *job
+		select {
+		case j = <-d.jobs:
+		case <-idle.C:
+		case <-e.abort.Done():
+		}
+		d.mu.Lock()
+		d.idle--
+		if j == nil && (len(d.jobs) == 0 || e.abort.Err() != nil) {
+			d.active--
+			d.mu.Unlock()
+			if c != nil {
+				c.quit()
+				e.metrics.connections.Dec()
+			}
+			return
+		}
+		d.mu.Unlock()
+		if j == nil {
+			continue // a job came in as the session was leaving
+		}
+		if e.abort.Err() != nil {
+			j.interrupt()
+			continue
+		}
+		if d.limiter != nil {
+			if err := d.limiter.Wait(e.abort); err != nil {
+				j.interrupt()
+				continue
+			}
+		}
+		if c == nil {
+			nc, host, rep, err := d.connect()
+			switch {
+			case e.abort.Err() != nil:
+				if nc != nil {
+					nc.close()
+				}
+				j.interrupt()
+				continue
+			case rep != nil:
+				j.fail(host, *rep)
+				j.done()
+				continue
+			case err != nil:
+				j.fail(host, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
+				j.done()
+				continue
+			}
+			setClient(nc)
+			e.metrics.connections.Inc()
+			used = false
+		}
+		d.deliver(c, j, used)
+		used = true
+		if c.broken {
+			c.close()
+			e.metrics.connections.Dec()
+			setClient(nil)
+		}
+	}
+}
+
+// deliver sends one job over an open session.
+func (d *destination) deliver(c *client, j *job, reset bool) {
+	e := d.e
+	m := j.f.m
+	sig, rep := j.f.signature()
+	if rep != nil {
+		j.fail(c.host, *rep)
+		j.done()
+		return
+	}
+	f, err := e.spool.Open(m.EmlPath)
+	if err != nil {
+		// The file is gone: no attempt can work; the recipients fail.
+		j.fail(c.host, verdict(554, "5.3.0", "the spool file %s cannot be read: %v", m.EmlPath, err))
+		j.done()
+		return
+	}
+	defer f.Close()
+	rcpts := make([]string, len(j.rcpts))
+	for k, i := range j.rcpts {
+		rcpts[k] = m.Envelope.Recipients[i]
+	}
+	t := &transaction{
+		from: d.route.envelopeSender(m), rcpts: rcpts, size: m.Envelope.Size + int64(len(sig)),
+		smtputf8: m.Envelope.SMTPUTF8, eightBit: m.Envelope.EightBit,
+		body: io.MultiReader(strings.NewReader(sig), bufio.NewReaderSize(f, 32<<10)), envID: m.ID, reset: reset,
+	}
+	out, err := c.send(t)
+	if err != nil && e.abort.Err() != nil {
+		j.interrupt()
+		return
+	}
+	j.record(c.host, out, err)
+	j.done()
+}
+
+// connect opens a session ready for MAIL. It returns a permanent verdict for
+// the destination as a Reply, a temporary failure as an error.
+func (d *destination) connect() (*client, string, *Reply, error) {
+	ctx, cancel := context.WithCancel(d.e.abort)
+	defer cancel()
+	if !d.route.MX() {
+		host, _, _ := net.SplitHostPort(d.route.Smarthost)
+		c, err := d.open(ctx, d.route.Smarthost, host)
+		return c, host, nil, err
+	}
+	hosts, rep, err := mxHosts(ctx, d.e.resolver, d.domain)
+	if rep != nil || err != nil {
+		return nil, d.domain, rep, err
+	}
+	var errs []string
+	for _, host := range hosts {
+		ips, err := d.e.resolver.LookupIPAddr(ctx, host)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", host, err))
+			continue
+		}
+		for _, ip := range ips {
+			addr := net.JoinHostPort(ip.IP.String(), strconv.Itoa(d.route.MXPort))
+			c, err := d.open(ctx, addr, host)
+			if err == nil {
+				return c, host, nil, nil
+			}
+			errs = append(errs, fmt.Sprintf("%s[%s]: %v", host, ip.IP, err))
+		}
+	}
+	return nil, d.domain, nil, fmt.Errorf("no MX host of %s took the connection: %s", d.domain, strings.Join(errs, "; "))
+}
+
+// open connects to one address and goes through EHLO, TLS and AUTH as the
+// route wants.
+func (d *destination) open(ctx context.Context, addr, host string) (*client, error) {
+	r, e := d.route, d.e
+	var implicit *tls.Config
+	if r.TLS == TLSImplicit {
+		implicit = r.tlsConfig
+	}
+	c, err := dial(ctx, addr, host, implicit, e.cfg.Timeouts)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*client, error) {
+		c.close()
+		return nil, err
+	}
+	if err := c.hello(e.cfg.HeloName); err != nil {
+		return fail(err)
+	}
+	switch {
+	case r.TLS == TLSStartTLS:
+		if !c.has("STARTTLS") {
+			return fail(fmt.Errorf("%s does not offer STARTTLS, which route %s requires", addr, r.Name))
+		}
+		if err := c.startTLS(r.tlsConfig, e.cfg.HeloName); err != nil {
+			return fail(fmt.Errorf("STARTTLS with %s: %w", addr, err))
+		}
+	case r.MX() && c.has("STARTTLS"):
+		// Opportunistic: encrypt when offered, without judging the
+		// certificate; if the handshake fails, go on in clear.
+		if err := c.startTLS(&tls.Config{ServerName: host, InsecureSkipVerify: true}, e.cfg.HeloName); err != nil {
+			c.close()
+			if c, err = dial(ctx, addr, host, nil, e.cfg.Timeouts); err != nil {
+				return nil, err
+			}
+			if err := c.hello(e.cfg.HeloName); err != nil {
+				return fail(err)
+			}
+			delete(c.ext, "STARTTLS")
+		}
+	}
+	if r.Username != "" {
+		if err := c.auth(r.Username, r.Password); err != nil {
+			return fail(fmt.Errorf("authentication to %s as %s failed (check the route's username and password): %w", addr, r.Username, err))
+		}
+	}
+	return c, nil
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}

@@ -1,0 +1,221 @@
+package relay
+
+import (
+	"encoding"
+	"errors"
+	"fmt"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// envPrefix starts every variable the relay reads.
+const envPrefix = "POSTINO_"
+
+// envAliases are the short twins of the flags.
+func envAliases() map[string]string {
+	return map[string]string{
+		"POSTINO_LISTEN": "smtp.listen",
+		"POSTINO_ADMIN":  "admin.listen",
+		"POSTINO_DATA":   "data_dir",
+		// The twins of --smarthost and --smarthost-tls.
+		"POSTINO_SMARTHOST":     "routes.default.smarthost",
+		"POSTINO_SMARTHOST_TLS": "routes.default.tls",
+		"POSTINO_BACKEND":       "outbox.backend",
+	}
+}
+
+// envNotKeys are POSTINO_* variables that are not configuration keys.
+func envNotKeys() []string {
+	return []string{"POSTINO_CONFIG"}
+}
+
+// pluginVariables start the variables of the shipped plugins, which read
+// them from the environment they inherit from the relay.
+func pluginVariables() []string {
+	return []string{"POSTINO_WEBHOOK_", "POSTINO_EXEC_"}
+}
+
+func isPluginVariable(name string) bool {
+	for _, p := range pluginVariables() {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// setting is one configuration key.
+type setting struct {
+	key   string // smtp.listen
+	env   string // POSTINO_SMTP_LISTEN
+	value reflect.Value
+}
+
+// settings lists every key of cfg, leaves only: a list of accounts is one
+// key, given in YAML or JSON when it comes from a variable.
+func settings(cfg *Config) []setting {
+	var out []setting
+	var walk func(v reflect.Value, prefix string)
+	walk = func(v reflect.Value, prefix string) {
+		t := v.Type()
+		for i := range t.NumField() {
+			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			if name == "-" {
+				continue
+			}
+			key := prefix + name
+			fv := v.Field(i)
+			if fv.Kind() == reflect.Struct && !isText(fv) {
+				walk(fv, key+".")
+				continue
+			}
+			out = append(out, setting{key: key, env: envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")), value: fv})
+		}
+	}
+	walk(reflect.ValueOf(cfg).Elem(), "")
+	return out
+}
+
+func isText(v reflect.Value) bool {
+	_, ok := v.Addr().Interface().(encoding.TextUnmarshaler)
+	return ok
+}
+
+// applyEnv sets the keys named by POSTINO_* variables. An unknown variable
+// is an error, so that a typo does not go unnoticed.
+func applyEnv(cfg *Config, env []string) error {
+	byEnv := map[string]setting{}
+	var names []string
+	for _, s := range settings(cfg) {
+		byEnv[s.env] = s
+		names = append(names, s.env)
+	}
+	for alias, key := range envAliases() {
+		for _, s := range settings(cfg) {
+			if s.key == key {
+				byEnv[alias] = s
+			}
+		}
+		names = append(names, alias)
+	}
+	names = append(names, envNotKeys()...)
+	// Sorted, so that the outcome does not depend on the order of env: a
+	// full name (POSTINO_SMTP_LISTEN) comes after its alias and wins.
+	for _, kv := range slices.Sorted(slices.Values(env)) {
+		name, val, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, envPrefix) || slices.Contains(envNotKeys(), name) || isPluginVariable(name) {
+			continue
+		}
+		s, ok := byEnv[name]
+		if !ok {
+			return fmt.Errorf("environment variable %s is not a setting; did you mean %s?", name, closest(name, names))
+		}
+		if err := setValue(s.value, val); err != nil {
+			return fmt.Errorf("environment variable %s (%s): %w", name, s.key, err)
+		}
+	}
+	return nil
+}
+
+// setValue sets a configuration field from the text of a variable or flag.
+func setValue(v reflect.Value, text string) error {
+	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+		return u.UnmarshalText([]byte(text))
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(text)
+	case reflect.Int, reflect.Int64:
+		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
+		if err != nil {
+			return fmt.Errorf("%q is not a whole number", text)
+		}
+		v.SetInt(n)
+	case reflect.Bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(text))
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", text)
+		}
+		v.SetBool(b)
+	case reflect.Slice:
+		if v.Type().Elem().Kind() == reflect.String {
+			var items []string
+			for _, it := range strings.Split(text, ",") {
+				if it = strings.TrimSpace(it); it != "" {
+					items = append(items, it)
+				}
+			}
+			v.Set(reflect.ValueOf(items))
+			return nil
+		}
+		// A list of records: YAML, or JSON, which YAML reads too.
+		return yaml.Unmarshal([]byte(text), v.Addr().Interface())
+	default:
+		return fmt.Errorf("cannot set a %s from text", v.Kind())
+	}
+	return nil
+}
+
+var yamlUnknownField = regexp.MustCompile(`field (\S+) not found in type`)
+
+// explainYAML adds the closest valid key to yaml's "field not found".
+func explainYAML(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return err
+	}
+	var keys []string
+	for _, s := range settings(new(Config)) {
+		keys = append(keys, s.key)
+		parts := strings.Split(s.key, ".")
+		keys = append(keys, parts...)
+	}
+	msgs := make([]string, len(te.Errors))
+	for i, e := range te.Errors {
+		msgs[i] = e
+		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
+			msgs[i] = fmt.Sprintf("%s is not a setting; did you mean %s?", strings.SplitN(e, ":", 2)[0]+": "+m[1], lastPart(closest(m[1], keys)))
+		}
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func lastPart(key string) string {
+	return key[strings.LastIndexByte(key, '.')+1:]
+}
+
+// closest is the candidate with the least edit distance to s.
+func closest(s string, candidates []string) string {
+	best, bestD := "", -1
+	for _, c := range candidates {
+		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); bestD < 0 || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

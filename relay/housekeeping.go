@@ -1,0 +1,203 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/spool"
+)
+
+const (
+	// orphanGrace protects the files other relays sharing the spool are
+	// writing: only an exclusive outbox can sweep younger orphans.
+	orphanGrace      = time.Hour
+	purgeChunk       = 500
+	retentionEvery   = 10 * time.Minute
+	restoreEveryPart = 4 // restore runs this many times per lease
+)
+
+// recover repairs what a crash may have left: leases of the dead process,
+// spool files without a row (the crash came before the commit, so no 250 was
+// given), and rows whose file is gone.
+func (r *Relay) recover(ctx context.Context) error {
+	now := time.Now().UTC()
+	expiredBefore := now
+	if r.exclusive {
+		// Nobody else holds leases on this outbox: all are the dead
+		// process's, whatever their expiry.
+		expiredBefore = time.Unix(1<<40, 0)
+	}
+	n, err := r.outbox.Restore(ctx, expiredBefore)
+	if err != nil {
+		return fmt.Errorf("start-up restore: %w", err)
+	}
+	if n > 0 {
+		r.log.Info("start-up: returned messages held by the previous run", "count", n)
+	}
+	if err := r.sweepSpool(ctx, now); err != nil {
+		return fmt.Errorf("start-up sweep of the spool: %w", err)
+	}
+	return r.sweepRows(ctx)
+}
+
+// sweepSpool removes the spool files no row points to.
+func (r *Relay) sweepSpool(ctx context.Context, now time.Time) error {
+	removed := 0
+	err := r.spool.Walk(func(e spool.Entry) error {
+		if !r.exclusive && now.Sub(e.ModTime) < orphanGrace {
+			return nil
+		}
+		m, err := r.outbox.Get(ctx, e.ID)
+		switch {
+		case errors.Is(err, backends.ErrNotFound):
+		case err != nil:
+			return err
+		case m.EmlPath == e.Path:
+			return nil
+		}
+		if err := r.spool.Remove(e.Path); err != nil {
+			return err
+		}
+		removed++
+		return nil
+	})
+	if removed > 0 {
+		r.log.Info("start-up: removed spool files of messages never acknowledged to the client", "count", removed)
+	}
+	return err
+}
+
+// sweepRows marks INVALID the undelivered messages whose spool file is gone.
+func (r *Relay) sweepRows(ctx context.Context) error {
+	for _, st := range []backends.Status{backends.StatusAccepted, backends.StatusReady} {
+		after := ""
+		for {
+			page, next, err := r.outbox.List(ctx, backends.ListQuery{Status: st, After: after, Limit: 500})
+			if err != nil {
+				return err
+			}
+			for _, m := range page {
+				ok, err := r.spool.Exists(m.EmlPath)
+				if err != nil {
+					return err
+				}
+				if ok {
+					continue
+				}
+				reason := fmt.Sprintf("spool file %s is missing", m.EmlPath)
+				err = r.outbox.Transition(ctx, backends.Transition{ID: m.ID, From: st, To: backends.StatusInvalid, Reason: reason,
+					Event: backends.OutcomeEvent(st, backends.StatusInvalid, reason, nil)})
+				if err != nil && !errors.Is(err, backends.ErrLockNotAcquired) {
+					return err
+				}
+				r.log.Warn("invalid", "id", m.ID, "reason", reason)
+			}
+			if next == "" {
+				break
+			}
+			after = next
+		}
+	}
+	return nil
+}
+
+// housekeeping restores expired leases and applies retention until ctx ends.
+func (r *Relay) housekeeping(ctx context.Context) {
+	restore := time.NewTicker(r.cfg.Intake.Lease.D() / restoreEveryPart)
+	defer restore.Stop()
+	retention := time.NewTicker(retentionEvery)
+	defer retention.Stop()
+	r.purge(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-restore.C:
+			n, err := r.outbox.Restore(ctx, time.Now().UTC())
+			if err != nil {
+				r.log.Error("restore of expired leases failed; will retry", "error", err)
+			} else if n > 0 {
+				r.log.Warn("returned messages whose lease expired", "count", n)
+				r.worker.Wake()
+			}
+		case <-retention.C:
+			r.purge(ctx)
+		}
+	}
+}
+
+// purge removes acknowledged messages older than the retention period: the
+// rows first, then their files, so that a crash in between leaves only
+// orphan files, which the next start sweeps.
+func (r *Relay) purge(ctx context.Context) {
+	cutoff := time.Now().UTC().Add(-r.cfg.Retention.D())
+	total := 0
+	for ctx.Err() == nil {
+		msgs, err := r.outbox.Purge(ctx, cutoff, purgeChunk)
+		if err != nil {
+			r.log.Error("retention: purge failed; will retry", "error", err)
+			return
+		}
+		for _, m := range msgs {
+			if err := r.spool.Remove(m.EmlPath); err != nil {
+				r.log.Warn("retention: cannot remove spool file", "id", m.ID, "error", err)
+			}
+		}
+		total += len(msgs)
+		if len(msgs) < purgeChunk {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.Info("retention: removed acknowledged messages", "count", total, "older_than", cutoff)
+	}
+	if err := r.spool.PruneBuckets(time.Now().Add(-10 * time.Minute)); err != nil {
+		r.log.Warn("retention: cannot prune spool buckets", "error", err)
+	}
+}
+
+// parkedScrapeLimit bounds the work of one scrape; past it the gauge stays at
+// the limit, which is already far beyond any alert threshold.
+const parkedScrapeLimit = 10000
+
+// queueCollector reports the queue depth by status and the parked events at
+// scrape time, so that the figures come from the store every relay shares.
+type queueCollector struct {
+	outbox backends.Outbox
+	desc   *prometheus.Desc
+	parked *prometheus.Desc
+}
+
+func newQueueCollector(o backends.Outbox) *queueCollector {
+	return &queueCollector{outbox: o,
+		desc: prometheus.NewDesc("postino_queue_messages",
+			"Messages in the outbox, by status.", []string{"status"}, nil),
+		parked: prometheus.NewDesc("postino_events_parked",
+			fmt.Sprintf("Events parked after their tries ran out, waiting for postino events replay (counted up to %d).", parkedScrapeLimit), nil, nil)}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.parked }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.outbox.Counts(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for _, st := range backends.Statuses() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+	parked, err := c.outbox.EventsByState(ctx, backends.EventParked, parkedScrapeLimit)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.parked, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(len(parked)))
+}

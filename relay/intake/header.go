@@ -1,0 +1,194 @@
+package intake
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	// Display names in any charset a mail client may use (RFC 2047).
+	_ "github.com/emersion/go-message/charset"
+	"github.com/emersion/go-message/mail"
+	"github.com/emersion/go-message/textproto"
+
+	"github.com/genropy/postino/backends"
+)
+
+// Header names the relay reads.
+const (
+	HeaderMailID     = "X-Genro-Mail-ID"
+	HeaderPriority   = "X-Postino-Priority"
+	HeaderBatch      = "X-Postino-Batch"
+	HeaderSendAfter  = "X-Postino-Send-After"
+	controlPrefix    = "X-Postino-"
+	maxSendAfterSkew = 366 * 24 * time.Hour
+)
+
+// controlHeaders are the X-Postino-* fields an app may set. Any other field
+// with that prefix is refused, so that a typo is not silently ignored.
+func controlHeaders() []string {
+	return []string{HeaderPriority, HeaderBatch, HeaderSendAfter, HeaderPECReceipt}
+}
+
+// control is what the app asked for through the control headers.
+type control struct {
+	priority  int
+	batch     string
+	sendAfter time.Time
+	raw       map[string]string
+}
+
+// readControl reads and removes the X-Postino-* fields.
+func readControl(h *textproto.Header, now time.Time) (control, error) {
+	c := control{priority: backends.PriorityNormal}
+	known := controlHeaders()
+	var unknown []string
+	for f := h.Fields(); f.Next(); {
+		k := f.Key()
+		if len(k) < len(controlPrefix) || !strings.EqualFold(k[:len(controlPrefix)], controlPrefix) {
+			continue
+		}
+		found := false
+		for _, name := range known {
+			if strings.EqualFold(k, name) {
+				found = true
+			}
+		}
+		if !found {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		return c, contentError("unknown control header %s; the relay reads only %s", unknown[0], strings.Join(known, ", "))
+	}
+	for _, name := range known {
+		vals := h.Values(name)
+		if len(vals) == 0 {
+			continue
+		}
+		if len(vals) > 1 {
+			return c, contentError("%s appears %d times; give it once", name, len(vals))
+		}
+		v := strings.TrimSpace(vals[0])
+		if c.raw == nil {
+			c.raw = make(map[string]string)
+		}
+		c.raw[name] = v
+		h.Del(name)
+		switch name {
+		case HeaderPriority:
+			p, err := parsePriority(v)
+			if err != nil {
+				return c, err
+			}
+			c.priority = p
+		case HeaderBatch:
+			if err := backends.CheckBatch(v); err != nil {
+				return c, contentError("%s: %v", HeaderBatch, err)
+			}
+			c.batch = v
+		case HeaderSendAfter:
+			t, err := parseSendAfter(v, now)
+			if err != nil {
+				return c, err
+			}
+			c.sendAfter = t
+		}
+	}
+	return c, nil
+}
+
+func parsePriority(v string) (int, error) {
+	names := []string{"immediate", "high", "normal", "low"}
+	for i, n := range names {
+		if strings.EqualFold(v, n) || v == strconv.Itoa(i) {
+			return i, nil
+		}
+	}
+	return 0, contentError("%s %q is not a priority: use 0 (immediate), 1 (high), 2 (normal) or 3 (low)", HeaderPriority, v)
+}
+
+func parseSendAfter(v string, now time.Time) (time.Time, error) {
+	var t time.Time
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		t = time.Unix(secs, 0)
+	} else if t, err = time.Parse(time.RFC3339, v); err != nil {
+		return t, contentError("%s %q is neither an RFC 3339 time (2026-11-21T18:00:00+01:00) nor Unix seconds", HeaderSendAfter, v)
+	}
+	if t.After(now.Add(maxSendAfterSkew)) {
+		return t, contentError("%s %q is more than a year ahead; give Unix seconds, not milliseconds", HeaderSendAfter, v)
+	}
+	return t.UTC(), nil
+}
+
+// identity is what the relay makes sure every message carries.
+type identity struct {
+	id        string // X-Genro-Mail-ID
+	messageID string // Message-ID without brackets
+}
+
+// readIdentity finds the app's X-Genro-Mail-ID and Message-ID and checks the
+// fields a message must have.
+func readIdentity(h *textproto.Header) (identity, error) {
+	var out identity
+	switch vals := h.Values(HeaderMailID); len(vals) {
+	case 0:
+	case 1:
+		out.id = strings.TrimSpace(vals[0])
+		if err := backends.CheckID(out.id); err != nil {
+			return out, contentError("%s: %v", HeaderMailID, err)
+		}
+	default:
+		return out, contentError("%s appears %d times; give it once", HeaderMailID, len(vals))
+	}
+
+	from := h.Values("From")
+	if len(from) == 0 {
+		return out, contentError("the message has no From header; add one (RFC 5322 requires it)")
+	}
+	if len(from) > 1 {
+		return out, contentError("the From header appears %d times; give it once", len(from))
+	}
+	mh := mail.Header{}
+	mh.Header.Header = *h
+	if addrs, err := mh.AddressList("From"); err != nil || len(addrs) == 0 {
+		why := "no address"
+		if err != nil {
+			why = err.Error()
+		}
+		return out, contentError("the From header %q is not a valid address list (%s)", from[0], why)
+	}
+
+	switch vals := h.Values("Message-Id"); len(vals) {
+	case 0:
+	case 1:
+		mid, err := mh.MessageID()
+		if err != nil || mid == "" {
+			// Keep what the app wrote: it is what receipts will quote.
+			mid = strings.Trim(strings.TrimSpace(vals[0]), "<>")
+		}
+		if mid == "" {
+			return out, contentError("the Message-ID header is empty")
+		}
+		out.messageID = mid
+	default:
+		return out, contentError("the Message-ID header appears %d times; give it once", len(vals))
+	}
+	return out, nil
+}
+
+// addField puts a field at the top of the header, as trace fields go.
+func addField(h *textproto.Header, name, value string) {
+	h.AddRaw([]byte(name + ": " + value + "\r\n"))
+}
+
+// receivedField is the trace field of RFC 5321 section 4.4.
+func receivedField(helo, clientIP, host, with, id string, rcpts []string, t time.Time) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "from %s ([%s])\r\n\tby %s (Postino) with %s id %s", helo, clientIP, host, with, id)
+	if len(rcpts) == 1 {
+		fmt.Fprintf(&b, "\r\n\tfor <%s>", rcpts[0])
+	}
+	fmt.Fprintf(&b, "; %s", t.Format(time.RFC1123Z))
+	return b.String()
+}

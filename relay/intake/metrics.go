@@ -1,0 +1,44 @@
+package intake
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the intake's Prometheus series.
+type Metrics struct {
+	accepted prometheus.Counter
+	refused  *prometheus.CounterVec
+	latency  prometheus.Histogram
+}
+
+// NewMetrics registers the intake series with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "postino_intake_accepted_total",
+			Help: "Messages answered 250 (duplicates of a queued id included).",
+		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "postino_intake_rejected_total",
+			Help: "Clients, commands and messages refused, by reason.",
+		}, []string{"reason"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "postino_intake_accept_seconds",
+			Help:    "Time from DATA to the 250 reply, the message durable in spool and outbox.",
+			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .2, .5, 1, 2, 5},
+		}),
+	}
+	reg.MustRegister(m.accepted, m.refused, m.latency)
+	return m
+}
+
+func (m *Metrics) accept(d time.Duration) {
+	m.accepted.Inc()
+	m.latency.Observe(d.Seconds())
+}
+
+func (m *Metrics) rejected(reason string) {
+	m.refused.WithLabelValues(reason).Inc()
+}

@@ -1,0 +1,445 @@
+// Package intake is the SMTP side of the relay: it receives a message from an
+// app, checks it, writes it to the spool and the outbox, and only then
+// answers 250. The intake worker then prepares accepted messages for
+// delivery.
+package intake
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emersion/go-message/textproto"
+	"github.com/emersion/go-sasl"
+	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/spool"
+)
+
+// Config is the SMTP side's configuration.
+type Config struct {
+	// Hostname names the relay in the greeting, Received fields and
+	// generated Message-IDs.
+	Hostname       string
+	MaxMessageSize int64
+	MaxRecipients  int
+	// MaxLineLength bounds body lines (header lines are always bounded by
+	// 998 octets).
+	MaxLineLength int
+	// RejectBareNewlines refuses messages with a CR or LF that is not part
+	// of CRLF, instead of turning it into CRLF.
+	RejectBareNewlines bool
+	// AllowNetworks may send without AUTH.
+	AllowNetworks []netip.Prefix
+	// Accounts enables AUTH PLAIN and LOGIN when not nil.
+	Accounts Accounts
+	// AllowInsecureAuth offers AUTH without TLS.
+	AllowInsecureAuth bool
+	TLS               *tls.Config
+	ReadTimeout       time.Duration
+	WriteTimeout      time.Duration
+	// CommitTimeout bounds the outbox commit of one message.
+	CommitTimeout time.Duration
+	// PEC are the certified-mail accounts, by lower-case address.
+	PEC map[string]PECAccount
+}
+
+// Outbox is what intake needs of the store.
+type Outbox interface {
+	Get(ctx context.Context, id string) (*backends.Message, error)
+	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
+	Create(ctx context.Context, m *backends.Message) error
+}
+
+// Server receives messages over SMTP.
+type Server struct {
+	cfg     Config
+	outbox  Outbox
+	spool   *spool.Spool
+	log     *slog.Logger
+	metrics *Metrics
+	// accepted is told of every newly queued message, to wake the worker.
+	accepted func()
+	smtp     *smtp.Server
+	// readers keeps the buffers of finished sessions for the next ones:
+	// allocating them per message keeps the collector busy under load.
+	readers sync.Pool
+}
+
+// reader is what reading one message needs.
+type reader struct {
+	sc *scanner
+	br *bufio.Reader
+}
+
+// NewServer builds the SMTP server; Serve starts it.
+func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted}
+	srv := smtp.NewServer(s)
+	srv.Domain = cfg.Hostname
+	srv.MaxMessageBytes = cfg.MaxMessageSize
+	srv.MaxRecipients = cfg.MaxRecipients
+	// go-smtp ends the connection on a line over its limit; keep it well
+	// above ours so that a long line gets a proper reply instead.
+	srv.MaxLineLength = max(64<<10, cfg.MaxLineLength+2)
+	srv.EnableSMTPUTF8 = true
+	srv.TLSConfig = cfg.TLS
+	srv.AllowInsecureAuth = cfg.AllowInsecureAuth
+	srv.ReadTimeout = cfg.ReadTimeout
+	srv.WriteTimeout = cfg.WriteTimeout
+	srv.ErrorLog = slogAdapter{log}
+	s.smtp = srv
+	return s
+}
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.smtp.Serve(l)
+	if errors.Is(err, smtp.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting connections and waits for the sessions in
+// progress to end; when ctx ends first, it closes those left (a message
+// being committed still completes: only its reply is lost).
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.smtp.Shutdown(ctx)
+	if ctx.Err() != nil {
+		s.smtp.Close()
+	}
+	return err
+}
+
+type slogAdapter struct{ log *slog.Logger }
+
+func (a slogAdapter) Printf(format string, v ...any) {
+	a.log.Warn("smtp server: " + strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+func (a slogAdapter) Println(v ...any) {
+	a.log.Warn("smtp server: " + strings.TrimSpace(fmt.Sprintln(v...)))
+}
+
+// NewSession implements smtp.Backend.
+func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
+	addr, _ := netip.ParseAddrPort(c.Conn().RemoteAddr().String())
+	ip := addr.Addr().Unmap()
+	trusted := false
+	for _, p := range s.cfg.AllowNetworks {
+		if p.Contains(ip) {
+			trusted = true
+			break
+		}
+	}
+	if !trusted && s.cfg.Accounts == nil {
+		s.metrics.rejected("client")
+		s.log.Warn("client refused: not in an allowed network", "client", ip)
+		return nil, &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 7, 1},
+			Message: fmt.Sprintf("Your address %s may not send through this relay", ip)}
+	}
+	_, isTLS := c.TLSConnectionState()
+	return &session{srv: s, conn: c, clientIP: ip, trusted: trusted, tls: isTLS}, nil
+}
+
+type session struct {
+	srv      *Server
+	conn     *smtp.Conn
+	clientIP netip.Addr
+	trusted  bool
+	tls      bool
+	authUser string
+
+	from  string
+	opts  smtp.MailOptions
+	rcpts []string
+}
+
+func (s *session) AuthMechanisms() []string {
+	if s.srv.cfg.Accounts == nil {
+		return nil
+	}
+	return []string{sasl.Plain, sasl.Login}
+}
+
+func (s *session) Auth(mech string) (sasl.Server, error) {
+	authenticate := func(username, password string) error {
+		if !s.srv.cfg.Accounts.check(username, password) {
+			s.srv.metrics.rejected("auth")
+			s.srv.log.Warn("authentication failed", "client", s.clientIP, "user", username)
+			return errAuthFailed()
+		}
+		s.authUser = username
+		return nil
+	}
+	switch mech {
+	case sasl.Plain:
+		return sasl.NewPlainServer(func(identity, username, password string) error {
+			if identity != "" && identity != username {
+				return &smtp.SMTPError{Code: 535, EnhancedCode: smtp.EnhancedCode{5, 7, 8},
+					Message: "Authentication failed: acting as another user is not allowed"}
+			}
+			return authenticate(username, password)
+		}), nil
+	case sasl.Login:
+		return &loginServer{authenticate: authenticate}, nil
+	}
+	return nil, smtp.ErrAuthUnknownMechanism
+}
+
+func (s *session) Mail(from string, opts *smtp.MailOptions) error {
+	if !s.trusted && s.authUser == "" {
+		s.srv.metrics.rejected("auth")
+		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0},
+			Message: "Authentication required: use AUTH (over TLS) before MAIL"}
+	}
+	if from != "" {
+		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
+			s.srv.metrics.rejected("address")
+			return err
+		}
+	}
+	s.from = from
+	s.opts = *opts
+	s.rcpts = s.rcpts[:0]
+	return nil
+}
+
+func (s *session) Rcpt(to string, opts *smtp.RcptOptions) error {
+	if err := checkAddress(to, s.opts.UTF8, smtp.EnhancedCode{5, 1, 3}); err != nil {
+		s.srv.metrics.rejected("address")
+		return err
+	}
+	s.rcpts = append(s.rcpts, to)
+	return nil
+}
+
+func (s *session) Reset() {
+	s.from = ""
+	s.opts = smtp.MailOptions{}
+	s.rcpts = s.rcpts[:0]
+}
+
+func (s *session) Logout() error { return nil }
+
+func (s *session) Data(r io.Reader) error {
+	start := time.Now()
+	id, err := s.data(r, start.UTC())
+	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
+		s.srv.metrics.accept(time.Since(start))
+		return err
+	}
+	reason := "content"
+	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
+		switch {
+		case reply.Code/100 == 4:
+			reason = "temporary"
+		case reply.EnhancedCode == smtp.ErrDataTooLarge.EnhancedCode:
+			reason = "size"
+		}
+	} else {
+		reason = "connection"
+	}
+	s.srv.metrics.rejected(reason)
+	s.srv.log.Info("message refused", "id", id, "client", s.clientIP, "from", s.from, "error", err)
+	return err
+}
+
+// queued is the reply that hands the message over: go-smtp sends the code and
+// text of an SMTPError as they are, 250 included.
+func queued(id string) error {
+	return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "Ok: queued as " + id}
+}
+
+func tempFailure(format string, args ...any) error {
+	return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: oneLine(fmt.Sprintf(format, args...))}
+}
+
+// data reads, checks and stores one message. It returns the message id when
+// it knows it, and the reply.
+func (s *session) data(r io.Reader, now time.Time) (string, error) {
+	cfg := &s.srv.cfg
+	allow8bit := s.opts.Body == smtp.Body8BitMIME || s.opts.Body == smtp.BodyBinaryMIME || s.opts.UTF8
+	rd, _ := s.srv.readers.Get().(*reader)
+	if rd == nil {
+		rd = &reader{sc: newScanner(nil, false, false, 0)}
+		rd.br = bufio.NewReaderSize(rd.sc, 32<<10)
+	}
+	rd.sc.reset(r, cfg.RejectBareNewlines, allow8bit, cfg.MaxLineLength)
+	rd.br.Reset(rd.sc)
+	defer func() {
+		rd.sc.reset(nil, false, false, 0)
+		rd.br.Reset(nil)
+		s.srv.readers.Put(rd)
+	}()
+	sc, br := rd.sc, rd.br
+
+	h, err := textproto.ReadHeader(br)
+	if err != nil {
+		return "", readError(err, "the header section is malformed: %v")
+	}
+	ctrl, err := readControl(&h, now)
+	if err != nil {
+		return "", err
+	}
+	ident, err := readIdentity(&h)
+	if err != nil {
+		return ident.id, err
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.CommitTimeout)
+	defer cancel()
+	if ident.id == "" {
+		ident.id = newID()
+		addField(&h, HeaderMailID, ident.id)
+	} else {
+		switch _, err := s.srv.outbox.Get(ctx, ident.id); {
+		case err == nil:
+			// An app retrying a message it already handed over.
+			if _, err := io.Copy(io.Discard, br); err != nil {
+				return ident.id, readError(err, "%v")
+			}
+			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
+			return ident.id, queued(ident.id)
+		case !errors.Is(err, backends.ErrNotFound):
+			return ident.id, tempFailure("Outbox unavailable, try again later: %v", err)
+		}
+	}
+	if err := s.checkPEC(ctx, &h, ctrl, ident); err != nil {
+		return ident.id, err
+	}
+	if ident.messageID == "" {
+		ident.messageID = newID() + "@" + cfg.Hostname
+		addField(&h, "Message-ID", "<"+ident.messageID+">")
+	}
+	if !h.Has("Date") {
+		addField(&h, "Date", now.Format(time.RFC1123Z))
+	}
+	addField(&h, "Received", receivedField(s.conn.Hostname(), s.clientIP.String(), cfg.Hostname, s.protocol(), ident.id, s.rcpts, now))
+
+	f, err := s.srv.spool.Create(ident.id, now)
+	if err != nil {
+		return ident.id, tempFailure("Cannot write the message to the spool, try again later: %v", err)
+	}
+	ew := &errWriter{w: f}
+	err = textproto.WriteHeader(ew, h)
+	if err == nil {
+		_, err = io.Copy(ew, br)
+	}
+	if err == nil {
+		err = f.Commit()
+		ew.err = err
+	}
+	if err != nil {
+		f.Abort()
+		if ew.err != nil {
+			return ident.id, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
+		}
+		return ident.id, readError(err, "%v")
+	}
+
+	m := &backends.Message{
+		ID:        ident.id,
+		MessageID: ident.messageID,
+		Priority:  ctrl.priority,
+		Batch:     ctrl.batch,
+		DueAt:     ctrl.sendAfter,
+		EmlPath:   f.Path(),
+		Reason:    fmt.Sprintf("accepted from %s", s.clientIP),
+		CreatedAt: now,
+		Envelope: backends.Envelope{
+			Sender:     s.from,
+			Recipients: append([]string(nil), s.rcpts...),
+			ClientAddr: s.conn.Conn().RemoteAddr().String(),
+			Helo:       s.conn.Hostname(),
+			AuthUser:   s.authUser,
+			TLS:        s.tls,
+			ReceivedAt: now,
+			SMTPUTF8:   s.opts.UTF8,
+			EightBit:   sc.eightBit,
+			Size:       f.Size(),
+			Control:    ctrl.raw,
+		},
+	}
+	if err := s.srv.outbox.Create(ctx, m); err != nil {
+		s.srv.spool.Remove(f.Path())
+		if errors.Is(err, backends.ErrDuplicate) {
+			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
+			return ident.id, queued(ident.id)
+		}
+		return ident.id, tempFailure("Cannot record the message in the outbox, try again later: %v", err)
+	}
+	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,
+		"rcpts", len(s.rcpts), "size", f.Size(), "client", s.clientIP, "user", s.authUser)
+	if s.srv.accepted != nil {
+		s.srv.accepted()
+	}
+	return ident.id, queued(ident.id)
+}
+
+// protocol is the WITH clause of the Received field (RFC 3848, RFC 6531).
+func (s *session) protocol() string {
+	p := "ESMTP"
+	if s.opts.UTF8 {
+		p = "UTF8SMTP"
+	}
+	if s.tls {
+		p += "S"
+	}
+	if s.authUser != "" {
+		p += "A"
+	}
+	return p
+}
+
+// readError turns an error met while reading the message into its reply:
+// the scanner's and go-smtp's own replies pass as they are.
+func readError(err error, format string) error {
+	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
+		return reply
+	}
+	if errors.Is(err, smtp.ErrTooLongLine) {
+		return contentError("a line is longer than this relay accepts")
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("connection lost during DATA: %w", err)
+	}
+	return contentError(format, err)
+}
+
+// errWriter remembers a write error, so that a failing disk is told apart
+// from a failing client.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	n, err := e.w.Write(p)
+	if err != nil {
+		e.err = err
+	}
+	return n, err
+}
+
+// newID makes a message id: a time-ordered UUID, so that ids of a database
+// store land near each other in its primary key.
+func newID() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}

@@ -1,0 +1,203 @@
+package intake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/emersion/go-message"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/spool"
+)
+
+// maxMIMEDepth bounds nested multiparts: deeper is an attack or a bug.
+const maxMIMEDepth = 32
+
+// WorkerStore is what the intake worker needs of the outbox.
+type WorkerStore interface {
+	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
+	Transition(ctx context.Context, t backends.Transition) error
+}
+
+// Router names the route a message will take, or says why it cannot be sent.
+type Router func(m *backends.Message) (string, error)
+
+// WorkerConfig tunes the intake worker.
+type WorkerConfig struct {
+	// Concurrency is how many messages are prepared at once.
+	Concurrency int
+	// Lease is how long a message may stay INTAKING before another worker
+	// may take it over.
+	Lease time.Duration
+	// Poll is how often the outbox is checked when nothing wakes the worker
+	// (messages accepted by another relay, restored leases).
+	Poll time.Duration
+	// Owner names this worker in the history.
+	Owner string
+	// Ready, when set, is told that messages became READY.
+	Ready func()
+}
+
+// Worker moves ACCEPTED messages to READY, or INVALID with the reason.
+type Worker struct {
+	cfg   WorkerConfig
+	store WorkerStore
+	spool *spool.Spool
+	route Router
+	log   *slog.Logger
+	wake  chan struct{}
+}
+
+func NewWorker(cfg WorkerConfig, store WorkerStore, sp *spool.Spool, route Router, log *slog.Logger) *Worker {
+	return &Worker{cfg: cfg, store: store, spool: sp, route: route, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake tells the worker that a message is waiting.
+func (w *Worker) Wake() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run prepares messages until ctx ends. The messages it holds when ctx ends
+// are finished first: preparing one takes milliseconds.
+func (w *Worker) Run(ctx context.Context) {
+	ticker := time.NewTicker(w.cfg.Poll)
+	defer ticker.Stop()
+	backoff := time.Duration(0)
+	for {
+		now := time.Now().UTC()
+		msgs, err := w.store.Claim(context.WithoutCancel(ctx), backends.Claim{
+			From: backends.StatusAccepted, To: backends.StatusIntaking,
+			Now: now, LeaseUntil: now.Add(w.cfg.Lease),
+			Limit: w.cfg.Concurrency * 16, Reason: "claimed for intake by " + w.cfg.Owner,
+		})
+		if err != nil {
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", backoff)
+		} else {
+			backoff = 0
+		}
+		if len(msgs) > 0 {
+			w.prepareAll(msgs)
+			if w.cfg.Ready != nil {
+				w.cfg.Ready()
+			}
+			if ctx.Err() == nil {
+				continue
+			}
+		}
+		var retry <-chan time.Time // nil, so never, unless backing off
+		if backoff > 0 {
+			retry = time.After(backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-ticker.C:
+		case <-retry:
+		}
+	}
+}
+
+func (w *Worker) prepareAll(msgs []*backends.Message) {
+	work := make(chan *backends.Message)
+	var wg sync.WaitGroup
+	for range min(w.cfg.Concurrency, len(msgs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for m := range work {
+				w.prepare(m)
+			}
+		}()
+	}
+	for _, m := range msgs {
+		work <- m
+	}
+	close(work)
+	wg.Wait()
+}
+
+// prepare checks one INTAKING message and moves it on. Whatever happens, the
+// message leaves INTAKING, or its lease brings it back to ACCEPTED.
+func (w *Worker) prepare(m *backends.Message) {
+	ctx := context.Background()
+	t := backends.Transition{ID: m.ID, From: backends.StatusIntaking, To: backends.StatusReady}
+	route, err := w.check(m)
+	if err != nil {
+		t.To = backends.StatusInvalid
+		t.Reason = err.Error()
+		t.Event = backends.OutcomeEvent(t.From, backends.StatusInvalid, t.Reason, nil)
+	} else {
+		t.Route = route
+		t.Reason = "ready for route " + route
+		if m.DueAt.After(time.Now()) {
+			t.Reason += ", not before " + m.DueAt.UTC().Format(time.RFC3339)
+		}
+	}
+	if err := w.store.Transition(ctx, t); err != nil {
+		// The lease will hand the message back; nothing is lost.
+		w.log.Error("intake: cannot record the prepared message; its lease will return it", "id", m.ID, "to", t.To, "error", err)
+		return
+	}
+	if t.To == backends.StatusInvalid {
+		w.log.Warn("invalid", "id", m.ID, "reason", t.Reason)
+		return
+	}
+	w.log.Info("ready", "id", m.ID, "route", route, "priority", m.Priority, "due", m.DueAt)
+}
+
+// check reads the spool file through its whole MIME structure and asks the
+// router for a route.
+func (w *Worker) check(m *backends.Message) (string, error) {
+	f, err := w.spool.Open(m.EmlPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("spool file %s is missing", m.EmlPath)
+	}
+	if err != nil {
+		return "", fmt.Errorf("spool file %s cannot be read: %w", m.EmlPath, err)
+	}
+	defer f.Close()
+	e, err := message.Read(f)
+	if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+		return "", fmt.Errorf("the message cannot be parsed: %w", err)
+	}
+	if err := walkMIME(e, "1", 0); err != nil {
+		return "", err
+	}
+	return w.route(m)
+}
+
+// walkMIME checks that every multipart is well formed: boundaries present
+// and closed, part headers readable. Bodies are not decoded: a receiver may
+// cope with a bad base64 line, and the relay must not judge content.
+func walkMIME(e *message.Entity, path string, depth int) error {
+	if depth > maxMIMEDepth {
+		return fmt.Errorf("MIME part %s is nested more than %d levels deep", path, maxMIMEDepth)
+	}
+	mr := e.MultipartReader()
+	if mr == nil {
+		return nil
+	}
+	for i := 1; ; i++ {
+		p, err := mr.NextPart()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+			return fmt.Errorf("MIME part %s.%d is malformed: %w", path, i, err)
+		}
+		if err := walkMIME(p, fmt.Sprintf("%s.%d", path, i), depth+1); err != nil {
+			return err
+		}
+	}
+}

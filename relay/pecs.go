@@ -1,0 +1,58 @@
+//go:build ignore
+
+package relay
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/pec"
+	"github.com/genropy/postino/relay/mailbox"
+)
+
+// overdueEvery is how often late PEC receipts are looked for.
+const overdueEvery = time.Minute
+
+// pecMailboxes makes a poller per PEC account, all recording receipts
+// through one recorder.
+func (r *Relay) pecMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake func()) error {
+	if len(r.cfg.PEC.Accounts) == 0 {
+		return nil
+	}
+	opts := pec.Options{}
+	if b := r.cfg.PEC.TrustBundle; b != "" {
+		roots, err := pec.LoadTrustBundle(b)
+		if err != nil {
+			return fmt.Errorf("pec.trust_bundle: %w", err)
+		}
+		opts.Roots = roots
+	} else {
+		r.log.Warn("pec.trust_bundle is not set: receipts' signatures are not checked, and their events say so")
+	}
+	r.pecRecorder = pec.NewRecorder(r.outbox, r.spool, opts, r.log, pec.NewMetrics(reg), wake)
+	for i, a := range r.cfg.PEC.Accounts {
+		cfg, err := a.mailbox().mailbox(r.owner(), os.Getenv)
+		if err != nil {
+			return fmt.Errorf("pec.accounts[%d]: %w", i, err)
+		}
+		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, r.pecRecorder, r.log, m))
+	}
+	return nil
+}
+
+// checkOverdue raises the events of late PEC receipts.
+func (r *Relay) checkOverdue(ctx context.Context) {
+	if r.pecRecorder == nil {
+		return
+	}
+	limits := pec.Limits{Acceptance: r.cfg.PEC.AcceptanceTimeout.D(), Delivery: r.cfg.PEC.DeliveryTimeout.D()}
+	isPEC := func(route string) bool { return strings.HasPrefix(route, "pec:") }
+	if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPEC); err != nil {
+		r.log.Error("pec: cannot look for late receipts; will retry", "error", err)
+	}
+}

@@ -1,0 +1,346 @@
+// Package relay wires the relay together: configuration, spool, outbox,
+// SMTP intake, workers, housekeeping and the admin API.
+package relay
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/backends/dynamodb"
+	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/plugins"
+	"github.com/genropy/postino/relay/admin"
+	"github.com/genropy/postino/relay/delivery"
+	"github.com/genropy/postino/relay/dkim"
+	"github.com/genropy/postino/relay/intake"
+	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/spool"
+)
+
+// Relay is one running relay.
+type Relay struct {
+	cfg Config
+	log *slog.Logger
+
+	spool  *spool.Spool
+	outbox backends.Outbox
+	// exclusive is true when no other process can use the outbox (bbolt's
+	// file lock): then at start every lease belongs to a dead process.
+	exclusive bool
+
+	intake     *intake.Server
+	worker     *intake.Worker
+	engine     *delivery.Engine
+	dispatcher *plugins.Dispatcher
+	signer     *dkim.Signer
+	pollers    []*mailbox.Poller
+	admin      *http.Server
+	smtpLn     net.Listener
+	adminLn    net.Listener
+}
+
+// New opens the spool and outbox, repairs what a crash may have left, and
+// binds the listeners. Run serves.
+func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
+	}
+	if cfg.Hostname == "" {
+		cfg.Hostname, _ = os.Hostname()
+		if cfg.Hostname == "" {
+			cfg.Hostname = "localhost"
+		}
+	}
+	r := &Relay{cfg: cfg, log: log}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("create data directory: %w", err)
+	}
+	if r.spool, err = spool.Open(cfg.spoolDir()); err != nil {
+		return nil, err
+	}
+	if r.outbox, r.exclusive, err = cfg.openOutbox(context.Background()); err != nil {
+		return nil, err
+	}
+
+	if err := r.recover(context.Background()); err != nil {
+		return nil, err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newQueueCollector(r.outbox))
+
+	icfg, err := r.intakeConfig()
+	if err != nil {
+		return nil, err
+	}
+	routes, err := cfg.deliveryRoutes(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	resolver := cfg.Resolver
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	ring, err := cfg.DKIM.Keyring()
+	if err != nil {
+		return nil, err
+	}
+	r.signer = dkim.NewSigner(ring, dkim.NewMetrics(reg))
+	logKeys(log, ring)
+	specs := cfg.pluginSpecs()
+	r.dispatcher = plugins.NewDispatcher(plugins.Config{Poll: time.Second, Lease: cfg.Delivery.Lease.D(), Owner: cfg.Hostname,
+		Concurrency: 64, Version: Version()}, r.outbox, specs, log, plugins.NewMetrics(reg))
+	dcfg := cfg.deliveryConfig(cfg.Hostname)
+	// Without plugins, outcomes are acknowledged in the commit that records
+	// them: nobody is waiting to be told.
+	dcfg.Acknowledge = len(specs) == 0
+	dcfg.Signer = r.signer
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, resolver, log, delivery.NewMetrics(reg), r.dispatcher.Wake)
+	r.worker = intake.NewWorker(intake.WorkerConfig{
+		Concurrency: cfg.Intake.Workers, Lease: cfg.Intake.Lease.D(), Poll: cfg.Intake.Poll.D(), Owner: cfg.Hostname,
+		Ready: r.engine.Wake,
+	}, r.outbox, r.spool, routes.Choose, log)
+	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, intake.NewMetrics(reg), r.worker.Wake)
+
+	r.admin = &http.Server{
+		Handler: admin.NewHandler(r.outbox, admin.Options{
+			Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+			Ready:      r.ready,
+			Degraded:   r.degraded,
+			Wake:       r.worker.Wake,
+			WakeEvents: r.dispatcher.Wake,
+			Receipts:   r.spool,
+			Log:        log,
+		}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	// No TCP keepalive: the read timeout ends idle sessions, and the
+	// keepalive options cost four system calls per connection.
+	lc := net.ListenConfig{KeepAlive: -1}
+	if r.smtpLn, err = lc.Listen(context.Background(), "tcp", cfg.SMTP.Listen); err != nil {
+		return nil, fmt.Errorf("smtp.listen: %w", err)
+	}
+	if r.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		return nil, fmt.Errorf("admin.listen: %w", err)
+	}
+	// Last: the mailbox leases name the relay by its SMTP address.
+	if err := r.bounceMailboxes(reg, r.dispatcher.Wake); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ReloadDKIM puts the DKIM policy and keys of c in force for the messages
+// signed from now on. When a key file cannot be read or parsed nothing
+// changes, and the error names the file.
+func (r *Relay) ReloadDKIM(c DKIMConfig) error {
+	ring, err := c.Keyring()
+	if err != nil {
+		return fmt.Errorf("DKIM keys not reloaded, those in use stay: %w", err)
+	}
+	r.signer.Swap(ring)
+	logKeys(r.log, ring)
+	return nil
+}
+
+// logKeys says which keys sign, so that an operator sees a rotation land.
+func logKeys(log *slog.Logger, ring *dkim.Keyring) {
+	for _, k := range ring.Keys() {
+		log.Info("DKIM key", "domain", k.Domain, "selector", k.Selector, "algorithm", k.Algorithm(), "active", k.Active, "file", k.File)
+	}
+}
+
+// openOutbox opens the configured store; exclusive tells whether this
+// process is its only user.
+func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) {
+	switch c.Outbox.Backend {
+	case "mysql":
+		dsn, err := c.mysqlDSN(os.Getenv)
+		if err != nil {
+			return nil, false, err
+		}
+		s, err := mysql.Open(ctx, dsn, mysql.Options{CAFile: c.Outbox.MySQL.TLSCAFile, MaxConns: c.Outbox.MySQL.MaxConns})
+		if err != nil {
+			return nil, false, err
+		}
+		return s, false, nil
+	case "dynamodb":
+		d := c.Outbox.DynamoDB
+		s, err := dynamodb.Open(ctx, dynamodb.Options{Table: d.Table, Endpoint: d.Endpoint, Region: d.Region, TTL: d.TTL.D()})
+		if err != nil {
+			return nil, false, err
+		}
+		return s, false, nil
+	}
+	s, err := bolt.Open(c.boltPath(), bolt.Options{})
+	if err != nil {
+		return nil, false, err
+	}
+	return s, true, nil
+}
+
+func (r *Relay) intakeConfig() (intake.Config, error) {
+	cfg := r.cfg
+	nets, err := cfg.allowNetworks()
+	if err != nil {
+		return intake.Config{}, err
+	}
+	accounts, err := cfg.accounts(os.Getenv)
+	if err != nil {
+		return intake.Config{}, err
+	}
+	var tlsCfg *tls.Config
+	if cfg.SMTP.TLS.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.SMTP.TLS.CertFile, cfg.SMTP.TLS.KeyFile)
+		if err != nil {
+			return intake.Config{}, fmt.Errorf("smtp.tls: %w", err)
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	return intake.Config{
+		Hostname:           cfg.Hostname,
+		MaxMessageSize:     int64(cfg.SMTP.MaxMessageSize),
+		MaxRecipients:      cfg.SMTP.MaxRecipients,
+		MaxLineLength:      cfg.SMTP.MaxLineLength,
+		RejectBareNewlines: cfg.SMTP.BareNewlines == "reject",
+		AllowNetworks:      nets,
+		Accounts:           accounts,
+		AllowInsecureAuth:  cfg.SMTP.Auth.AllowInsecure,
+		TLS:                tlsCfg,
+		ReadTimeout:        cfg.SMTP.ReadTimeout.D(),
+		WriteTimeout:       cfg.SMTP.WriteTimeout.D(),
+		CommitTimeout:      30 * time.Second,
+		PEC:                cfg.PEC.intakeAccounts(),
+	}, nil
+}
+
+// SMTPAddr is the address the SMTP listener is bound to.
+func (r *Relay) SMTPAddr() net.Addr { return r.smtpLn.Addr() }
+
+// AdminAddr is the address the admin API is bound to.
+func (r *Relay) AdminAddr() net.Addr { return r.adminLn.Addr() }
+
+// Run serves until ctx ends, then stops: no new connections, sessions in
+// progress get ShutdownTimeout to finish, workers finish what they hold.
+func (r *Relay) Run(ctx context.Context) error {
+	r.log.Info("postino serving", "smtp", r.smtpLn.Addr().String(), "admin", r.adminLn.Addr().String(),
+		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "host", r.cfg.Hostname)
+	errc := make(chan error, 2)
+	go func() { errc <- r.intake.Serve(r.smtpLn) }()
+	go func() {
+		err := r.admin.Serve(r.adminLn)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	workCtx, stopWork := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { r.worker.Run(workCtx) })
+	wg.Go(func() { r.housekeeping(workCtx) })
+	deliveryCtx, stopDelivery := context.WithCancel(context.Background())
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		if r.cfg.Delivery.Paused {
+			r.log.Warn("delivery is paused (delivery.paused): messages wait in READY")
+			<-deliveryCtx.Done()
+			return
+		}
+		r.engine.Run(deliveryCtx)
+	}()
+	callbackCtx, stopCallbacks := context.WithCancel(context.Background())
+	var callbacks sync.WaitGroup
+	callbacks.Go(func() { r.dispatcher.Run(callbackCtx) })
+	r.runPollers(callbackCtx, &callbacks)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+		err = fmt.Errorf("listener stopped: %w", err)
+	}
+	r.log.Info("postino stopping")
+	// First no new mail; then deliveries finish (or are handed back within
+	// delivery.shutdown_timeout); the outcomes they reached get their
+	// callbacks while the API still answers.
+	intakeCtx, cancelIntake := context.WithTimeout(context.Background(), min(10*time.Second, r.cfg.Delivery.ShutdownTimeout.D()))
+	r.intake.Shutdown(intakeCtx)
+	cancelIntake()
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stopWork()
+	wg.Wait()
+	stopDelivery()
+	<-delivered
+	stopCallbacks()
+	callbacks.Wait()
+	r.admin.Shutdown(shutCtx)
+	r.close()
+	r.log.Info("postino stopped")
+	return err
+}
+
+func (r *Relay) close() {
+	if r.smtpLn != nil {
+		r.smtpLn.Close()
+	}
+	if r.adminLn != nil {
+		r.adminLn.Close()
+	}
+	if r.spool != nil {
+		r.spool.Close()
+	}
+	if r.outbox != nil {
+		r.outbox.Close()
+	}
+}
+
+func (r *Relay) ready(ctx context.Context) map[string]error {
+	checks := map[string]error{"outbox": r.outbox.Ping(ctx)}
+	if _, err := os.Stat(r.spool.Dir()); err != nil {
+		checks["spool"] = err
+	} else {
+		checks["spool"] = nil
+	}
+	return checks
+}
+
+// Version is the relay's version, from the build.
+func Version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return "dev-" + s.Value[:12]
+		}
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	return "dev"
+}
