@@ -3,6 +3,7 @@ package pec_test
 import (
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -19,11 +20,18 @@ var update = flag.Bool("update", false, "rewrite the signed receipts in testdata
 // change in pectest cannot hide a change in the reader: rewrite them with
 // go test ./pec -run TestFixtures -update.
 var generated = map[string]pectest.ReceiptOptions{
-	"accettazione.eml": {Type: pec.Accettazione, Recipients: recipients},
+	"accettazione.eml":               {Type: pec.Accettazione, Recipients: recipients},
 	"avvenuta-consegna-completa.eml": {Type: pec.AvvenutaConsegna, Consegna: "uno@pec.dest.test"},
 	"errore-consegna-no-dest.eml": {Type: pec.ErroreConsegna, Errore: "no-dest", Consegna: "due@pec.dest.test",
 		ErroreEsteso: "5.1.1 - Utente non riconosciuto", DaticertEncoding: "quoted-printable"},
-	"posta-certificata.eml": {Type: pec.PostaCertificata, TipoRicevuta: "breve"},
+	"posta-certificata.eml":         {Type: pec.PostaCertificata, TipoRicevuta: "breve"},
+	"non-accettazione.eml":          {Type: pec.NonAccettazione, ErroreEsteso: "messaggio troppo grande"},
+	"presa-in-carico.eml":           {Type: pec.PresaInCarico, Recipients: recipients},
+	"avvenuta-consegna-breve.eml":   {Type: pec.AvvenutaConsegna, Consegna: "due@pec.dest.test", TipoRicevuta: "breve", DaticertEncoding: "quoted-printable"},
+	"preavviso-errore-consegna.eml": {Type: pec.PreavvisoErroreConsegna, Consegna: "due@pec.dest.test"},
+	"rilevazione-virus.eml":         {Type: pec.RilevazioneVirus},
+	"errore-consegna-virus.eml":     {Type: pec.ErroreConsegna, Errore: "virus", Consegna: "uno@pec.dest.test"},
+	"anomalia-messaggio.eml":        {Type: pec.ErroreTrasporto},
 }
 
 func writeFixtures(t *testing.T) {
@@ -98,6 +106,65 @@ func TestFixtures(t *testing.T) {
 			},
 		},
 		{
+			file: "non-accettazione.eml", typ: pec.NonAccettazione, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if d := r.Daticert; d.Errore == "nessuno" || d.ErroreEsteso != "messaggio troppo grande" {
+					t.Errorf("daticert = %+v", d)
+				}
+			},
+		},
+		{
+			file: "presa-in-carico.eml", typ: pec.PresaInCarico, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if !reflect.DeepEqual(r.Daticert.Destinatari, recipients) {
+					t.Errorf("destinatari = %+v", r.Daticert.Destinatari)
+				}
+			},
+		},
+		{
+			file: "avvenuta-consegna-breve.eml", typ: pec.AvvenutaConsegna, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if r.Daticert.Consegna != "due@pec.dest.test" || r.TipoRicevuta != "breve" || r.Daticert.Ricevuta != "breve" {
+					t.Errorf("daticert %+v, tipo ricevuta %q", r.Daticert, r.TipoRicevuta)
+				}
+			},
+		},
+		{
+			file: "preavviso-errore-consegna.eml", typ: pec.PreavvisoErroreConsegna, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if r.Daticert.Consegna != "due@pec.dest.test" || r.Daticert.Tipo != "preavviso-errore-consegna" {
+					t.Errorf("daticert %+v", r.Daticert)
+				}
+			},
+		},
+		{
+			file: "rilevazione-virus.eml", typ: pec.RilevazioneVirus, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if r.Daticert.Errore != "virus" {
+					t.Errorf("daticert %+v", r.Daticert)
+				}
+			},
+		},
+		{
+			file: "errore-consegna-virus.eml", typ: pec.ErroreConsegna, source: pec.FromBoth,
+			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
+			check: func(t *testing.T, r *pec.Receipt) {
+				if r.Daticert.Errore != "virus" || r.Daticert.Consegna != "uno@pec.dest.test" {
+					t.Errorf("daticert %+v", r.Daticert)
+				}
+			},
+		},
+		{
+			file: "anomalia-messaggio.eml", typ: pec.ErroreTrasporto, source: pec.FromHeaders,
+			keys:      pec.Keys{MessageID: fixtureKeys.MessageID, Identificativo: fixtureKeys.Identificativo, MailID: "mail-42"},
+			identFrom: pec.FromBody, signature: pec.SignatureValid, daticertErr: "no daticert.xml",
+		},
+		{
 			// Written by hand: LF line ends, lower-case field names, and a
 			// daticert.xml in ISO-8859-1, as its declaration says.
 			file: "latin1-daticert.eml", typ: pec.Accettazione, source: pec.FromBoth,
@@ -154,5 +221,24 @@ func TestFixtures(t *testing.T) {
 				tt.check(t, r)
 			}
 		})
+	}
+}
+
+// TestFixturesOpenSSL has OpenSSL, a reader other than this package's,
+// verify the signatures of the generated receipts.
+func TestFixturesOpenSSL(t *testing.T) {
+	openssl, err := exec.LookPath("openssl")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("openssl is missing: apt-get install -y openssl")
+		}
+		t.Skip("openssl is missing")
+	}
+	for name := range generated {
+		out, err := exec.Command(openssl, "smime", "-verify", "-purpose", "any", "-CAfile", filepath.Join("testdata", "provider-ca.pem"),
+			"-in", filepath.Join("testdata", name), "-out", os.DevNull).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "Verification successful") {
+			t.Errorf("%s: openssl: %v: %s", name, err, out)
+		}
 	}
 }

@@ -1,5 +1,3 @@
-//go:build ignore
-
 package pec
 
 import (
@@ -24,7 +22,7 @@ type Limits struct {
 	Delivery time.Duration
 }
 
-// overdueScan bounds the messages one check reads per status.
+// overdueScan is the page size of a check.
 const overdueScan = 1000
 
 // CheckOverdue raises, once each, an event for every PEC message (a
@@ -38,40 +36,30 @@ func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits, is
 	for _, group := range []struct {
 		statuses []backends.Status
 		limit    time.Duration
-		check    func(context.Context, *backends.Message, []*backends.Event, time.Time) ([]*backends.Event, error)
-	}{{waitingAcceptance, l.Acceptance, r.acceptanceOverdue}, {waitingDelivery, l.Delivery, r.deliveryOverdue}} {
+		check    func(*backends.Message, []*backends.Event, time.Time) []*backends.Event
+	}{{waitingAcceptance, l.Acceptance, acceptanceOverdue}, {waitingDelivery, l.Delivery, deliveryOverdue}} {
 		for _, st := range group.statuses {
-			// The oldest first (by priority, then last change): a queue of
-			// more than overdueScan young messages of a higher priority
-			// may delay the check of an older one to a later run.
-			msgs, _, err := r.store.List(ctx, backends.ListQuery{Status: st, Limit: overdueScan})
-			if err != nil {
-				return fmt.Errorf("list %s: %w", st, err)
-			}
-			for _, m := range msgs {
-				if now.Sub(m.UpdatedAt) < group.limit || !isPEC(m.Route) {
-					continue
-				}
-				events, err := r.store.Events(ctx, m.ID)
+			// Every page: ordinary mail that stays SENT-ACKNOWLEDGED until
+			// retention removes it shares the status with PEC mail.
+			for after := ""; ; {
+				msgs, next, err := r.store.List(ctx, backends.ListQuery{Status: st, After: after, Limit: overdueScan})
 				if err != nil {
-					return fmt.Errorf("events of %s: %w", m.ID, err)
+					return fmt.Errorf("list %s: %w", st, err)
 				}
-				out, err := group.check(ctx, m, events, now.Add(-group.limit))
-				if err != nil {
-					return err
-				}
-				for _, e := range out {
-					err := r.store.AddEvent(ctx, e)
-					switch {
-					case errors.Is(err, backends.ErrDuplicate), errors.Is(err, backends.ErrNotFound):
-					case err != nil:
-						return fmt.Errorf("record %s of %s: %w", e.Outcome, m.ID, err)
-					default:
-						raised++
-						r.metrics.overdue.WithLabelValues(strings.TrimSuffix(strings.TrimPrefix(e.Outcome, "PEC-"), "-OVERDUE")).Inc()
-						r.log.Warn("pec receipt overdue", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason)
+				for _, m := range msgs {
+					if now.Sub(m.UpdatedAt) < group.limit || !isPEC(m.Route) {
+						continue
 					}
+					n, err := r.raise(ctx, m, now.Add(-group.limit), group.check)
+					if err != nil {
+						return err
+					}
+					raised += n
 				}
+				if next == "" {
+					break
+				}
+				after = next
 			}
 		}
 	}
@@ -81,30 +69,53 @@ func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits, is
 	return nil
 }
 
+// raise records the overdue events check finds for m.
+func (r *Recorder) raise(ctx context.Context, m *backends.Message, deadline time.Time,
+	check func(*backends.Message, []*backends.Event, time.Time) []*backends.Event) (int, error) {
+	events, err := r.store.Events(ctx, m.ID)
+	if err != nil {
+		return 0, fmt.Errorf("events of %s: %w", m.ID, err)
+	}
+	raised := 0
+	for _, e := range check(m, events, deadline) {
+		err := r.store.AddEvent(ctx, e)
+		switch {
+		case errors.Is(err, backends.ErrDuplicate), errors.Is(err, backends.ErrNotFound):
+		case err != nil:
+			return raised, fmt.Errorf("record %s of %s: %w", e.Outcome, m.ID, err)
+		default:
+			raised++
+			r.metrics.overdue.WithLabelValues(strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(e.Outcome, "PEC-"), "-OVERDUE"))).Inc()
+			r.log.Warn("pec receipt overdue", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason)
+		}
+	}
+	return raised, nil
+}
+
 // acceptanceOverdue: SENT before the deadline and no acceptance receipt.
-func (r *Recorder) acceptanceOverdue(_ context.Context, m *backends.Message, events []*backends.Event, deadline time.Time) ([]*backends.Event, error) {
+func acceptanceOverdue(m *backends.Message, events []*backends.Event, deadline time.Time) []*backends.Event {
 	var sentAt time.Time
 	for _, e := range events {
 		switch e.Outcome {
 		case string(backends.StatusSent):
 			sentAt = e.At
 		case OutcomeAccepted, OutcomeNotAccepted:
-			return nil, nil
+			return nil
 		}
 	}
 	if sentAt.IsZero() || sentAt.After(deadline) {
-		return nil, nil
+		return nil
 	}
 	e := backends.OutcomeEvent(m.Status, OutcomeAcceptanceOverdue,
 		fmt.Sprintf("no acceptance receipt since %s: look in the PEC mailbox, or ask the provider", sentAt.Format(time.RFC3339)), nil)
 	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00acceptance-overdue")).String()
 	e.MessageID = m.ID
-	return []*backends.Event{e}, nil
+	return []*backends.Event{e}
 }
 
 // deliveryOverdue: accepted before the deadline, and certified recipients
 // with neither a delivery receipt nor a delivery error.
-func (r *Recorder) deliveryOverdue(_ context.Context, m *backends.Message, events []*backends.Event, deadline time.Time) ([]*backends.Event, error) {
+func deliveryOverdue(m *backends.Message, events []*backends.Event, deadline time.Time) []*backends.Event {
 	var acceptedAt time.Time
 	pending := map[string]bool{}
 	for _, e := range events {
@@ -125,7 +136,7 @@ func (r *Recorder) deliveryOverdue(_ context.Context, m *backends.Message, event
 		}
 	}
 	if acceptedAt.IsZero() || acceptedAt.After(deadline) {
-		return nil, nil
+		return nil
 	}
 	if len(pending) == 0 && !hasDeliveryOutcome(events) {
 		// The acceptance listed no recipients: the envelope's.
@@ -142,7 +153,7 @@ func (r *Recorder) deliveryOverdue(_ context.Context, m *backends.Message, event
 		e.MessageID = m.ID
 		out = append(out, e)
 	}
-	return out, nil
+	return out
 }
 
 func hasDeliveryOutcome(events []*backends.Event) bool {

@@ -1,5 +1,3 @@
-//go:build ignore
-
 package pec
 
 import (
@@ -36,6 +34,9 @@ const (
 	OutcomeTakenInCharge      = "PEC-TAKEN-IN-CHARGE"
 	OutcomeDeliveryWarning    = "PEC-DELIVERY-WARNING"
 	OutcomeVirus              = "PEC-VIRUS-DETECTED"
+	// OutcomeInvalidSignature is a receipt whose S/MIME signature does
+	// not hold: kept and told, never taken for what it claims.
+	OutcomeInvalidSignature = "PEC-RECEIPT-INVALID"
 	// Raised by the relay when a receipt is late.
 	OutcomeAcceptanceOverdue = "PEC-ACCEPTANCE-OVERDUE"
 	OutcomeDeliveryOverdue   = "PEC-DELIVERY-OVERDUE"
@@ -228,21 +229,12 @@ type eventPEC struct {
 func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt, by, name string, raw []byte) (*backends.Event, error) {
 	d := details(rec, name, by)
 	delivery := d["pec"].(sdk.PEC).Delivery
-	var outcome string
-	switch rec.Type {
-	case Accettazione:
-		outcome = OutcomeAccepted
-	case NonAccettazione:
-		outcome = OutcomeNotAccepted
-	case PresaInCarico:
-		outcome = OutcomeTakenInCharge
-	case PreavvisoErroreConsegna:
-		outcome = OutcomeDeliveryWarning
-	case RilevazioneVirus:
-		outcome = OutcomeVirus
-	case ErroreConsegna:
-		outcome = OutcomeNotDelivered
-	case AvvenutaConsegna:
+	outcome := map[Type]string{Accettazione: OutcomeAccepted, NonAccettazione: OutcomeNotAccepted, PresaInCarico: OutcomeTakenInCharge,
+		PreavvisoErroreConsegna: OutcomeDeliveryWarning, RilevazioneVirus: OutcomeVirus, ErroreConsegna: OutcomeNotDelivered}[rec.Type]
+	switch {
+	case rec.Signature.Status == SignatureInvalid:
+		outcome = OutcomeInvalidSignature
+	case rec.Type == AvvenutaConsegna:
 		done, err := r.completes(ctx, m, rec, delivery)
 		if err != nil {
 			return nil, err

@@ -14,12 +14,11 @@ import (
 
 // bounceMailboxes makes a poller per configured bounce mailbox, all
 // recording through one recorder.
-func (r *Relay) bounceMailboxes(reg prometheus.Registerer, wake func()) error {
+func (r *Relay) bounceMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake func()) error {
 	if len(r.cfg.Bounces.Mailboxes) == 0 {
 		return nil
 	}
 	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bounce.NewMetrics(reg), wake)
-	m := mailbox.NewMetrics(reg)
 	for i, mc := range r.cfg.Bounces.Mailboxes {
 		cfg, err := mc.mailbox(r.owner(), os.Getenv)
 		if err != nil {

@@ -26,30 +26,8 @@ func fastRetry(cfg *relay.Config) {
 // sendTo submits one message to several recipients and returns its id.
 func sendTo(t *testing.T, addr string, rcpts []string, header, body string) string {
 	t.Helper()
-	c, err := smtp.Dial(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Mail("app@example.com", nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rcpts {
-		if err := c.Rcpt(r, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	w, err := c.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(w, "From: app@example.com\r\nTo: %s\r\n%sSubject: delivery test\r\n\r\n%s", strings.Join(rcpts, ", "), header, body)
-	resp, err := w.CloseWithResponse()
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, id, _ := strings.Cut(resp.StatusText, "queued as ")
-	return id
+	return sendRaw(t, addr, "app@example.com", rcpts,
+		fmt.Appendf(nil, "From: app@example.com\r\nTo: %s\r\n%sSubject: delivery test\r\n\r\n%s", strings.Join(rcpts, ", "), header, body))
 }
 
 func recipient(m admin.Message, addr string) admin.Recipient {

@@ -35,8 +35,9 @@ func dkimKey(t *testing.T, dir, domain, selector, algorithm string, active bool)
 	return relay.DKIMKey{Domain: domain, Selector: selector, KeyFile: path, Active: &active}, dkim.RecordName(domain, selector), rec
 }
 
-// sendRaw submits a message as it is, SMTPUTF8 when it needs it.
-func sendRaw(t *testing.T, addr, from string, to []string, msg []byte) {
+// sendRaw submits a message as it is, SMTPUTF8 when it needs it, and
+// returns the id it was queued as.
+func sendRaw(t *testing.T, addr, from string, to []string, msg []byte) string {
 	t.Helper()
 	c, err := smtp.Dial(addr)
 	if err != nil {
@@ -61,9 +62,12 @@ func sendRaw(t *testing.T, addr, from string, to []string, msg []byte) {
 		t.Fatal(err)
 	}
 	w.Write(msg)
-	if err := w.Close(); err != nil {
+	resp, err := w.CloseWithResponse()
+	if err != nil {
 		t.Fatal(err)
 	}
+	_, id, _ := strings.Cut(resp.StatusText, "queued as ")
+	return id
 }
 
 // received waits for the upstream to hold the message whose

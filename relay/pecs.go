@@ -1,5 +1,3 @@
-//go:build ignore
-
 package relay
 
 import (
@@ -15,8 +13,12 @@ import (
 	"github.com/genropy/postino/relay/mailbox"
 )
 
-// overdueEvery is how often late PEC receipts are looked for.
-const overdueEvery = time.Minute
+// overdueEvery is how often late PEC receipts are looked for: every
+// minute, or a tenth of the shortest limit when that is shorter, so that a
+// receipt is not reported much later than its limit says.
+func (c *PECConfig) overdueEvery() time.Duration {
+	return max(min(time.Minute, c.AcceptanceTimeout.D()/10, c.DeliveryTimeout.D()/10), 10*time.Millisecond)
+}
 
 // pecMailboxes makes a poller per PEC account, all recording receipts
 // through one recorder.

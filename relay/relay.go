@@ -23,6 +23,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/delivery"
@@ -49,9 +50,11 @@ type Relay struct {
 	dispatcher *plugins.Dispatcher
 	signer     *dkim.Signer
 	pollers    []*mailbox.Poller
-	admin      *http.Server
-	smtpLn     net.Listener
-	adminLn    net.Listener
+	// pecRecorder is nil when no PEC account is configured.
+	pecRecorder *pec.Recorder
+	admin       *http.Server
+	smtpLn      net.Listener
+	adminLn     net.Listener
 }
 
 // New opens the spool and outbox, repairs what a crash may have left, and
@@ -146,7 +149,11 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, fmt.Errorf("admin.listen: %w", err)
 	}
 	// Last: the mailbox leases name the relay by its SMTP address.
-	if err := r.bounceMailboxes(reg, r.dispatcher.Wake); err != nil {
+	mm := mailbox.NewMetrics(reg)
+	if err := r.bounceMailboxes(reg, mm, r.dispatcher.Wake); err != nil {
+		return nil, err
+	}
+	if err := r.pecMailboxes(reg, mm, r.dispatcher.Wake); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -19,8 +19,14 @@ import (
 // startRelay runs a relay in this process for the client commands to talk to.
 func startRelay(t *testing.T) *relay.Relay {
 	t.Helper()
+	return startRelayIn(t, t.TempDir())
+}
+
+// startRelayIn runs it with its data in dir.
+func startRelayIn(t *testing.T, dir string) *relay.Relay {
+	t.Helper()
 	cfg := relay.DefaultConfig()
-	cfg.DataDir = t.TempDir()
+	cfg.DataDir = dir
 	cfg.SMTP.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Intake.Poll = relay.Duration(50 * time.Millisecond)

@@ -24,7 +24,7 @@ Usage:
   postino queue show ID [--json]
   postino queue retry ID
   postino queue cancel ID
-  postino queue receipts ID [--out DIR]
+  postino queue receipts ID [--out DIR] [--json]
   postino batch suspend CODE
   postino batch activate CODE
   postino events list [--state parked]
@@ -34,6 +34,7 @@ Usage:
   postino dkim keygen --domain D --selector S [--algorithm rsa|ed25519] [--bits N] --out DIR
   postino dkim check [--domain D] [--selector S] [--key FILE] [--resolver HOST:PORT]
   postino bounce parse FILE... [--json]
+  postino pec parse FILE... [--json] [--trust-bundle FILE]
   postino version
 
 The queue, batch and events commands talk to a running relay's admin API: --admin ADDR
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = dkimCmd(ctx, args[1:], stdout, stderr)
 	case "bounce":
 		err = bounceCmd(args[1:], stdout, stderr)
+	case "pec":
+		err = pecCmd(args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "postino", versionString())
 	case "help", "-h", "--help":

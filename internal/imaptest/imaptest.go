@@ -4,6 +4,7 @@ package imaptest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/tls"
 	"net"
 	"sync"
@@ -39,12 +40,14 @@ type Options struct {
 	NoUser bool
 	// TLS serves implicit TLS (IMAPS) with this certificate.
 	TLS *testcert.Pair
+	// User is the login; bounces@example.com when empty.
+	User string
 }
 
 // Start serves on loopback until the test ends.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	s := &Server{User: "bounces@example.com", Password: "secret", mem: imapmemserver.New()}
+	s := &Server{User: cmp.Or(o.User, "bounces@example.com"), Password: "secret", mem: imapmemserver.New()}
 	s.user = imapmemserver.NewUser(s.User, s.Password)
 	if err := s.user.Create("INBOX", nil); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/spool"
+)
+
+func TestPECParse(t *testing.T) {
+	dir := filepath.Join("..", "..", "pec", "testdata")
+	bundle := filepath.Join(dir, "provider-ca.pem")
+	out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", bundle, filepath.Join(dir, "errore-consegna-no-dest.eml"),
+		filepath.Join("..", "..", "..", "shared", "corpora", "pec-real", "aruba-accettazione.eml"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"Type: errore-consegna", "Signature: valid, signed by", "errore: no-dest", "consegna: due@pec.dest.test",
+		"Keys: Message-ID 20240301.1234@postino.test; identificativo opec-test.fixture@pec.provider.test",
+		"Type: accettazione", "gestore-emittente: ARUBA PEC S.p.A.", "data: 2018-11-13 16:39:26 +0100", "Fields read from:"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// Aruba's receipt is signed by a CA the test bundle does not hold.
+	if !strings.Contains(flat, "Signature: invalid") {
+		t.Errorf("a receipt signed outside the bundle is not invalid:\n%s", out)
+	}
+
+	out, errOut, code = cli(t, "pec", "parse", "--json", filepath.Join(dir, "accettazione.eml"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var rec struct {
+		File      string            `json:"file"`
+		Type      string            `json:"type"`
+		Fields    map[string]string `json:"fields"`
+		Signature struct{ Status string }
+		Daticert  struct {
+			Destinatari []struct{ Address, Type string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rec.Type != "accettazione" || rec.Signature.Status != "not checked" || len(rec.Daticert.Destinatari) != 3 ||
+		rec.Fields["destinatari"] != "daticert" || !strings.HasSuffix(rec.File, "accettazione.eml") {
+		t.Errorf("JSON %+v", rec)
+	}
+	if _, errOut, code := cli(t, "pec", "parse", "/nonexistent.eml"); code != 1 || !strings.Contains(errOut, "/nonexistent.eml") {
+		t.Errorf("missing file: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := cli(t, "pec", "parse"); code != 2 || !strings.Contains(errOut, "FILE") {
+		t.Errorf("no file: exit %d: %s", code, errOut)
+	}
+	if _, errOut, code := cli(t, "pec", "parse", "--trust-bundle", "/nonexistent.pem", filepath.Join(dir, "accettazione.eml")); code != 1 ||
+		!strings.Contains(errOut, "/nonexistent.pem") {
+		t.Errorf("missing bundle: exit %d: %s", code, errOut)
+	}
+}
+
+func TestQueueReceipts(t *testing.T) {
+	data := t.TempDir()
+	r := startRelayIn(t, data)
+	admin := r.AdminAddr().String()
+	sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: cli-pec\r\nX-Postino-Send-After: "+time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+"\r\n")
+	out, _, code := cli(t, "queue", "receipts", "cli-pec", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "cli-pec has no receipts") {
+		t.Fatalf("queue receipts: %d %s", code, out)
+	}
+	// Keep a receipt with the message, as the PEC recorder does.
+	sp, err := spool.Open(filepath.Join(data, "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(filepath.Join("..", "..", "pec", "testdata", "accettazione.eml"))
+	err = sp.Walk(func(e spool.Entry) error {
+		if e.ID == "cli-pec" {
+			return sp.SaveReceipt(e.Path, "accettazione-0123456789ab.eml", raw)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, code = cli(t, "queue", "receipts", "cli-pec", "--admin", admin)
+	if code != 0 || !strings.HasPrefix(out, "RECEIPT") || !strings.Contains(out, "accettazione-0123456789ab.eml") {
+		t.Errorf("queue receipts:\n%s", out)
+	}
+	dir := t.TempDir()
+	out, _, code = cli(t, "queue", "receipts", "cli-pec", "--out", dir, "--admin", admin)
+	got, err := os.ReadFile(filepath.Join(dir, "accettazione-0123456789ab.eml"))
+	if code != 0 || err != nil || !bytes.Equal(got, raw) {
+		t.Errorf("queue receipts --out: %d %s: %v", code, out, err)
+	}
+	out, _, code = cli(t, "queue", "receipts", "cli-pec", "--json", "--admin", admin)
+	var list struct {
+		Receipts []struct {
+			Name string `json:"name"`
+			Size int    `json:"size"`
+		} `json:"receipts"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Receipts) != 1 || list.Receipts[0].Size != len(raw) {
+		t.Errorf("queue receipts --json: %s", out)
+	}
+	if _, errOut, code := cli(t, "queue", "receipts", "nobody", "--admin", admin); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("receipts of an unknown id: %d %s", code, errOut)
+	}
+}
