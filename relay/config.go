@@ -91,6 +91,22 @@ type Account struct {
 
 type AdminConfig struct {
 	Listen string `yaml:"listen"`
+	// The token the API and the dashboard ask for, from a file or an
+	// environment variable; required when Listen is not loopback.
+	TokenFile string `yaml:"token_file"`
+	TokenEnv  string `yaml:"token_env"`
+}
+
+// Token reads the admin token; empty when none is configured.
+func (a AdminConfig) Token(getenv func(string) string) (string, error) {
+	if a.TokenFile == "" && a.TokenEnv == "" {
+		return "", nil
+	}
+	t, err := secret(a.TokenFile, a.TokenEnv, getenv)
+	if err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	return t, nil
 }
 
 type OutboxConfig struct {
@@ -570,6 +586,14 @@ func (c *Config) Check() error {
 	if err := c.checkExposure(); err != nil {
 		return err
 	}
+	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
+		return errors.New("admin: give one of token_file and token_env, not both")
+	}
+	if host, _, _ := net.SplitHostPort(c.Admin.Listen); !isLoopback(host) && c.Admin.TokenFile == "" && c.Admin.TokenEnv == "" {
+		return fmt.Errorf("admin.listen %s can be reached from other machines, and the admin API can retry, cancel and read every message: "+
+			"give it a token with admin.token_file or admin.token_env (POSTINO_ADMIN_TOKEN_FILE=/run/secrets/postino-admin), "+
+			"or listen on 127.0.0.1", c.Admin.Listen)
+	}
 	switch c.Outbox.Backend {
 	case "bolt", "dynamodb":
 	case "mysql":
@@ -623,12 +647,17 @@ func (c *Config) checkExposure() error {
 	if len(c.SMTP.Auth.Accounts) > 0 || c.SMTP.AllowNetworks != nil {
 		return nil
 	}
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() || host == "localhost" {
+	if isLoopback(host) {
 		return nil
 	}
 	return fmt.Errorf("smtp.listen %s can be reached from other machines, but neither AUTH nor allowed networks are configured, "+
 		"so anyone there could send mail through this relay; add smtp.auth.accounts, or list the networks of your apps in "+
 		"smtp.allow_networks (POSTINO_SMTP_ALLOW_NETWORKS=172.18.0.0/16 for a compose network)", c.SMTP.Listen)
+}
+
+func isLoopback(host string) bool {
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback() || host == "localhost"
 }
 
 // allowNetworks parses smtp.allow_networks; unset, it is loopback.

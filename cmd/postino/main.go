@@ -35,10 +35,13 @@ Usage:
   postino dkim check [--domain D] [--selector S] [--key FILE] [--resolver HOST:PORT]
   postino bounce parse FILE... [--json]
   postino pec parse FILE... [--json] [--trust-bundle FILE]
+  postino config print [--config FILE]
+  postino health [--admin ADDR]
   postino version
 
-The queue, batch and events commands talk to a running relay's admin API: --admin ADDR
-(or POSTINO_ADMIN), 127.0.0.1:8525 by default. SIGHUP makes serve reload its DKIM keys.
+The queue, batch, events and health commands talk to a running relay's admin API: --admin
+ADDR (or POSTINO_ADMIN), 127.0.0.1:8525 by default, with the token of POSTINO_ADMIN_TOKEN_FILE
+or POSTINO_ADMIN_TOKEN_ENV when the relay asks for one. SIGHUP makes serve reload its DKIM keys.
 `
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -76,6 +79,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = bounceCmd(args[1:], stdout, stderr)
 	case "pec":
 		err = pecCmd(args[1:], stdout, stderr)
+	case "config":
+		err = configCmd(args[1:], stdout)
+	case "health":
+		err = healthCmd(ctx, args[1:], stdout)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "postino", versionString())
 	case "help", "-h", "--help":

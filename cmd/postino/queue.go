@@ -6,12 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 )
 
@@ -22,6 +24,22 @@ func adminFlag(fs *flag.FlagSet) *string {
 		def = "127.0.0.1:8525"
 	}
 	return fs.String("admin", def, "the relay's admin API `address` (POSTINO_ADMIN)")
+}
+
+// adminClient talks to the relay at addr with the token the relay itself
+// reads (POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV), so that the
+// commands work beside it with its own environment. A relay listening on
+// every address is reached on loopback.
+func adminClient(addr string) (*admin.Client, error) {
+	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+		addr = net.JoinHostPort("127.0.0.1", port)
+	}
+	cfg := relay.AdminConfig{TokenFile: os.Getenv("POSTINO_ADMIN_TOKEN_FILE"), TokenEnv: os.Getenv("POSTINO_ADMIN_TOKEN_ENV")}
+	token, err := cfg.Token(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	return &admin.Client{Base: addr, Token: token}, nil
 }
 
 func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
@@ -38,7 +56,10 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, err := adminClient(*addr)
+	if err != nil {
+		return err
+	}
 	switch args[0] {
 	case "list":
 		if err := wantArgs("queue list", rest); err != nil {
@@ -144,7 +165,10 @@ func batchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := wantArgs("batch "+args[0], rest, "CODE"); err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, err := adminClient(*addr)
+	if err != nil {
+		return err
+	}
 	switch args[0] {
 	case "suspend":
 		err = c.SuspendBatch(ctx, rest[0])
@@ -265,7 +289,10 @@ func eventsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c := &admin.Client{Base: *addr}
+	c, err := adminClient(*addr)
+	if err != nil {
+		return err
+	}
 	switch args[0] {
 	case "list":
 		if err := wantArgs("events list", rest); err != nil {

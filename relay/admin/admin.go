@@ -3,6 +3,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -46,6 +47,9 @@ type Event struct {
 	Attempts  int       `json:"attempts"`
 	LastError string    `json:"last_error,omitempty"`
 	Acked     []string  `json:"acked,omitempty"`
+	// Details are what the outcome carries: a delivery attempt's
+	// recipients, a bounce's report, a PEC receipt's fields.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // Recipient is one envelope recipient and what became of it.
@@ -67,6 +71,15 @@ type HistoryEntry struct {
 	Details any       `json:"details,omitempty"`
 }
 
+// Readiness is the answer of /readyz: ready, degraded (mail flows, a
+// plugin or a mailbox is down) or not ready, with each check.
+type Readiness struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+	// Error sums up the failing checks when not ready.
+	Error string `json:"error,omitempty"`
+}
+
 // EventList is a list of events.
 type EventList struct {
 	Events []Event `json:"events"`
@@ -74,7 +87,7 @@ type EventList struct {
 
 func eventView(e *backends.Event) Event {
 	return Event{ID: e.ID, MessageID: e.MessageID, Seq: e.Seq, Outcome: e.Outcome, Reason: e.Reason, At: e.At,
-		State: string(e.State), Attempts: e.Attempts, LastError: e.LastError, Acked: e.Acked}
+		State: string(e.State), Attempts: e.Attempts, LastError: e.LastError, Acked: e.Acked, Details: e.Details}
 }
 
 // MessageList is a page of messages.

@@ -16,7 +16,9 @@ import (
 type Client struct {
 	// Base is the API's address: http://127.0.0.1:8525, or host:port.
 	Base string
-	HTTP *http.Client
+	// Token is the admin token, when the relay asks for one.
+	Token string
+	HTTP  *http.Client
 }
 
 // APIError is an error answer of the API.
@@ -43,6 +45,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), nil)
 	if err != nil {
 		return err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -75,6 +80,28 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 		return fmt.Errorf("answer of %s %s is not what this client expects (a different postino version?): %w", method, path, err)
 	}
 	return nil
+}
+
+// Ready asks the relay whether it takes and sends mail; not ready is an
+// *APIError saying why.
+func (c *Client) Ready(ctx context.Context) (Readiness, error) {
+	var out Readiness
+	err := c.do(ctx, http.MethodGet, "/readyz", nil, &out)
+	return out, err
+}
+
+// Stats returns the dashboard's overview.
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	var out Stats
+	err := c.do(ctx, http.MethodGet, "/v1/stats", nil, &out)
+	return out, err
+}
+
+// Search finds messages by id, Message-ID or recipient.
+func (c *Client) Search(ctx context.Context, q string) (MessageList, error) {
+	var out MessageList
+	err := c.do(ctx, http.MethodGet, "/v1/search", url.Values{"q": {q}}, &out)
+	return out, err
 }
 
 // List returns a page of messages; status may be empty.

@@ -10,7 +10,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -28,6 +30,8 @@ type Store interface {
 	Transition(ctx context.Context, t backends.Transition) error
 	SuspendBatch(ctx context.Context, code string) error
 	ActivateBatch(ctx context.Context, code string) error
+	Counts(ctx context.Context) (map[backends.Status]int, error)
+	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
 }
 
 // Options wire the API to the rest of the relay.
@@ -47,7 +51,11 @@ type Options struct {
 	WakeEvents func()
 	// Receipts are the receipts kept with the messages (PEC evidence).
 	Receipts Receipts
-	Log      *slog.Logger
+	// Throughput counts outcomes per minute over the last hour.
+	Throughput func(now time.Time) []Minute
+	// Token, when set, is required of every call but the probes.
+	Token string
+	Log   *slog.Logger
 }
 
 // Receipts is where the receipts of messages are kept.
@@ -75,6 +83,8 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/messages/{id}/receipts/{name}", a.receipt)
 	mux.HandleFunc("GET /v1/events", a.events)
 	mux.HandleFunc("POST /v1/events/{id}/replay", a.replay)
+	mux.HandleFunc("GET /v1/stats", a.stats)
+	mux.HandleFunc("GET /v1/search", a.search)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -82,7 +92,12 @@ func NewHandler(store Store, opts Options) http.Handler {
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
 	}
-	return mux
+	ui := dashboard()
+	mux.Handle("GET /{$}", ui)
+	mux.Handle("GET /ui/", ui)
+	// A web page the operator opens elsewhere must not drive the API
+	// through the operator's browser: cross-site writes are refused.
+	return http.NewCrossOriginProtection().Handler(authorize(opts.Token, mux))
 }
 
 type api struct {
@@ -328,10 +343,19 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	out := Readiness{Status: status, Checks: checks}
 	if code != http.StatusOK {
-		status = "not ready"
+		out.Status = "not ready"
+		var failing []string
+		for name, v := range checks {
+			if v != "ok" {
+				failing = append(failing, name+": "+v)
+			}
+		}
+		slices.Sort(failing)
+		out.Error = "not ready: " + strings.Join(failing, "; ")
 	}
-	writeJSON(w, code, map[string]any{"status": status, "checks": checks})
+	writeJSON(w, code, out)
 }
 
 // events lists events in a state: parked by default, the ones that need an

@@ -1,0 +1,174 @@
+package admin
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/genropy/postino/backends"
+)
+
+// Minute is what happened in one minute.
+type Minute struct {
+	At       time.Time      `json:"at"`
+	Outcomes map[string]int `json:"outcomes"`
+}
+
+// Stats is the dashboard's overview.
+type Stats struct {
+	Counts map[string]int `json:"counts"`
+	// Minutes are the last hour's, oldest first, as this relay counted.
+	Minutes []Minute `json:"minutes"`
+	// Recent are the newest messages that need a look, by kind.
+	Recent map[string][]Message `json:"recent"`
+}
+
+const (
+	// recentScan bounds the newest messages the overview and a search by
+	// recipient read: the dashboard is for what happens now; older mail
+	// is found by its id or Message-ID.
+	recentScan = 2000
+	recentKeep = 10
+)
+
+// recentKinds group the statuses the overview lists.
+func recentKinds() map[string][]backends.Status {
+	return map[string][]backends.Status{
+		"failed":            {backends.StatusFailed, backends.StatusCallingFailed, backends.StatusFailedAcknowledged},
+		"bounced":           {backends.StatusBounced, backends.StatusCallingBounced, backends.StatusBouncedAcknowledged},
+		"pec_not_delivered": {backends.StatusPECNotDelivered, backends.StatusCallingPECNotDelivered, backends.StatusPECNotDeliveredAcknowledged, backends.StatusPECNotAccepted, backends.StatusCallingPECNotAccepted, backends.StatusPECNotAcceptedAcknowledged},
+	}
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	counts, err := a.store.Counts(r.Context())
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	out := Stats{Counts: map[string]int{}, Recent: map[string][]Message{}}
+	for _, st := range backends.Statuses() {
+		out.Counts[string(st)] = counts[st]
+	}
+	if a.opts.Throughput != nil {
+		out.Minutes = a.opts.Throughput(time.Now())
+	}
+	kinds := recentKinds()
+	for k := range kinds {
+		out.Recent[k] = []Message{}
+	}
+	err = a.scanRecent(r, func(m *backends.Message) bool {
+		for k, sts := range kinds {
+			for _, st := range sts {
+				if m.Status == st && len(out.Recent[k]) < recentKeep {
+					out.Recent[k] = append(out.Recent[k], messageView(m))
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// scanRecent calls fn with the newest messages, newest first, until fn
+// says stop or recentScan messages were read.
+func (a *api) scanRecent(r *http.Request, fn func(*backends.Message) bool) error {
+	after := ""
+	for read := 0; read < recentScan; {
+		page, next, err := a.store.List(r.Context(), backends.ListQuery{After: after, Limit: min(500, recentScan-read)})
+		if err != nil {
+			return err
+		}
+		for _, m := range page {
+			if !fn(m) {
+				return nil
+			}
+		}
+		read += len(page)
+		if next == "" {
+			return nil
+		}
+		after = next
+	}
+	return nil
+}
+
+// search finds messages by id (X-Genro-Mail-ID), Message-ID, or recipient
+// among the newest.
+func (a *api) search(w http.ResponseWriter, r *http.Request) {
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" {
+		writeError(w, http.StatusBadRequest, "q is empty: give a message id (X-Genro-Mail-ID), a Message-ID or a recipient address")
+		return
+	}
+	out := MessageList{Messages: []Message{}}
+	seen := map[string]bool{}
+	add := func(m *backends.Message) {
+		if !seen[m.ID] {
+			seen[m.ID] = true
+			out.Messages = append(out.Messages, messageView(m))
+		}
+	}
+	if backends.CheckID(q) == nil {
+		m, err := a.store.Get(r.Context(), q)
+		switch {
+		case err == nil:
+			add(m)
+		case !errors.Is(err, backends.ErrNotFound):
+			storeError(w, err)
+			return
+		}
+	}
+	ms, err := a.store.ByMessageID(r.Context(), strings.Trim(q, "<>"))
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	for _, m := range ms {
+		add(m)
+	}
+	if strings.Contains(q, "@") {
+		err := a.scanRecent(r, func(m *backends.Message) bool {
+			for _, rc := range m.Envelope.Recipients {
+				if strings.EqualFold(rc, q) {
+					add(m)
+					break
+				}
+			}
+			return len(out.Messages) < maxListLimit
+		})
+		if err != nil {
+			storeError(w, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// authorize asks for the token, when there is one, on everything but the
+// probes and the dashboard's own files (which hold no data: the page asks
+// for the token and sends it with each call).
+func authorize(token string, next http.Handler) http.Handler {
+	if token == "" {
+		return next
+	}
+	want := []byte("Bearer " + token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch p := r.URL.Path; {
+		case p == "/healthz", p == "/readyz", p == "/", strings.HasPrefix(p, "/ui/"):
+		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="postino"`)
+			writeError(w, http.StatusUnauthorized, "the admin API needs its token: send Authorization: Bearer <token> "+
+				"(the token is in the file admin.token_file names, or in the variable admin.token_env names; postino commands read it "+
+				"from the same POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

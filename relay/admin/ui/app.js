@@ -1,0 +1,578 @@
+// Postino's queue dashboard. It reads the admin API beside it (same origin,
+// fetch only) and draws what it gets. No framework and no build step: the
+// relay serves this file as it is, and the page's Content-Security-Policy
+// allows no inline script or style, so everything below builds DOM nodes and
+// sets styles through the CSSOM only.
+'use strict';
+
+const TOKEN_KEY = 'postino.admin.token';
+const REFRESH_MS = 5000;
+
+const $ = (sel, root = document) => root.querySelector(sel);
+const enc = encodeURIComponent;
+
+// el builds an element: el('td', {class: 'x', dataset: {id: 'a'}}, child, 'text').
+// Text goes in as text nodes, never as HTML, so nothing a message carries
+// (a subject, a reason, an address) can inject markup.
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null || v === false) continue;
+    if (k === 'dataset') Object.assign(e.dataset, v);
+    else e.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat(Infinity)) {
+    if (c == null || c === false || c === '') continue;
+    e.append(c instanceof Node ? c : String(c));
+  }
+  return e;
+}
+
+// ---- the API -------------------------------------------------------------
+
+// AuthNeeded is thrown when the API answered 401: the token form is shown
+// and the caller just stops.
+class AuthNeeded extends Error {}
+
+// api calls the admin API with the token, if one was given, and returns the
+// parsed JSON (or the Response itself with raw: true, for downloads). An
+// error answer becomes an Error carrying the API's own words.
+async function api(path, opts = {}) {
+  const headers = new Headers(opts.headers);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers.set('Authorization', 'Bearer ' + token);
+  const resp = await fetch(path, {method: opts.method || 'GET', headers, cache: 'no-store'});
+  if (resp.status === 401) {
+    askToken(token ? 'That token was refused.' : '');
+    throw new AuthNeeded('the admin API wants a token');
+  }
+  if (!resp.ok) {
+    let msg = `${resp.status} ${resp.statusText}`;
+    try {
+      const body = await resp.json();
+      if (body && body.error) msg = body.error;
+    } catch (_) { /* not JSON: keep the HTTP status */ }
+    throw new Error(msg);
+  }
+  return opts.raw ? resp : resp.json();
+}
+
+function askToken(why) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  const first = $('#auth').hidden;
+  $('#auth').hidden = false;
+  $('#main').hidden = true;
+  $('#auth-error').textContent = why;
+  $('#auth-error').hidden = !why;
+  if (first) $('#token').focus();
+  setUpdated('waiting for the admin token', true);
+}
+
+// ---- small helpers -------------------------------------------------------
+
+// kind picks a status's colour. The statuses themselves come from the
+// server; only their look is decided here.
+function kind(status) {
+  const s = String(status).toUpperCase();
+  if (/FAILED|INVALID|BOUNCED|PEC-NOT-|COMPLAINED/.test(s)) return 'bad';
+  if (/SENT|PEC-DELIVERED/.test(s)) return 'good';
+  if (/DELAYED|DEFERRED|PENDING|PARKED/.test(s)) return 'warn';
+  if (/PEC-ACCEPTED/.test(s)) return 'info';
+  return 'neutral';
+}
+
+function badge(status) {
+  return el('span', {class: 'badge ' + kind(status)}, status);
+}
+
+const pad = n => String(n).padStart(2, '0');
+
+// fmtTime shows an API time in the browser's zone; Go's zero time is none.
+function fmtTime(iso) {
+  const d = new Date(iso);
+  if (!iso || isNaN(d) || d.getFullYear() < 1971) return '';
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+const hhmm = d => `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+
+function fmtSize(n) {
+  if (!(n > 0)) return '';
+  if (n < 1024) return n + ' B';
+  if (n < 1 << 20) return (n / 1024).toFixed(1) + ' KiB';
+  return (n / (1 << 20)).toFixed(1) + ' MiB';
+}
+
+// redraw replaces a box's content only when its data changed: the overview
+// refreshes every few seconds, and redrawing the same thing would make a
+// button vanish under the pointer mid-click (and lose the scroll position).
+function redraw(box, data, build) {
+  const sig = JSON.stringify(data);
+  if (box.dataset.sig === sig) return;
+  box.dataset.sig = sig;
+  box.replaceChildren(...[build(data)].flat());
+}
+
+function notify(text, error) {
+  const n = $('#notice');
+  n.textContent = text;
+  n.classList.toggle('error', !!error);
+  n.hidden = false;
+  clearTimeout(notify.timer);
+  notify.timer = setTimeout(() => { n.hidden = true; }, error ? 10000 : 5000);
+}
+
+function setUpdated(text, error) {
+  const u = $('#updated');
+  u.textContent = text;
+  u.classList.toggle('error', !!error);
+}
+
+// ---- overview ------------------------------------------------------------
+
+let last = {counts: {}, minutes: []};
+let busy = false;
+
+// refresh reloads the overview and the open message. Ticks that come while
+// one is still running are dropped rather than queued.
+async function refresh() {
+  if (busy || !$('#auth').hidden) return;
+  busy = true;
+  try {
+    const stats = await api('/v1/stats');
+    last = {counts: stats.counts || {}, minutes: stats.minutes || []};
+    drawQueue();
+    drawCharts();
+    drawRecent(stats.recent || {});
+    if (openId) await showMessage(openId);
+    setUpdated('updated ' + fmtTime(new Date().toISOString()).slice(11), false);
+  } catch (err) {
+    if (!(err instanceof AuthNeeded)) setUpdated('cannot read the API: ' + err.message, true);
+  } finally {
+    busy = false;
+  }
+}
+
+// drawQueue lists the statuses in name order (stable, so rows do not jump
+// about as counts change), each with a bar against the largest count.
+function drawQueue() {
+  const counts = last.counts;
+  const showEmpty = $('#show-empty').checked;
+  const names = Object.keys(counts).sort();
+  const max = Math.max(1, ...Object.values(counts));
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  $('#queue-total').textContent = total;
+  redraw($('#queue tbody'), {counts, showEmpty}, () => {
+    const rows = names.filter(n => showEmpty || counts[n] > 0).map(n => {
+      const bar = el('span', {class: 'bar ' + kind(n)});
+      bar.style.width = (100 * counts[n] / max).toFixed(1) + '%';
+      return el('tr', {dataset: {status: n}},
+        el('th', {}, el('button', {type: 'button', class: 'plain', dataset: {list: n},
+          title: `List the messages that are ${n}`}, badge(n))),
+        el('td', {class: 'count'}, counts[n]),
+        el('td', {class: 'bar-cell'}, bar));
+    });
+    return rows.length ? rows : el('tr', {class: 'empty'}, el('td', {colspan: 3}, 'The outbox is empty.'));
+  });
+}
+
+// drawCharts: throughput is what was SENT each minute; failures are the
+// outcomes coloured bad (FAILED, INVALID, BOUNCED, PEC-NOT-…), added up.
+function drawCharts() {
+  const minutes = last.minutes;
+  const sent = minutes.map(m => (m.outcomes || {}).SENT || 0);
+  const byOutcome = {};
+  const failures = minutes.map(m => {
+    let n = 0;
+    for (const [k, v] of Object.entries(m.outcomes || {})) {
+      if (kind(k) !== 'bad' || !v) continue;
+      n += v;
+      byOutcome[k] = (byOutcome[k] || 0) + v;
+    }
+    return n;
+  });
+  const sum = a => a.reduce((x, y) => x + y, 0);
+  $('#total-throughput').textContent = `${sum(sent)} in the hour`;
+  const parts = Object.entries(byOutcome).map(([k, v]) => `${k} ${v}`);
+  $('#total-failures').textContent = `${sum(failures)} in the hour` + (parts.length ? ` (${parts.join(', ')})` : '');
+  chart($('#chart-throughput'), minutes, sent);
+  chart($('#chart-failures'), minutes, failures);
+}
+
+// niceStep picks a gridline step (1, 2 or 5 times a power of ten) so that
+// two steps cover the largest value and the labels stay whole numbers.
+function niceStep(max) {
+  for (let p = 1; ; p *= 10) {
+    for (const m of [1, 2, 5]) if (2 * m * p >= max) return m * p;
+  }
+}
+
+// chart draws one bar per minute on a canvas, sized to its CSS box times
+// the pixel ratio so that it stays sharp. Colours come from the stylesheet.
+function chart(canvas, minutes, values) {
+  const ratio = window.devicePixelRatio || 1;
+  const w = canvas.clientWidth, h = canvas.clientHeight;
+  if (!w || !h) return;
+  canvas.width = Math.round(w * ratio);
+  canvas.height = Math.round(h * ratio);
+  const g = canvas.getContext('2d');
+  g.setTransform(ratio, 0, 0, ratio, 0, 0);
+  g.clearRect(0, 0, w, h);
+  const css = getComputedStyle(canvas);
+  const color = name => css.getPropertyValue(name).trim();
+  const left = 30, right = 6, top = 8, bottom = 18;
+  const plotW = w - left - right, plotH = h - top - bottom;
+  const step = niceStep(Math.max(1, ...values));
+
+  g.font = '11px ' + css.fontFamily;
+  g.lineWidth = 1;
+  g.textAlign = 'right';
+  g.textBaseline = 'middle';
+  for (let i = 0; i <= 2; i++) {
+    const y = Math.round(top + plotH * (1 - i / 2)) + 0.5;
+    g.strokeStyle = color('--grid');
+    g.beginPath();
+    g.moveTo(left, y);
+    g.lineTo(w - right, y);
+    g.stroke();
+    g.fillStyle = color('--axis');
+    g.fillText(String(step * i), left - 6, y);
+  }
+
+  const n = Math.max(values.length, 60);
+  const slot = plotW / n;
+  g.fillStyle = color('--bar');
+  values.forEach((v, i) => {
+    if (!v) return;
+    const bh = Math.max(2, plotH * v / (2 * step));
+    g.fillRect(left + i * slot + 1, top + plotH - bh, Math.max(1, slot - 2), bh);
+  });
+
+  // A time label on each quarter hour.
+  g.fillStyle = color('--axis');
+  g.textAlign = 'center';
+  g.textBaseline = 'top';
+  minutes.forEach((m, i) => {
+    const d = new Date(m.at);
+    if (d.getMinutes() % 15 === 0) g.fillText(hhmm(d), left + (i + 0.5) * slot, top + plotH + 5);
+  });
+
+  // What the pointer is over, for the tooltip.
+  canvas.plot = {minutes, values, left, slot};
+  canvas.dataset.total = values.reduce((a, b) => a + b, 0);
+}
+
+// A canvas has no elements to hover: the title follows the pointer instead.
+function chartHover(ev) {
+  const c = ev.currentTarget, p = c.plot;
+  if (!p) return;
+  const i = Math.floor((ev.offsetX - p.left) / p.slot);
+  const m = p.minutes[i];
+  c.title = m ? `${hhmm(new Date(m.at))}: ${p.values[i]}` : '';
+}
+
+function drawRecent(recent) {
+  for (const key of ['failed', 'bounced', 'pec_not_delivered']) {
+    const box = document.getElementById('recent-' + key);
+    redraw(box, recent[key] || [], msgs => compactList(msgs));
+  }
+}
+
+function recipientsText(m) {
+  const r = (m.recipients || []).map(r => r.address);
+  return r.length > 1 ? `${r[0]} +${r.length - 1}` : (r[0] || '');
+}
+
+// compactList fits the narrow "latest" cards: id, status and time on one
+// line, recipients and reason on the next.
+function compactList(msgs) {
+  if (!msgs.length) return el('p', {class: 'empty'}, 'None.');
+  return el('ul', {class: 'msgs'}, msgs.map(m => el('li', {dataset: {id: m.id}},
+    el('div', {class: 'line'},
+      el('button', {type: 'button', class: 'link', dataset: {open: m.id}, title: 'Show its timeline'}, m.id),
+      badge(m.status),
+      el('span', {class: 'when'}, fmtTime(m.updated_at))),
+    el('div', {class: 'line sub', title: m.reason || ''}, recipientsText(m), m.reason ? ' — ' + m.reason : ''))));
+}
+
+function messageTable(msgs) {
+  if (!msgs.length) return el('p', {class: 'empty'}, 'No message found.');
+  return el('table', {class: 'messages'},
+    el('thead', {}, el('tr', {}, ['ID', 'Status', 'Recipients', 'Reason', 'Updated'].map(h => el('th', {}, h)))),
+    el('tbody', {}, msgs.map(m => el('tr', {dataset: {id: m.id}},
+      el('td', {}, el('button', {type: 'button', class: 'link', dataset: {open: m.id}, title: m.message_id || ''}, m.id)),
+      el('td', {}, badge(m.status)),
+      el('td', {}, recipientsText(m)),
+      el('td', {class: 'reason', title: m.reason || ''}, m.reason || ''),
+      el('td', {class: 'when'}, fmtTime(m.updated_at))))));
+}
+
+function showResults(title, msgs, more) {
+  $('#results-query').textContent = title;
+  const box = $('#results-list');
+  box.dataset.sig = '';
+  box.replaceChildren(messageTable(msgs), more ? el('p', {class: 'sub'}, 'Only the first page is shown.') : '');
+  $('#results').dataset.count = msgs.length;
+  $('#results').hidden = false;
+}
+
+// ---- one message ---------------------------------------------------------
+
+let openId = null;
+
+async function openMessage(id) {
+  openId = id;
+  history.replaceState(null, '', '#m/' + enc(id));
+  await showMessage(id);
+  $('#timeline').scrollIntoView({block: 'start'});
+}
+
+async function showMessage(id) {
+  let m, receipts;
+  try {
+    [m, receipts] = await Promise.all([
+      api('/v1/messages/' + enc(id)),
+      // A failure to list receipts should not hide the rest of the message.
+      api(`/v1/messages/${enc(id)}/receipts`).catch(err => {
+        if (err instanceof AuthNeeded) throw err;
+        return {error: err.message};
+      }),
+    ]);
+  } catch (err) {
+    if (err instanceof AuthNeeded) throw err;
+    if (openId === id) closeMessage();
+    notify(`Message ${id}: ${err.message}`, true);
+    return;
+  }
+  if (openId !== id) return; // another message was opened meanwhile
+  const t = $('#timeline');
+  t.dataset.id = m.id;
+  t.dataset.status = m.status;
+  t.hidden = false;
+  redraw(t, {m, receipts}, () => timeline(m, receipts));
+}
+
+function closeMessage() {
+  openId = null;
+  $('#timeline').hidden = true;
+  history.replaceState(null, '', location.pathname);
+}
+
+function timeline(m, receipts) {
+  const facts = [
+    ['Message-ID', m.message_id], ['Sender', m.sender], ['Route', m.route], ['Batch', m.batch],
+    ['Priority', m.priority], ['Attempts', m.attempts], ['Size', fmtSize(m.size)],
+    ['Client', m.client], ['AUTH user', m.auth_user], ['Created', fmtTime(m.created_at)],
+    ['Updated', fmtTime(m.updated_at)], ['Due', fmtTime(m.due_at)], ['Spool file', m.eml_path],
+  ];
+  const actions = el('div', {class: 'actions'},
+    el('button', {type: 'button', dataset: {action: 'retry', id: m.id}, title: 'Send it again (READY, FAILED, INVALID)'}, 'Retry'),
+    el('button', {type: 'button', class: 'danger', dataset: {action: 'cancel', id: m.id}, title: 'Stop it before it leaves (ACCEPTED, READY)'}, 'Cancel'),
+    m.batch && el('button', {type: 'button', dataset: {action: 'suspend', batch: m.batch}}, `Suspend batch ${m.batch}`),
+    m.batch && el('button', {type: 'button', dataset: {action: 'activate', batch: m.batch}}, `Activate batch ${m.batch}`),
+    el('button', {type: 'button', class: 'plain', dataset: {action: 'close'}, title: 'Close'}, '✕'));
+  return [
+    el('div', {class: 'card-head'},
+      el('h2', {}, 'Message ', el('code', {}, m.id), ' ', badge(m.status)), actions),
+    m.reason && el('p', {class: 'reason-line'}, m.reason),
+    el('dl', {class: 'facts'}, facts.filter(([, v]) => v !== '' && v != null).map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])),
+    el('h3', {}, 'Recipients'),
+    el('div', {dataset: {testid: 'recipients'}}, value(m.recipients || [], 'recipients')),
+    el('h3', {}, 'Receipts'),
+    el('div', {dataset: {testid: 'receipts'}}, receiptList(receipts)),
+    el('h3', {}, 'Timeline'),
+    el('ol', {class: 'events', dataset: {testid: 'history'}}, entries(m).map(entry)),
+  ];
+}
+
+// entries merges the status history and the events told to the plugins
+// into one list by time (the sort is stable: a status stays before the
+// event it raised when both have the same time).
+function entries(m) {
+  const items = [
+    ...(m.history || []).map(h => ({at: h.at, type: 'status', label: h.status, reason: h.reason, details: h.details})),
+    ...(m.events || []).map(e => ({
+      at: e.at, type: 'event', label: e.outcome, reason: e.reason, details: e.details,
+      meta: [`plugins: ${e.state}`, e.attempts ? `${e.attempts} tries` : '',
+        e.acked && e.acked.length ? 'acked by ' + e.acked.join(', ') : '', e.last_error ? 'last error: ' + e.last_error : '']
+        .filter(Boolean).join(' · '),
+    })),
+  ];
+  return items.sort((a, b) => new Date(a.at) - new Date(b.at));
+}
+
+function entry(it) {
+  return el('li', {class: 'entry ' + it.type, dataset: {type: it.type, status: it.label}},
+    el('span', {class: 'when'}, fmtTime(it.at)),
+    el('span', {class: 'what'},
+      el('span', {class: 'type'}, it.type === 'event' ? 'event' : 'status'), badge(it.label),
+      el('span', {class: 'reason'}, it.reason || ''),
+      it.meta && el('div', {class: 'meta'}, it.meta),
+      it.details != null && el('div', {class: 'details'}, value(it.details))));
+}
+
+// value shows what the API put in a details object: the keys known today
+// (per-recipient results, bounce, pec, receipt) and whatever comes later,
+// as key: value, with arrays of objects as tables.
+function value(v, key) {
+  if (v == null || v === '') return '';
+  if (key === 'receipt' && typeof v === 'string') return receiptButton(v);
+  if ((key === 'status' || key === 'outcome' || key === 'previous_status') && typeof v === 'string') return badge(v);
+  if (Array.isArray(v)) {
+    if (!v.length) return '–';
+    if (v.every(x => x && typeof x === 'object' && !Array.isArray(x))) return table(v);
+    return v.map(x => (typeof x === 'object' ? JSON.stringify(x) : String(x))).join(', ');
+  }
+  if (typeof v === 'object') {
+    const dl = el('dl', {class: 'kv'});
+    for (const [k, x] of Object.entries(v)) {
+      if (x == null || x === '') continue;
+      dl.append(el('dt', {}, k), el('dd', {}, value(x, k)));
+    }
+    return dl;
+  }
+  if (typeof v === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(v)) return fmtTime(v) || v;
+  return String(v);
+}
+
+function table(rows) {
+  const keys = [...new Set(rows.flatMap(r => Object.keys(r)))];
+  return el('table', {class: 'kv-table'},
+    el('thead', {}, el('tr', {}, keys.map(k => el('th', {}, k.replace(/_/g, ' '))))),
+    el('tbody', {}, rows.map(r => el('tr', {}, keys.map(k => el('td', {}, value(r[k], k)))))));
+}
+
+function receiptButton(name) {
+  return el('button', {type: 'button', class: 'link', dataset: {action: 'download', name}, title: 'Download the receipt as it came'}, '⤓ ' + name);
+}
+
+function receiptList(r) {
+  if (r.error) return el('p', {class: 'error'}, 'Cannot list the receipts: ' + r.error);
+  const list = r.receipts || [];
+  if (!list.length) return el('p', {class: 'empty'}, 'None kept.');
+  return el('ul', {class: 'receipts'}, list.map(x =>
+    el('li', {}, receiptButton(x.name), el('span', {class: 'sub'}, ` ${fmtSize(x.size)}, ${fmtTime(x.saved_at)}`))));
+}
+
+// download fetches the receipt with the token (a plain link could not send
+// it) and hands the browser a blob: URL to save.
+async function download(id, name) {
+  const resp = await api(`/v1/messages/${enc(id)}/receipts/${enc(name)}`, {raw: true});
+  const url = URL.createObjectURL(await resp.blob());
+  const a = el('a', {href: url, download: name});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  // The download starts asynchronously: revoke the URL a while later.
+  setTimeout(() => URL.revokeObjectURL(url), 30000);
+}
+
+// armed asks for a second click, within a few seconds, before an action
+// that stops mail (a dialog would block the page, and scripted tests).
+function armed(b, text) {
+  if (b.dataset.armed) return true;
+  const old = b.textContent;
+  b.dataset.armed = '1';
+  b.textContent = text;
+  setTimeout(() => { delete b.dataset.armed; b.textContent = old; }, 4000);
+  return false;
+}
+
+// ---- wiring --------------------------------------------------------------
+
+// One listener for every button, drawn now or later.
+async function onClick(ev) {
+  const open = ev.target.closest('[data-open]');
+  if (open) return openMessage(open.dataset.open).catch(report);
+  const list = ev.target.closest('[data-list]');
+  if (list) return listStatus(list.dataset.list).catch(report);
+  const b = ev.target.closest('button[data-action]');
+  if (!b) return;
+  const action = b.dataset.action;
+  try {
+    switch (action) {
+      case 'close':
+        return closeMessage();
+      case 'download':
+        return await download(openId, b.dataset.name);
+      case 'retry':
+      case 'cancel': {
+        if (action === 'cancel' && !armed(b, 'Click again to cancel')) return;
+        b.disabled = true;
+        const m = await api(`/v1/messages/${enc(b.dataset.id)}/${action}`, {method: 'POST'});
+        notify(`${action === 'retry' ? 'Retry' : 'Cancel'}: ${m.id} is now ${m.status}`);
+        break;
+      }
+      case 'suspend':
+      case 'activate': {
+        const code = b.dataset.batch || $('#batch').value.trim();
+        if (!code) return notify('Write a batch code first.', true);
+        if (action === 'suspend' && !armed(b, 'Click again to suspend')) return;
+        const r = await api(`/v1/batches/${enc(code)}/${action}`, {method: 'POST'});
+        notify(`Batch ${r.batch} is ${r.suspended ? 'suspended' : 'active'}.`);
+        break;
+      }
+    }
+  } catch (err) {
+    report(err);
+  } finally {
+    b.disabled = false;
+  }
+  refresh();
+}
+
+function report(err) {
+  if (!(err instanceof AuthNeeded)) notify(err.message, true);
+}
+
+async function listStatus(status) {
+  const res = await api(`/v1/messages?status=${enc(status)}&limit=50`);
+  showResults(`with status ${status}`, res.messages || [], !!res.next);
+  $('#results').scrollIntoView({block: 'start'});
+}
+
+async function onSearch(ev) {
+  ev.preventDefault();
+  const q = $('#search').value.trim();
+  if (!q) return;
+  try {
+    const res = await api('/v1/search?q=' + enc(q));
+    const msgs = res.messages || [];
+    showResults(`for “${q}”`, msgs);
+    // One match is what a search by id means: open it straight away.
+    if (msgs.length === 1) await openMessage(msgs[0].id);
+  } catch (err) {
+    report(err);
+  }
+}
+
+function onToken(ev) {
+  ev.preventDefault();
+  const t = $('#token').value.trim();
+  if (!t) return;
+  sessionStorage.setItem(TOKEN_KEY, t);
+  $('#token').value = '';
+  $('#auth').hidden = true;
+  $('#main').hidden = false;
+  refresh();
+}
+
+function init() {
+  document.addEventListener('click', onClick);
+  $('#search-form').addEventListener('submit', onSearch);
+  $('#token-form').addEventListener('submit', onToken);
+  $('#batch-form').addEventListener('submit', ev => ev.preventDefault());
+  $('#show-empty').addEventListener('change', drawQueue);
+  for (const c of document.querySelectorAll('canvas.chart')) c.addEventListener('mousemove', chartHover);
+  window.addEventListener('resize', drawCharts);
+  // A tab in the background does not poll; it catches up when shown.
+  document.addEventListener('visibilitychange', () => { if (!document.hidden) refresh(); });
+  setInterval(() => { if (!document.hidden) refresh(); }, REFRESH_MS);
+  // #m/<id> opens a message: a link to it can be shared.
+  const m = /^#m\/(.+)$/.exec(location.hash);
+  if (m) openId = decodeURIComponent(m[1]);
+  refresh();
+}
+
+init();

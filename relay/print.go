@@ -1,0 +1,51 @@
+package relay
+
+import (
+	"bytes"
+	"maps"
+	"regexp"
+	"slices"
+
+	"github.com/go-sql-driver/mysql"
+	"go.yaml.in/yaml/v3"
+)
+
+// masked stands for a secret in printed configuration.
+const masked = "*****"
+
+// secretName matches the names of plugin variables that hold secrets.
+var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|credential)`)
+
+// YAML is the configuration as a file would give it, every default
+// included, with the secrets it holds itself masked: the password of the
+// MySQL DSN and the plugin variables named like secrets. (Passwords and
+// tokens given by file or variable are never in it, only where they are.)
+func (c Config) YAML() ([]byte, error) {
+	if c.Outbox.MySQL.DSN != "" {
+		if d, err := mysql.ParseDSN(c.Outbox.MySQL.DSN); err == nil {
+			if d.Passwd != "" {
+				d.Passwd = masked
+			}
+			c.Outbox.MySQL.DSN = d.FormatDSN()
+		} else {
+			c.Outbox.MySQL.DSN = masked
+		}
+	}
+	c.Plugins = slices.Clone(c.Plugins)
+	for i, p := range c.Plugins {
+		p.Env = maps.Clone(p.Env)
+		for k := range p.Env {
+			if secretName.MatchString(k) {
+				p.Env[k] = masked
+			}
+		}
+		c.Plugins[i] = p
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

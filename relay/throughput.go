@@ -1,0 +1,139 @@
+package relay
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/genropy/postino/relay/admin"
+)
+
+// series is a counter the dashboard charts, by the outcome it counts; a
+// label value narrows the counter to part of its series.
+type series struct{ outcome, metric, label, value string }
+
+func throughputSeries() []series {
+	return []series{
+		{"ACCEPTED", "postino_intake_accepted_total", "", ""},
+		{"SENT", "postino_delivery_delivered_total", "", ""},
+		{"DEFERRED", "postino_delivery_deferred_total", "", ""},
+		{"FAILED", "postino_delivery_failed_total", "", ""},
+		{"BOUNCED", "postino_bounce_reports_total", "kind", "bounce"},
+	}
+}
+
+// throughputMinutes is how far back the charts go.
+const throughputMinutes = 60
+
+// throughput turns the relay's own counters into counts per minute over the
+// last hour, so that the dashboard's charts and /metrics cannot disagree.
+// It counts what this relay did; Prometheus has the fleet.
+type throughput struct {
+	reg prometheus.Gatherer
+
+	mu sync.Mutex
+	// marks are the counter totals at the start of each minute, oldest
+	// first.
+	marks []mark
+}
+
+type mark struct {
+	at     time.Time
+	totals map[string]float64
+}
+
+func newThroughput(reg prometheus.Gatherer) *throughput {
+	return &throughput{reg: reg}
+}
+
+// totals reads the counters now.
+func (t *throughput) totals() map[string]float64 {
+	out := map[string]float64{}
+	families, _ := t.reg.Gather() // a failed collector leaves its series out
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range families {
+		byName[f.GetName()] = f
+	}
+	for _, s := range throughputSeries() {
+		f := byName[s.metric]
+		if f == nil {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if s.label != "" && !hasLabel(m, s.label, s.value) {
+				continue
+			}
+			out[s.outcome] += m.GetCounter().GetValue()
+		}
+	}
+	return out
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && l.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
+
+// tick records the totals when a new minute has begun.
+func (t *throughput) tick(now time.Time) {
+	minute := now.UTC().Truncate(time.Minute)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.marks); n > 0 && !t.marks[n-1].at.Before(minute) {
+		return
+	}
+	t.marks = append(t.marks, mark{at: minute, totals: t.totals()})
+	if len(t.marks) > throughputMinutes {
+		t.marks = t.marks[len(t.marks)-throughputMinutes:]
+	}
+}
+
+// run ticks until done; a few seconds late at most, so that each minute
+// counts what happened in it.
+func (t *throughput) run(done <-chan struct{}) {
+	t.tick(time.Now())
+	tk := time.NewTicker(5 * time.Second)
+	defer tk.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case now := <-tk.C:
+			t.tick(now)
+		}
+	}
+}
+
+// Minutes is what happened in each of the last 60 minutes, oldest first,
+// the current one last; minutes before the relay started count nothing.
+func (t *throughput) Minutes(now time.Time) []admin.Minute {
+	t.tick(now)
+	current := t.totals()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	start := now.UTC().Truncate(time.Minute).Add(-(throughputMinutes - 1) * time.Minute)
+	out := make([]admin.Minute, throughputMinutes)
+	for i := range out {
+		out[i] = admin.Minute{At: start.Add(time.Duration(i) * time.Minute), Outcomes: map[string]int{}}
+	}
+	for i, m := range t.marks {
+		next := current
+		if i+1 < len(t.marks) {
+			next = t.marks[i+1].totals
+		}
+		slot := int(m.at.Sub(start) / time.Minute)
+		if slot < 0 || slot >= len(out) {
+			continue
+		}
+		for _, s := range throughputSeries() {
+			out[slot].Outcomes[s.outcome] = int(next[s.outcome] - m.totals[s.outcome])
+		}
+	}
+	return out
+}
