@@ -110,6 +110,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{name: "bad number", env: []string{"POSTINO_SMTP_MAX_RECIPIENTS=many"}, want: "POSTINO_SMTP_MAX_RECIPIENTS"},
 		{name: "bad duration", env: []string{"POSTINO_RETENTION=a week"}, want: "7d"},
 		{name: "bad size", env: []string{"POSTINO_SMTP_MAX_MESSAGE_SIZE=big"}, want: "25MiB"},
+		{name: "unknown field in a list variable", env: []string{`POSTINO_DKIM_KEYS=[{"domain": "example.com", "selector": "s1", "keyfile": "/k"}]`},
+			want: "keyfile is not a setting; did you mean key_file?"},
 		{name: "unknown key", file: "smtp:\n  listem: x\n", want: "listem is not a setting; did you mean listen?"},
 		{name: "unknown section", file: "smpt:\n  listen: x\n", want: "smpt is not a setting; did you mean smtp?"},
 	}

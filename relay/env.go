@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"regexp"
 	"slices"
@@ -153,8 +154,14 @@ func setValue(v reflect.Value, text string) error {
 			v.Set(reflect.ValueOf(items))
 			return nil
 		}
-		// A list of records: YAML, or JSON, which YAML reads too.
-		return yaml.Unmarshal([]byte(text), v.Addr().Interface())
+		// A list of records: YAML, or JSON, which YAML reads too; a field
+		// that is no setting is an error, as in the file.
+		dec := yaml.NewDecoder(strings.NewReader(text))
+		dec.KnownFields(true)
+		if err := dec.Decode(v.Addr().Interface()); err != nil && !errors.Is(err, io.EOF) {
+			return explainYAML(err)
+		}
+		return nil
 	default:
 		return fmt.Errorf("cannot set a %s from text", v.Kind())
 	}
