@@ -284,16 +284,16 @@ function recipientsText(m) {
   return r.length > 1 ? `${r[0]} +${r.length - 1}` : (r[0] || '');
 }
 
-// compactList fits the narrow "latest" cards: id, status and time on one
-// line, recipients and reason on the next.
+// compactList fits the narrow "latest" cards: id and time on one line,
+// status, recipients and reason on the next.
 function compactList(msgs) {
   if (!msgs.length) return el('p', {class: 'empty'}, 'None.');
   return el('ul', {class: 'msgs'}, msgs.map(m => el('li', {dataset: {id: m.id}},
     el('div', {class: 'line'},
       el('button', {type: 'button', class: 'link', dataset: {open: m.id}, title: 'Show its timeline'}, m.id),
-      badge(m.status),
       el('span', {class: 'when'}, fmtTime(m.updated_at))),
-    el('div', {class: 'line sub', title: m.reason || ''}, recipientsText(m), m.reason ? ' — ' + m.reason : ''))));
+    el('div', {class: 'line'}, badge(m.status),
+      el('span', {class: 'sub', title: m.reason || ''}, recipientsText(m), m.reason ? ' — ' + m.reason : '')))));
 }
 
 function messageTable(msgs) {
@@ -369,8 +369,8 @@ function timeline(m, receipts) {
   const actions = el('div', {class: 'actions'},
     el('button', {type: 'button', dataset: {action: 'retry', id: m.id}, title: 'Send it again (READY, FAILED, INVALID)'}, 'Retry'),
     el('button', {type: 'button', class: 'danger', dataset: {action: 'cancel', id: m.id}, title: 'Stop it before it leaves (ACCEPTED, READY)'}, 'Cancel'),
-    m.batch && el('button', {type: 'button', dataset: {action: 'suspend', batch: m.batch}}, `Suspend batch ${m.batch}`),
-    m.batch && el('button', {type: 'button', dataset: {action: 'activate', batch: m.batch}}, `Activate batch ${m.batch}`),
+    m.batch && el('button', {type: 'button', class: 'secondary', dataset: {action: 'suspend', batch: m.batch}}, `Suspend batch ${m.batch}`),
+    m.batch && el('button', {type: 'button', class: 'secondary', dataset: {action: 'activate', batch: m.batch}}, `Activate batch ${m.batch}`),
     el('button', {type: 'button', class: 'plain', dataset: {action: 'close'}, title: 'Close'}, '✕'));
   return [
     el('div', {class: 'card-head'},
@@ -428,7 +428,7 @@ function value(v, key) {
     const dl = el('dl', {class: 'kv'});
     for (const [k, x] of Object.entries(v)) {
       if (x == null || x === '') continue;
-      dl.append(el('dt', {}, k), el('dd', {}, value(x, k)));
+      dl.append(el('dt', {}, k.replace(/_/g, ' ')), el('dd', {}, value(x, k)));
     }
     return dl;
   }
@@ -472,11 +472,16 @@ async function download(id, name) {
 // that stops mail (a dialog would block the page, and scripted tests).
 function armed(b, text) {
   if (b.dataset.armed) return true;
-  const old = b.textContent;
-  b.dataset.armed = '1';
+  b.dataset.armed = b.textContent;
   b.textContent = text;
-  setTimeout(() => { delete b.dataset.armed; b.textContent = old; }, 4000);
+  setTimeout(() => disarm(b), 4000);
   return false;
+}
+
+function disarm(b) {
+  if (!b.dataset.armed) return;
+  b.textContent = b.dataset.armed;
+  delete b.dataset.armed;
 }
 
 // ---- wiring --------------------------------------------------------------
@@ -519,7 +524,11 @@ async function onClick(ev) {
   } finally {
     b.disabled = false;
   }
+  disarm(b);
+  // Show the outcome now, and again in a moment: an action sets off
+  // status changes that take a little while (a retried message is sent).
   refresh();
+  setTimeout(refresh, 1500);
 }
 
 function report(err) {
