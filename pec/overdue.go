@@ -92,14 +92,15 @@ func (r *Recorder) raise(ctx context.Context, m *backends.Message, deadline time
 	return raised, nil
 }
 
-// acceptanceOverdue: SENT before the deadline and no acceptance receipt.
+// acceptanceOverdue: SENT before the deadline, no acceptance receipt, and
+// not said yet.
 func acceptanceOverdue(m *backends.Message, events []*backends.Event, deadline time.Time) []*backends.Event {
 	var sentAt time.Time
 	for _, e := range events {
 		switch e.Outcome {
 		case string(backends.StatusSent):
 			sentAt = e.At
-		case OutcomeAccepted, OutcomeNotAccepted:
+		case OutcomeAccepted, OutcomeNotAccepted, OutcomeAcceptanceOverdue:
 			return nil
 		}
 	}
@@ -114,10 +115,11 @@ func acceptanceOverdue(m *backends.Message, events []*backends.Event, deadline t
 }
 
 // deliveryOverdue: accepted before the deadline, and certified recipients
-// with neither a delivery receipt nor a delivery error.
+// with neither a delivery receipt nor a delivery error, not said yet.
 func deliveryOverdue(m *backends.Message, events []*backends.Event, deadline time.Time) []*backends.Event {
 	var acceptedAt time.Time
-	pending := map[string]bool{}
+	expected, done := map[string]bool{}, map[string]bool{}
+	anyOutcome := false
 	for _, e := range events {
 		var d eventPEC
 		if len(e.Details) == 0 || json.Unmarshal(e.Details, &d) != nil {
@@ -128,24 +130,30 @@ func deliveryOverdue(m *backends.Message, events []*backends.Event, deadline tim
 			acceptedAt = e.At
 			for _, rc := range d.PEC.Recipients {
 				if rc.Type != "esterno" {
-					pending[strings.ToLower(rc.Address)] = true
+					expected[strings.ToLower(rc.Address)] = true
 				}
 			}
 		case OutcomeDelivered, OutcomeRecipientDelivered, OutcomeNotDelivered:
-			delete(pending, strings.ToLower(d.PEC.Delivery))
+			anyOutcome = true
+			done[strings.ToLower(d.PEC.Delivery)] = true
+		case OutcomeDeliveryOverdue:
+			done[strings.ToLower(d.PEC.Delivery)] = true
 		}
 	}
 	if acceptedAt.IsZero() || acceptedAt.After(deadline) {
 		return nil
 	}
-	if len(pending) == 0 && !hasDeliveryOutcome(events) {
+	if len(expected) == 0 && !anyOutcome {
 		// The acceptance listed no recipients: the envelope's.
 		for _, a := range m.Envelope.Recipients {
-			pending[strings.ToLower(a)] = true
+			expected[strings.ToLower(a)] = true
 		}
 	}
 	var out []*backends.Event
-	for a := range pending {
+	for a := range expected {
+		if done[a] {
+			continue
+		}
 		e := backends.OutcomeEvent(m.Status, OutcomeDeliveryOverdue,
 			fmt.Sprintf("no delivery receipt for %s since the acceptance at %s", a, acceptedAt.Format(time.RFC3339)),
 			map[string]any{"pec": map[string]string{"delivery": a}})
@@ -154,14 +162,4 @@ func deliveryOverdue(m *backends.Message, events []*backends.Event, deadline tim
 		out = append(out, e)
 	}
 	return out
-}
-
-func hasDeliveryOutcome(events []*backends.Event) bool {
-	for _, e := range events {
-		switch e.Outcome {
-		case OutcomeDelivered, OutcomeRecipientDelivered, OutcomeNotDelivered:
-			return true
-		}
-	}
-	return false
 }

@@ -109,7 +109,9 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 		// The provider answered before the relay recorded SENT.
 		return mailbox.Later, nil
 	}
-	if id := rec.Keys.Identificativo; id != "" {
+	// The first receipt found otherwise records the identificativo; one
+	// found by it has nothing to add.
+	if id := rec.Keys.Identificativo; id != "" && by != "identificativo" {
 		if err := r.store.Link(ctx, linkKey(id), m.ID); err != nil && !errors.Is(err, backends.ErrNotFound) {
 			return 0, fmt.Errorf("link identificativo %s to %s: %w", id, m.ID, err)
 		}
@@ -200,8 +202,8 @@ func receiptName(rec *Receipt, raw []byte) string {
 	return fmt.Sprintf("%s-%s.eml", rec.Type, hex.EncodeToString(sum[:6]))
 }
 
-// details is what plugins read of a receipt: the contract's PEC fields.
-func details(rec *Receipt, name, by string) map[string]any {
+// fields are what plugins read of a receipt: the contract's PEC fields.
+func fields(rec *Receipt) sdk.PEC {
 	p := sdk.PEC{ReceiptType: string(rec.Type), Source: string(rec.Source), Signature: string(rec.Signature.Status), Signer: rec.Signature.Signer,
 		MsgID: rec.Keys.MessageID, Identifier: rec.Keys.Identificativo, Subject: rec.Subject}
 	if d := rec.Daticert; d != nil {
@@ -216,7 +218,7 @@ func details(rec *Receipt, name, by string) map[string]any {
 	if p.Error == "nessuno" {
 		p.Error = ""
 	}
-	return map[string]any{"pec": p, "receipt": name, "matched_by": by}
+	return p
 }
 
 // eventPEC is the part of an event's details the recorder reads back.
@@ -227,15 +229,14 @@ type eventPEC struct {
 // event makes the receipt's event; a delivery receipt looks at the
 // message's earlier events to tell whether it completes the delivery.
 func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt, by, name string, raw []byte) (*backends.Event, error) {
-	d := details(rec, name, by)
-	delivery := d["pec"].(sdk.PEC).Delivery
+	p := fields(rec)
 	outcome := map[Type]string{Accettazione: OutcomeAccepted, NonAccettazione: OutcomeNotAccepted, PresaInCarico: OutcomeTakenInCharge,
 		PreavvisoErroreConsegna: OutcomeDeliveryWarning, RilevazioneVirus: OutcomeVirus, ErroreConsegna: OutcomeNotDelivered}[rec.Type]
 	switch {
 	case rec.Signature.Status == SignatureInvalid:
 		outcome = OutcomeInvalidSignature
 	case rec.Type == AvvenutaConsegna:
-		done, err := r.completes(ctx, m, rec, delivery)
+		done, err := r.completes(ctx, m, p)
 		if err != nil {
 			return nil, err
 		}
@@ -245,58 +246,51 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 		}
 	}
 	reason := string(rec.Type)
-	if delivery != "" {
-		reason += " for " + delivery
+	if p.Delivery != "" {
+		reason += " for " + p.Delivery
 	}
-	if rec.Daticert != nil && rec.Daticert.GestoreEmittente != "" {
-		reason += " from " + rec.Daticert.GestoreEmittente
+	if p.Issuer != "" {
+		reason += " from " + p.Issuer
 	}
-	if e := d["pec"].(sdk.PEC).Error; e != "" {
-		reason += ": " + e
-		if rec.Daticert.ErroreEsteso != "" {
-			reason += " (" + rec.Daticert.ErroreEsteso + ")"
+	if p.Error != "" {
+		reason += ": " + p.Error
+		if p.ErrorDetail != "" {
+			reason += " (" + p.ErrorDetail + ")"
 		}
 	}
 	reason += "; signature " + string(rec.Signature.Status)
 	if rec.Signature.Error != "" {
 		reason += " (" + rec.Signature.Error + ")"
 	}
-	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, d)
+	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, map[string]any{"pec": p, "receipt": name, "matched_by": by})
 	key := rec.MessageID
 	if key == "" {
 		sum := sha256.Sum256(raw)
 		key = hex.EncodeToString(sum[:])
 	}
-	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+strings.ToLower(delivery)+"\x00"+key)).String()
+	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+strings.ToLower(p.Delivery)+"\x00"+key)).String()
 	e.MessageID = m.ID
 	return e, nil
 }
 
-// completes tells whether a delivery receipt for delivery makes every
-// certified recipient of m delivered, with no delivery error on record.
-func (r *Recorder) completes(ctx context.Context, m *backends.Message, rec *Receipt, delivery string) (bool, error) {
+// completes tells whether the delivery receipt p makes every certified
+// recipient of m delivered, with no delivery error on record.
+func (r *Recorder) completes(ctx context.Context, m *backends.Message, p sdk.PEC) (bool, error) {
 	events, err := r.store.Events(ctx, m.ID)
 	if err != nil {
 		return false, fmt.Errorf("events of %s: %w", m.ID, err)
 	}
-	expected := map[string]bool{}
-	external := map[string]bool{}
+	expected, external, delivered := map[string]bool{}, map[string]bool{}, map[string]bool{strings.ToLower(p.Delivery): true}
 	note := func(rcpts []sdk.PECRecipient) {
 		for _, rc := range rcpts {
-			a := strings.ToLower(rc.Address)
 			if rc.Type == "esterno" {
-				external[a] = true
+				external[strings.ToLower(rc.Address)] = true
 			} else {
-				expected[a] = true
+				expected[strings.ToLower(rc.Address)] = true
 			}
 		}
 	}
-	delivered := map[string]bool{}
-	if rec.Daticert != nil {
-		for _, rc := range rec.Daticert.Destinatari {
-			note([]sdk.PECRecipient{{Address: rc.Address, Type: rc.Type}})
-		}
-	}
+	note(p.Recipients)
 	for _, e := range events {
 		var d eventPEC
 		if len(e.Details) == 0 || json.Unmarshal(e.Details, &d) != nil || d.PEC.ReceiptType == "" {
@@ -310,11 +304,10 @@ func (r *Recorder) completes(ctx context.Context, m *backends.Message, rec *Rece
 			delivered[strings.ToLower(d.PEC.Delivery)] = true
 		}
 	}
-	if delivery == "" {
+	if p.Delivery == "" {
 		// No daticert: only a message to one recipient is known complete.
 		return len(m.Envelope.Recipients) == 1, nil
 	}
-	delivered[strings.ToLower(delivery)] = true
 	if len(expected) == 0 {
 		// No receipt listed the recipients: the envelope's, less the
 		// ordinary (esterno) ones, which get no delivery receipt.

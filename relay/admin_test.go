@@ -9,9 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/emersion/go-smtp"
-
-	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 )
@@ -86,12 +83,7 @@ func TestAdminTokenRequiredOffLoopback(t *testing.T) {
 // TestStatsAndSearch: the dashboard's overview and search.
 func TestStatsAndSearch(t *testing.T) {
 	cfg, up := testConfig(t)
-	up.OnRcpt(func(to string) error {
-		if strings.HasPrefix(to, "nobody@") {
-			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
-		}
-		return nil
-	})
+	refuseNobody(up)
 	rl := start(t, cfg)
 	ctx := context.Background()
 	var sent []string

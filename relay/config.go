@@ -365,8 +365,14 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 	return out
 }
 
+// pecRoutePrefix starts the name of every PEC account's delivery route.
+const pecRoutePrefix = "pec:"
+
 // pecRouteName names the delivery route of a PEC account.
-func pecRouteName(address string) string { return "pec:" + strings.ToLower(address) }
+func pecRouteName(address string) string { return pecRoutePrefix + strings.ToLower(address) }
+
+// isPECRoute tells whether a message went through a PEC account.
+func isPECRoute(route string) bool { return strings.HasPrefix(route, pecRoutePrefix) }
 
 // mailbox is the account's mailbox, where its receipts come.
 func (a PECAccountConfig) mailbox() MailboxConfig {

@@ -30,6 +30,16 @@ func sendTo(t *testing.T, addr string, rcpts []string, header, body string) stri
 		fmt.Appendf(nil, "From: app@example.com\r\nTo: %s\r\n%sSubject: delivery test\r\n\r\n%s", strings.Join(rcpts, ", "), header, body))
 }
 
+// refuseNobody has the upstream refuse nobody@… recipients for good.
+func refuseNobody(up *smtptest.Server) {
+	up.OnRcpt(func(to string) error {
+		if strings.HasPrefix(to, "nobody@") {
+			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
+		}
+		return nil
+	})
+}
+
 func recipient(m admin.Message, addr string) admin.Recipient {
 	for _, r := range m.Recipients {
 		if r.Address == addr {
@@ -86,12 +96,7 @@ func TestDeliverySuccess(t *testing.T) {
 
 func TestDeliveryRecipientRefused(t *testing.T) {
 	cfg, up := testConfig(t)
-	up.OnRcpt(func(to string) error {
-		if strings.HasPrefix(to, "nobody@") {
-			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
-		}
-		return nil
-	})
+	refuseNobody(up)
 	rl := start(t, cfg)
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net", "someone@example.net"}, "", "x\r\n")
 	m := waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,8 +52,7 @@ func (r *Relay) checkOverdue(ctx context.Context) {
 		return
 	}
 	limits := pec.Limits{Acceptance: r.cfg.PEC.AcceptanceTimeout.D(), Delivery: r.cfg.PEC.DeliveryTimeout.D()}
-	isPEC := func(route string) bool { return strings.HasPrefix(route, "pec:") }
-	if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPEC); err != nil {
+	if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPECRoute); err != nil {
 		r.log.Error("pec: cannot look for late receipts; will retry", "error", err)
 	}
 }

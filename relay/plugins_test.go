@@ -19,9 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/emersion/go-smtp"
-
-	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/plugins/sdk"
 	"github.com/genropy/postino/relay"
 )
@@ -102,12 +99,7 @@ func received(t *testing.T, path string) []sdk.Event {
 func TestPluginEndToEnd(t *testing.T) {
 	cfg, up := testConfig(t)
 	out := testPlugin(t, &cfg, "ok", nil)
-	up.OnRcpt(func(to string) error {
-		if strings.HasPrefix(to, "nobody@") {
-			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
-		}
-		return nil
-	})
+	refuseNobody(up)
 	rl := start(t, cfg)
 	ok := sendTo(t, rl.r.SMTPAddr().String(), []string{"user@example.net"}, "X-Postino-Batch: b7\r\n", "x\r\n")
 	bad := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net"}, "", "x\r\n")

@@ -19,6 +19,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
 	"github.com/genropy/postino/relay"
@@ -48,26 +49,12 @@ type running struct {
 
 func start(t *testing.T, cfg relay.Config) *running {
 	t.Helper()
-	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
+	r, stop := relaytest.Start(t, cfg)
+	return &running{r: r, client: &admin.Client{Base: r.AdminAddr().String()}, stop: func() {
+		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
-	}
-	t.Cleanup(stop)
-	return &running{r: r, client: &admin.Client{Base: r.AdminAddr().String()}, stop: stop}
+	}}
 }
 
 func send(t *testing.T, addr string, header string) string {

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net"
 	"strings"
 	"testing"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/relay"
 )
 
@@ -30,14 +29,7 @@ func startRelayIn(t *testing.T, dir string) *relay.Relay {
 	cfg.SMTP.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Intake.Poll = relay.Duration(50 * time.Millisecond)
-	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	r, _ := relaytest.Start(t, cfg)
 	return r
 }
 

@@ -21,20 +21,19 @@ import (
 	"github.com/genropy/postino/relay/dkim"
 )
 
-// testDatabase makes a MySQL database for one test, migrated, and drops it
-// at the end.
-func testDatabase(t *testing.T) string {
+// emptyDatabase makes a MySQL database for one test and drops it at the
+// end; it returns its DSN.
+func emptyDatabase(t *testing.T) string {
 	t.Helper()
 	base := os.Getenv("TEST_POSTINO_MYSQL_DSN")
 	if base == "" {
 		base = "root@tcp(127.0.0.1:3306)/"
 	}
-	ctx := context.Background()
-	db, err := mysql.Connect(ctx, base, mysql.Options{MaxConns: 1})
+	db, err := mysql.Connect(context.Background(), base, mysql.Options{MaxConns: 1})
 	if err != nil {
 		serviceMissing(t, "MySQL/MariaDB", err)
 	}
-	name := fmt.Sprintf("postino_env_%d", time.Now().UnixNano())
+	name := fmt.Sprintf("postino_test_%d", time.Now().UnixNano())
 	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
 		t.Fatal(err)
 	}
@@ -45,10 +44,27 @@ func testDatabase(t *testing.T) string {
 			db.Close()
 		}
 	})
-	if _, errOut, code := cli(t, "migrate", "--backend", "mysql", "--dsn", base+name); code != 0 {
+	return base + name
+}
+
+// migratedDatabase is an emptyDatabase with the outbox schema.
+func migratedDatabase(t *testing.T) string {
+	t.Helper()
+	dsn := emptyDatabase(t)
+	if _, errOut, code := cli(t, "migrate", "--backend", "mysql", "--dsn", dsn); code != 0 {
 		t.Fatalf("migrate: %s", errOut)
 	}
-	return base + name
+	return dsn
+}
+
+// buildTestPlugin compiles the relay's test plugin into dir.
+func buildTestPlugin(t *testing.T, dir string) string {
+	t.Helper()
+	plugin := filepath.Join(dir, "testplugin")
+	if out, err := exec.Command("go", "build", "-o", plugin, "../../plugins/testdata/testplugin").CombinedOutput(); err != nil {
+		t.Fatalf("build the test plugin: %v\n%s", err, out)
+	}
+	return plugin
 }
 
 // TestEnvironmentOnly starts postino serve with nothing but POSTINO_*
@@ -60,10 +76,7 @@ func TestEnvironmentOnly(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	plugin := filepath.Join(dir, "testplugin")
-	if out, err := exec.Command("go", "build", "-o", plugin, "../../plugins/testdata/testplugin").CombinedOutput(); err != nil {
-		t.Fatalf("build the test plugin: %v\n%s", err, out)
-	}
+	plugin := buildTestPlugin(t, dir)
 	events := filepath.Join(dir, "events.jsonl")
 	os.Mkdir(filepath.Join(dir, "state"), 0o755)
 	key, err := dkim.GenerateKey("ed25519", 0)
@@ -89,7 +102,7 @@ func TestEnvironmentOnly(t *testing.T) {
 		"POSTINO_ADMIN_TOKEN_FILE=" + tokenFile,
 		"POSTINO_SMARTHOST=" + up.Addr,
 		"POSTINO_BACKEND=mysql",
-		"POSTINO_OUTBOX_MYSQL_DSN=" + testDatabase(t),
+		"POSTINO_OUTBOX_MYSQL_DSN=" + migratedDatabase(t),
 		`POSTINO_DKIM_KEYS=[{"domain": "example.com", "selector": "s1", "key_file": "` + keyFile + `"}]`,
 		"POSTINO_PLUGINS=" + string(plugins),
 		"POSTINO_DELIVERY_POLL=100ms",

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/smtptest"
 )
 
@@ -134,27 +132,8 @@ func TestSharedMySQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three relays")
 	}
-	base := os.Getenv("TEST_POSTINO_MYSQL_DSN")
-	if base == "" {
-		base = "root@tcp(127.0.0.1:3306)/"
-	}
 	ctx := context.Background()
-	admin, err := mysql.Connect(ctx, base, mysql.Options{MaxConns: 1})
-	if err != nil {
-		serviceMissing(t, "MySQL/MariaDB", err)
-	}
-	name := fmt.Sprintf("postino_shared_%d", time.Now().UnixNano())
-	if _, err := admin.Exec("CREATE DATABASE " + name); err != nil {
-		t.Fatal(err)
-	}
-	admin.Close()
-	t.Cleanup(func() {
-		if db, err := sql.Open("mysql", base); err == nil {
-			db.Exec("DROP DATABASE " + name)
-			db.Close()
-		}
-	})
-	dsn := base + name
+	dsn := emptyDatabase(t)
 	// The schema first: serve refuses one that is behind.
 	var out strings.Builder
 	if code := run(ctx, []string{"serve", "--backend", "mysql", "--dsn", dsn, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data", t.TempDir()}, io.Discard, &out); code == 0 ||

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -27,10 +26,7 @@ func TestPluginCrash(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	pluginDir := t.TempDir()
-	plugin := filepath.Join(pluginDir, "testplugin")
-	if out, err := exec.Command("go", "build", "-o", plugin, "../../plugins/testdata/testplugin").CombinedOutput(); err != nil {
-		t.Fatalf("build the test plugin: %v\n%s", err, out)
-	}
+	plugin := buildTestPlugin(t, pluginDir)
 	out := filepath.Join(pluginDir, "events.jsonl")
 	os.Mkdir(filepath.Join(pluginDir, "state"), 0o755)
 	env := []string{"TESTPLUGIN_OUT=" + out, "TESTPLUGIN_STATE=" + filepath.Join(pluginDir, "state")}

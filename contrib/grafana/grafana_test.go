@@ -3,12 +3,10 @@ package grafana_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
-	"log/slog"
 	"maps"
 	"net/http"
 	"os"
@@ -21,6 +19,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/relay"
 )
 
@@ -127,14 +126,8 @@ func servedMetrics(t *testing.T) map[string]bool {
 	cfg.DataDir = t.TempDir()
 	cfg.SMTP.Listen = "127.0.0.1:0"
 	cfg.Admin.Listen = "127.0.0.1:0"
-	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	r, stop := relaytest.Start(t, cfg)
+	defer stop()
 
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + r.AdminAddr().String() + "/metrics")

@@ -33,13 +33,20 @@ const (
 	recentKeep = 10
 )
 
-// recentKinds group the statuses the overview lists.
-func recentKinds() map[string][]backends.Status {
-	return map[string][]backends.Status{
-		"failed":            {backends.StatusFailed, backends.StatusCallingFailed, backends.StatusFailedAcknowledged},
-		"bounced":           {backends.StatusBounced, backends.StatusCallingBounced, backends.StatusBouncedAcknowledged},
-		"pec_not_delivered": {backends.StatusPECNotDelivered, backends.StatusCallingPECNotDelivered, backends.StatusPECNotDeliveredAcknowledged, backends.StatusPECNotAccepted, backends.StatusCallingPECNotAccepted, backends.StatusPECNotAcceptedAcknowledged},
+// recentKind is the overview list a status belongs to, if any.
+func recentKind() map[backends.Status]string {
+	out := map[backends.Status]string{}
+	for kind, outcomes := range map[string][]backends.Status{
+		"failed":            {backends.StatusFailed},
+		"bounced":           {backends.StatusBounced},
+		"pec_not_delivered": {backends.StatusPECNotDelivered, backends.StatusPECNotAccepted},
+	} {
+		for _, o := range outcomes {
+			calling, acked, _ := backends.CallbackStatuses(string(o))
+			out[o], out[calling], out[acked] = kind, kind, kind
+		}
 	}
+	return out
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
@@ -55,17 +62,13 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	if a.opts.Throughput != nil {
 		out.Minutes = a.opts.Throughput(time.Now())
 	}
-	kinds := recentKinds()
-	for k := range kinds {
+	kinds := recentKind()
+	for _, k := range kinds {
 		out.Recent[k] = []Message{}
 	}
 	err = a.scanRecent(r, func(m *backends.Message) bool {
-		for k, sts := range kinds {
-			for _, st := range sts {
-				if m.Status == st && len(out.Recent[k]) < recentKeep {
-					out.Recent[k] = append(out.Recent[k], messageView(m))
-				}
-			}
+		if k, ok := kinds[m.Status]; ok && len(out.Recent[k]) < recentKeep {
+			out.Recent[k] = append(out.Recent[k], messageView(m))
 		}
 		return true
 	})
