@@ -2,7 +2,7 @@
 # Load benchmark: Postfix's smtp-source loads a fresh relay (bbolt outbox,
 # every message fsync'd before its 250) and the script prints accepted
 # messages per second, accept latency percentiles (from the relay's own
-# histogram) and the relay's peak resident memory. With -d the relay
+# histogram), the relay's peak resident memory and its CPU time per message. With -d the relay
 # delivers to Postfix's smtp-sink as its smarthost, and the script also
 # prints end-to-end messages per second, first accepted to last delivered.
 #
@@ -104,6 +104,8 @@ fi
 metrics=$(curl -sf "http://$admin/metrics")
 accepted=$(echo "$metrics" | awk '/^postino_intake_accepted_total /{print $2}')
 rss_kib=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status")
+# User and system CPU time of the relay, in clock ticks.
+cpu_ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
 
 echo "store=$backend sessions=$sessions messages=$messages size=${length}B"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
@@ -135,3 +137,5 @@ echo "$metrics" | awk '
     print line
   }'
 echo "peak RSS: $((rss_kib / 1024)) MiB"
+awk -v t="$cpu_ticks" -v hz="$(getconf CLK_TCK)" -v n="$messages" \
+  'BEGIN { printf "relay CPU: %.1f s = %.0f us per message\n", t / hz, t / hz / n * 1e6 }'

@@ -360,7 +360,9 @@ func (j *job) done() {
 	last := f.jobs == 0
 	f.mu.Unlock()
 	if last {
-		f.finish()
+		// The session goes on to its next message while the outcome is
+		// committed: waiting for the outbox's fsync would idle it.
+		go f.finish()
 	}
 }
 

@@ -105,7 +105,7 @@ func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.smtp.Serve(l)
+	err := s.smtp.Serve(replyListener{l})
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}

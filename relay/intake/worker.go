@@ -108,52 +108,54 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
+// prepareAll checks the messages, at most Concurrency at once, and records
+// each outcome without holding a checking slot: the records of a whole
+// batch then share the outbox's commits instead of waiting for one another.
 func (w *Worker) prepareAll(msgs []*backends.Message) {
-	work := make(chan *backends.Message)
+	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
-	for range min(w.cfg.Concurrency, len(msgs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for m := range work {
-				w.prepare(m)
-			}
-		}()
-	}
 	for _, m := range msgs {
-		work <- m
+		wg.Go(func() {
+			slots <- struct{}{}
+			t := w.prepare(m)
+			<-slots
+			w.record(m, t)
+		})
 	}
-	close(work)
 	wg.Wait()
 }
 
-// prepare checks one INTAKING message and moves it on. Whatever happens, the
-// message leaves INTAKING, or its lease brings it back to ACCEPTED.
-func (w *Worker) prepare(m *backends.Message) {
-	ctx := context.Background()
+// prepare checks one INTAKING message and says where it goes next.
+func (w *Worker) prepare(m *backends.Message) backends.Transition {
 	t := backends.Transition{ID: m.ID, From: backends.StatusIntaking, To: backends.StatusReady}
 	route, err := w.check(m)
 	if err != nil {
 		t.To = backends.StatusInvalid
 		t.Reason = err.Error()
 		t.Event = backends.OutcomeEvent(t.From, backends.StatusInvalid, t.Reason, nil)
-	} else {
-		t.Route = route
-		t.Reason = "ready for route " + route
-		if m.DueAt.After(time.Now()) {
-			t.Reason += ", not before " + m.DueAt.UTC().Format(time.RFC3339)
-		}
+		return t
 	}
-	if err := w.store.Transition(ctx, t); err != nil {
+	t.Route = route
+	t.Reason = "ready for route " + route
+	if m.DueAt.After(time.Now()) {
+		t.Reason += ", not before " + m.DueAt.UTC().Format(time.RFC3339)
+	}
+	return t
+}
+
+// record moves the message on. Whatever happens, the message leaves
+// INTAKING, or its lease brings it back to ACCEPTED.
+func (w *Worker) record(m *backends.Message, t backends.Transition) {
+	if err := w.store.Transition(context.Background(), t); err != nil {
 		// The lease will hand the message back; nothing is lost.
-		w.log.Error("intake: cannot record the prepared message; its lease will return it", "id", m.ID, "to", t.To, "error", err)
+		w.log.Error("intake: cannot record the prepared message; its lease will return it", "id", t.ID, "to", t.To, "error", err)
 		return
 	}
 	if t.To == backends.StatusInvalid {
-		w.log.Warn("invalid", "id", m.ID, "reason", t.Reason)
+		w.log.Warn("invalid", "id", t.ID, "reason", t.Reason)
 		return
 	}
-	w.log.Info("ready", "id", m.ID, "route", route, "priority", m.Priority, "due", m.DueAt)
+	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt)
 }
 
 // check reads the spool file through its whole MIME structure and asks the

@@ -3,32 +3,25 @@ package intake_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/relay/intake"
-	"github.com/genropy/postino/spool"
 )
 
 func TestWorker(t *testing.T) {
-	dir := t.TempDir()
-	sp, err := spool.Open(filepath.Join(dir, "spool"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	store, err := bolt.Open(filepath.Join(dir, "outbox.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
+	sp, store := outboxtest.Open(t)
 
 	later := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	tests := []struct {
@@ -49,31 +42,24 @@ func TestWorker(t *testing.T) {
 		{id: "unroutable", file: "plain.eml", sender: "nobody@nowhere.example", status: backends.StatusInvalid, reason: "no route for"},
 	}
 	for _, tt := range tests {
-		path := "20260101/0000/" + tt.id + ".000000000000.eml"
-		if tt.file != "" {
-			f, err := sp.Create(tt.id, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := os.ReadFile(filepath.Join("testdata", tt.file))
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.Write(b)
-			if err := f.Commit(); err != nil {
-				t.Fatal(err)
-			}
-			path = f.Path()
-		}
 		sender := tt.sender
 		if sender == "" {
 			sender = "app@example.com"
 		}
-		err := store.Create(context.Background(), &backends.Message{ID: tt.id, EmlPath: path, DueAt: tt.due, Priority: 2,
-			Envelope: backends.Envelope{Sender: sender, Recipients: []string{"b@example.net"}}})
+		m := &backends.Message{ID: tt.id, DueAt: tt.due, Priority: 2,
+			Envelope: backends.Envelope{Sender: sender, Recipients: []string{"b@example.net"}}}
+		if tt.file == "" {
+			m.EmlPath = "20260101/0000/" + tt.id + ".000000000000.eml"
+			if err := store.Create(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("testdata", tt.file))
 		if err != nil {
 			t.Fatal(err)
 		}
+		outboxtest.Add(t, sp, store, m, b)
 	}
 	route := func(m *backends.Message) (string, error) {
 		if strings.HasSuffix(m.Envelope.Sender, "@nowhere.example") {
@@ -122,5 +108,68 @@ func TestWorker(t *testing.T) {
 		if got := strings.Join(statuses, " "); got != "ACCEPTED INTAKING "+string(tt.status) {
 			t.Errorf("%s: history %s", tt.id, got)
 		}
+	}
+}
+
+// slowCommits is an outbox whose commits take long: each Transition waits
+// until all the expected ones are waiting together, as they would for one
+// shared commit, or gives up.
+type slowCommits struct {
+	*bolt.Store
+	want    int
+	mu      sync.Mutex
+	waiting int
+	all     chan struct{}
+	gaveUp  atomic.Bool
+}
+
+func (s *slowCommits) Transition(ctx context.Context, t backends.Transition) error {
+	s.mu.Lock()
+	s.waiting++
+	if s.waiting == s.want {
+		close(s.all)
+	}
+	s.mu.Unlock()
+	select {
+	case <-s.all:
+	case <-time.After(5 * time.Second):
+		s.gaveUp.Store(true)
+	}
+	return s.Store.Transition(ctx, t)
+}
+
+// The records of a batch must not wait for one another: with one checking
+// slot, a worker that recorded inside the slot would pay one commit per
+// message.
+func TestWorkerRecordsShareCommits(t *testing.T) {
+	sp, store := outboxtest.Open(t)
+	const n = 8
+	for i := range n {
+		outboxtest.Add(t, sp, store, &backends.Message{ID: fmt.Sprintf("m%d", i), Priority: 2,
+			Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}},
+			[]byte("From: app@example.com\r\nSubject: hi\r\n\r\nhello\r\n"))
+	}
+	slow := &slowCommits{Store: store, want: n, all: make(chan struct{})}
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 1, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
+		slow, sp, func(*backends.Message) (string, error) { return "default", nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		counts, _ := store.Counts(context.Background())
+		if counts[backends.StatusReady] == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("messages not prepared: %v", counts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if slow.gaveUp.Load() {
+		t.Errorf("the %d records of one batch were not made together", n)
 	}
 }

@@ -1,0 +1,55 @@
+// Package outboxtest gives tests a spool and a bbolt outbox, and puts
+// messages in them as intake would.
+package outboxtest
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/spool"
+)
+
+// Open makes a spool and an outbox in a directory of the test's, closed
+// when the test ends.
+func Open(t testing.TB) (*spool.Spool, *bolt.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	sp, err := spool.Open(filepath.Join(dir, "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	store, err := bolt.Open(filepath.Join(dir, "outbox.db"), bolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return sp, store
+}
+
+// Creator is the part of an outbox that Add needs.
+type Creator interface {
+	Create(ctx context.Context, m *backends.Message) error
+}
+
+// Add spools body as the file of m and records m, ACCEPTED.
+func Add(t testing.TB, sp *spool.Spool, store Creator, m *backends.Message, body []byte) {
+	t.Helper()
+	f, err := sp.Create(m.ID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(body)
+	if err := f.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	m.EmlPath = f.Path()
+	m.Envelope.Size = f.Size()
+	if err := store.Create(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}

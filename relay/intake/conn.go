@@ -1,0 +1,69 @@
+package intake
+
+import (
+	"bufio"
+	"net"
+	"sync"
+)
+
+// replyListener hands go-smtp connections that hold replies back until the
+// server next reads. go-smtp writes each line of a reply on its own, so an
+// EHLO answer would cost one system call and one TCP segment per extension,
+// and the client would be woken for each.
+type replyListener struct{ net.Listener }
+
+func (l replyListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &replyConn{Conn: c}, nil
+}
+
+// replyConn buffers writes and sends them before each read: in SMTP the
+// server speaks only in answer to the client, so whatever it wrote is due
+// by the time it waits for the client again.
+type replyConn struct {
+	net.Conn
+	mu sync.Mutex
+	w  *bufio.Writer // allocated at the first write
+}
+
+func (c *replyConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil {
+		c.w = bufio.NewWriterSize(c.Conn, 2048)
+	}
+	return c.w.Write(p)
+}
+
+// flush sends what is held; a failure to send is the connection's failure,
+// reported to the reader.
+func (c *replyConn) flush() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.w == nil || c.w.Buffered() == 0 {
+		return nil
+	}
+	return c.w.Flush()
+}
+
+func (c *replyConn) Read(p []byte) (int, error) {
+	if err := c.flush(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// Close sends the last reply (a 221 or 421) first. When another goroutine
+// is writing, the close is an abort and nothing waits for it.
+func (c *replyConn) Close() error {
+	if c.mu.TryLock() {
+		if c.w != nil {
+			c.w.Flush()
+		}
+		c.mu.Unlock()
+	}
+	return c.Conn.Close()
+}
