@@ -14,9 +14,10 @@
 #
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
 # live in a temporary directory under the current one, removed at the end.
-# On ext4 without a journal, creating many files in the minutes after
-# deleting many is slower (the allocator skips recently freed inodes): leave
-# a few minutes between runs, or the next run measures that.
+# On ext4 without a journal, creating files in the minutes after deleting
+# many is slower (the inode allocator skips inodes freed in the last five to
+# six minutes; each create then costs several times the CPU): leave six
+# minutes between runs, or the next run measures that.
 set -euo pipefail
 
 sessions=20 messages=10000 length=4096 deliver= backend=bolt
