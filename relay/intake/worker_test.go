@@ -130,10 +130,12 @@ func (s *slowCommits) Transition(ctx context.Context, t backends.Transition) err
 		close(s.all)
 	}
 	s.mu.Unlock()
-	select {
-	case <-s.all:
-	case <-time.After(5 * time.Second):
-		s.gaveUp.Store(true)
+	if !s.gaveUp.Load() {
+		select {
+		case <-s.all:
+		case <-time.After(15 * time.Second):
+			s.gaveUp.Store(true)
+		}
 	}
 	return s.Store.Transition(ctx, t)
 }
