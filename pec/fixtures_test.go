@@ -56,6 +56,11 @@ func TestFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixtureKeys := pec.Keys{MessageID: "20240301.1234@postino.test", Identificativo: "opec-test.fixture@pec.provider.test"}
+	allRecipients := func(t *testing.T, r *pec.Receipt) {
+		if !reflect.DeepEqual(r.Daticert.Destinatari, recipients) {
+			t.Errorf("destinatari = %+v", r.Daticert.Destinatari)
+		}
+	}
 
 	tests := []struct {
 		file        string
@@ -70,11 +75,7 @@ func TestFixtures(t *testing.T) {
 		{
 			file: "accettazione.eml", typ: pec.Accettazione, source: pec.FromBoth,
 			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
-			check: func(t *testing.T, r *pec.Receipt) {
-				if !reflect.DeepEqual(r.Daticert.Destinatari, recipients) {
-					t.Errorf("destinatari = %+v", r.Daticert.Destinatari)
-				}
-			},
+			check: allRecipients,
 		},
 		{
 			file: "avvenuta-consegna-completa.eml", typ: pec.AvvenutaConsegna, source: pec.FromBoth,
@@ -117,11 +118,7 @@ func TestFixtures(t *testing.T) {
 		{
 			file: "presa-in-carico.eml", typ: pec.PresaInCarico, source: pec.FromBoth,
 			keys: fixtureKeys, identFrom: pec.FromDaticert, signature: pec.SignatureValid,
-			check: func(t *testing.T, r *pec.Receipt) {
-				if !reflect.DeepEqual(r.Daticert.Destinatari, recipients) {
-					t.Errorf("destinatari = %+v", r.Daticert.Destinatari)
-				}
-			},
+			check: allRecipients,
 		},
 		{
 			file: "avvenuta-consegna-breve.eml", typ: pec.AvvenutaConsegna, source: pec.FromBoth,

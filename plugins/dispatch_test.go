@@ -19,6 +19,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/plugins"
 )
 
@@ -87,13 +88,9 @@ func BenchmarkWebhookDispatch(b *testing.B) {
 	b.ResetTimer()
 	start := time.Now()
 	go func() { d.Run(ctx); close(done) }()
-	for {
-		n, _ := store.Counts(context.Background())
-		if n[backends.StatusSentAcknowledged] == b.N {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	outboxtest.WaitCounts(b, store, 10*time.Minute, func(n map[backends.Status]int) bool {
+		return n[backends.StatusSentAcknowledged] == b.N
+	})
 	elapsed := time.Since(start)
 	b.StopTimer()
 	cancel()

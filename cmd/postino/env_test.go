@@ -57,14 +57,23 @@ func migratedDatabase(t *testing.T) string {
 	return dsn
 }
 
-// buildTestPlugin compiles the relay's test plugin into dir.
-func buildTestPlugin(t *testing.T, dir string) string {
+// testPlugin is the relay's test plugin, built for one test: it appends
+// the events it gets to Out and keeps its state in State.
+type testPlugin struct {
+	Path, Out, State string
+}
+
+func buildTestPlugin(t *testing.T) testPlugin {
 	t.Helper()
-	plugin := filepath.Join(dir, "testplugin")
-	if out, err := exec.Command("go", "build", "-o", plugin, "../../plugins/testdata/testplugin").CombinedOutput(); err != nil {
+	dir := t.TempDir()
+	p := testPlugin{Path: filepath.Join(dir, "testplugin"), Out: filepath.Join(dir, "events.jsonl"), State: filepath.Join(dir, "state")}
+	if out, err := exec.Command("go", "build", "-o", p.Path, "../../plugins/testdata/testplugin").CombinedOutput(); err != nil {
 		t.Fatalf("build the test plugin: %v\n%s", err, out)
 	}
-	return plugin
+	if err := os.Mkdir(p.State, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestEnvironmentOnly starts postino serve with nothing but POSTINO_*
@@ -76,9 +85,7 @@ func TestEnvironmentOnly(t *testing.T) {
 	}
 	bin := buildBinary(t)
 	dir := t.TempDir()
-	plugin := buildTestPlugin(t, dir)
-	events := filepath.Join(dir, "events.jsonl")
-	os.Mkdir(filepath.Join(dir, "state"), 0o755)
+	plugin := buildTestPlugin(t)
 	key, err := dkim.GenerateKey("ed25519", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +99,8 @@ func TestEnvironmentOnly(t *testing.T) {
 	os.WriteFile(tokenFile, []byte("t0ken\n"), 0o600)
 	up := smtptest.Start(t, smtptest.Options{})
 	smtpAddr, adminAddr := freeAddr(t), freeAddr(t)
-	plugins, _ := json.Marshal([]map[string]any{{"path": plugin, "name": "app", "env": map[string]string{
-		"TESTPLUGIN_MODE": "ok", "TESTPLUGIN_OUT": events, "TESTPLUGIN_STATE": filepath.Join(dir, "state")}}})
+	plugins, _ := json.Marshal([]map[string]any{{"path": plugin.Path, "name": "app", "env": map[string]string{
+		"TESTPLUGIN_MODE": "ok", "TESTPLUGIN_OUT": plugin.Out, "TESTPLUGIN_STATE": plugin.State}}})
 	env := []string{
 		"PATH=" + os.Getenv("PATH"),
 		"POSTINO_DATA=" + filepath.Join(dir, "data"),
@@ -154,7 +161,7 @@ func TestEnvironmentOnly(t *testing.T) {
 	if len(m.Events) != 1 || fmt.Sprint(m.Events[0].Acked) != "[app]" {
 		t.Errorf("events %+v: the plugin did not acknowledge", m.Events)
 	}
-	if got := readEvents(t, events); len(got) != 1 || got[0]["outcome"] != "SENT" {
+	if got := readEvents(t, plugin.Out); len(got) != 1 || got[0]["outcome"] != "SENT" {
 		t.Errorf("the plugin got %v", got)
 	}
 	msgs := up.Messages()

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -25,14 +24,11 @@ func TestPluginCrash(t *testing.T) {
 		t.Skip("builds and kills a relay process")
 	}
 	bin := buildBinary(t)
-	pluginDir := t.TempDir()
-	plugin := buildTestPlugin(t, pluginDir)
-	out := filepath.Join(pluginDir, "events.jsonl")
-	os.Mkdir(filepath.Join(pluginDir, "state"), 0o755)
-	env := []string{"TESTPLUGIN_OUT=" + out, "TESTPLUGIN_STATE=" + filepath.Join(pluginDir, "state")}
+	plugin := buildTestPlugin(t)
+	env := []string{"TESTPLUGIN_OUT=" + plugin.Out, "TESTPLUGIN_STATE=" + plugin.State}
 	up := smtptest.Start(t, smtptest.Options{})
 	data := t.TempDir()
-	args := []string{"--smarthost", up.Addr, "--plugin", plugin}
+	args := []string{"--smarthost", up.Addr, "--plugin", plugin.Path}
 	p := startProcess(t, bin, data, args, append(env, "TESTPLUGIN_MODE=slow", "TESTPLUGIN_DELAY=30s"))
 
 	c, err := smtp.Dial(p.smtp)
@@ -45,7 +41,7 @@ func TestPluginCrash(t *testing.T) {
 	c.Close()
 	var first []map[string]any
 	for deadline := time.Now().Add(20 * time.Second); len(first) == 0; {
-		first = readEvents(t, out)
+		first = readEvents(t, plugin.Out)
 		if time.Now().After(deadline) {
 			t.Fatal("the plugin never got the event")
 		}
@@ -72,7 +68,7 @@ func TestPluginCrash(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	events := readEvents(t, out)
+	events := readEvents(t, plugin.Out)
 	if len(events) != 2 || events[0]["event_id"] != events[1]["event_id"] {
 		t.Errorf("the plugin got %v; want the same event twice", events)
 	}

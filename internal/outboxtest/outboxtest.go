@@ -53,3 +53,25 @@ func Add(t testing.TB, sp *spool.Spool, store Creator, m *backends.Message, body
 		t.Fatal(err)
 	}
 }
+
+// Counter is the part of an outbox that WaitCounts needs.
+type Counter interface {
+	Counts(ctx context.Context) (map[backends.Status]int, error)
+}
+
+// WaitCounts waits until done accepts the outbox's counts by status, and
+// fails the test when that takes longer than timeout.
+func WaitCounts(t testing.TB, store Counter, timeout time.Duration, done func(map[backends.Status]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		n, err := store.Counts(context.Background())
+		if err == nil && done(n) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("outbox counts after %s: %v (error %v)", timeout, n, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

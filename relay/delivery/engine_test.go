@@ -77,17 +77,9 @@ func TestSessionDoesNotWaitForTheOutbox(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { e.Run(runCtx); close(done) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		counts, _ := store.Counts(ctx)
-		if counts[backends.StatusSentAcknowledged] == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not delivered: %v", counts)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
+		return counts[backends.StatusSentAcknowledged] == n
+	})
 	stop()
 	<-done
 	if slow.gaveUp.Load() {

@@ -72,17 +72,9 @@ func TestWorker(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, _ := store.Counts(context.Background())
-		if n[backends.StatusAccepted]+n[backends.StatusIntaking] == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker left messages behind: %v", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitCounts(t, store, 10*time.Second, func(n map[backends.Status]int) bool {
+		return n[backends.StatusAccepted]+n[backends.StatusIntaking] == 0
+	})
 	cancel()
 	<-done
 
@@ -158,17 +150,9 @@ func TestWorkerRecordsShareCommits(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		counts, _ := store.Counts(context.Background())
-		if counts[backends.StatusReady] == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("messages not prepared: %v", counts)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
+		return counts[backends.StatusReady] == n
+	})
 	cancel()
 	<-done
 	if slow.gaveUp.Load() {
