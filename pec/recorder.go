@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,7 +110,9 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 	}
 	// The first receipt found otherwise records the identificativo; one
 	// found by it has nothing to add.
-	if id := rec.Keys.Identificativo; id != "" && by != "identificativo" {
+	// A receipt whose signature fails may be forged: it must not tie the
+	// identificativo to a message for the receipts that follow.
+	if id := rec.Keys.Identificativo; id != "" && by != "identificativo" && rec.Signature.Status != SignatureInvalid {
 		if err := r.store.Link(ctx, linkKey(id), m.ID); err != nil && !errors.Is(err, backends.ErrNotFound) {
 			return 0, fmt.Errorf("link identificativo %s to %s: %w", id, m.ID, err)
 		}
@@ -222,10 +223,6 @@ func fields(rec *Receipt) sdk.PEC {
 }
 
 // eventPEC is the part of an event's details the recorder reads back.
-type eventPEC struct {
-	PEC sdk.PEC `json:"pec"`
-}
-
 // event makes the receipt's event; a delivery receipt looks at the
 // message's earlier events to tell whether it completes the delivery.
 func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt, by, name string, raw []byte) (*backends.Event, error) {
@@ -280,45 +277,18 @@ func (r *Recorder) completes(ctx context.Context, m *backends.Message, p sdk.PEC
 	if err != nil {
 		return false, fmt.Errorf("events of %s: %w", m.ID, err)
 	}
-	expected, external, delivered := map[string]bool{}, map[string]bool{}, map[string]bool{strings.ToLower(p.Delivery): true}
-	note := func(rcpts []sdk.PECRecipient) {
-		for _, rc := range rcpts {
-			if rc.Type == "esterno" {
-				external[strings.ToLower(rc.Address)] = true
-			} else {
-				expected[strings.ToLower(rc.Address)] = true
-			}
-		}
-	}
-	note(p.Recipients)
-	for _, e := range events {
-		var d eventPEC
-		if len(e.Details) == 0 || json.Unmarshal(e.Details, &d) != nil || d.PEC.ReceiptType == "" {
-			continue
-		}
-		note(d.PEC.Recipients)
-		switch e.Outcome {
-		case OutcomeNotDelivered:
-			return false, nil
-		case OutcomeDelivered, OutcomeRecipientDelivered:
-			delivered[strings.ToLower(d.PEC.Delivery)] = true
-		}
+	s := readReceipts(events)
+	if s.failed {
+		return false, nil
 	}
 	if p.Delivery == "" {
 		// No daticert: only a message to one recipient is known complete.
 		return len(m.Envelope.Recipients) == 1, nil
 	}
-	if len(expected) == 0 {
-		// No receipt listed the recipients: the envelope's, less the
-		// ordinary (esterno) ones, which get no delivery receipt.
-		for _, a := range m.Envelope.Recipients {
-			if !external[strings.ToLower(a)] {
-				expected[strings.ToLower(a)] = true
-			}
-		}
-	}
-	for a := range expected {
-		if !delivered[a] {
+	s.note(p.Recipients)
+	s.delivered[strings.ToLower(p.Delivery)] = true
+	for _, a := range s.expected(m) {
+		if !s.delivered[a] {
 			return false, nil
 		}
 	}

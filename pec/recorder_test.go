@@ -3,9 +3,12 @@ package pec_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -205,5 +208,134 @@ func TestRecorderLater(t *testing.T) {
 	}
 	if got := s.events(t, "order-4"); len(got) != 0 {
 		t.Errorf("events %+v", got)
+	}
+}
+
+// acceptedMessage stores a sent PEC message, records its acceptance
+// receipt and moves it to PEC-ACCEPTED, as the dispatcher would.
+func (s *recorderSetup) acceptedMessage(t *testing.T, id string, rcpts []string, acceptance pectest.ReceiptOptions) []byte {
+	t.Helper()
+	orig := s.message(t, id, rcpts...)
+	ctx := context.Background()
+	steps := []backends.Transition{
+		{From: backends.StatusAccepted, To: backends.StatusIntaking}, {From: backends.StatusIntaking, To: backends.StatusReady},
+		{From: backends.StatusReady, To: backends.StatusProcessing},
+		{From: backends.StatusProcessing, To: backends.StatusSent, Event: backends.OutcomeEvent(backends.StatusProcessing, backends.StatusSent, "sent", nil)},
+		{From: backends.StatusSent, To: backends.StatusCallingSent}, {From: backends.StatusCallingSent, To: backends.StatusSentAcknowledged},
+		{From: backends.StatusSentAcknowledged, To: backends.StatusPECAccepted},
+	}
+	for i, tr := range steps {
+		tr.ID, tr.Reason = id, "test"
+		if tr.To.Working() {
+			tr.LeaseUntil = time.Now().Add(time.Hour)
+		}
+		if tr.To == backends.StatusPECAccepted {
+			acceptance.Type, acceptance.Original = pec.Accettazione, orig
+			s.handle(t, s.ca.Receipt(t, acceptance))
+		}
+		if err := s.store.Transition(ctx, tr); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	return orig
+}
+
+// TestDeliveryOverdue: who still owes a delivery receipt, as the
+// recorder's own completion rule sees it.
+func TestDeliveryOverdue(t *testing.T) {
+	tests := []struct {
+		name       string
+		rcpts      []string
+		acceptance pectest.ReceiptOptions
+		delivered  []string // delivery receipts that came
+		want       []string // recipients said to be late
+	}{
+		{name: "ordinary mailboxes owe nothing", rcpts: []string{"ordinary@example.com"},
+			acceptance: pectest.ReceiptOptions{Recipients: []pec.Recipient{{Address: "ordinary@example.com", Type: "esterno"}}}},
+		{name: "certified and ordinary", rcpts: []string{"anna@pec.dest.it", "ordinary@example.com"},
+			acceptance: pectest.ReceiptOptions{Recipients: []pec.Recipient{{Address: "anna@pec.dest.it", Type: "certificato"}, {Address: "ordinary@example.com", Type: "esterno"}}},
+			want:       []string{"anna@pec.dest.it"}},
+		{name: "an acceptance without recipients, one delivered", rcpts: []string{"anna@pec.dest.it", "bruno@pec.dest.it"},
+			acceptance: pectest.ReceiptOptions{DaticertEncoding: "none"}, delivered: []string{"anna@pec.dest.it"},
+			want: []string{"bruno@pec.dest.it"}},
+		{name: "all delivered", rcpts: []string{"anna@pec.dest.it", "bruno@pec.dest.it"},
+			delivered: []string{"anna@pec.dest.it", "bruno@pec.dest.it"}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRecorder(t)
+			id := fmt.Sprintf("overdue-%d", i)
+			orig := s.acceptedMessage(t, id, tt.rcpts, tt.acceptance)
+			for _, a := range tt.delivered {
+				s.handle(t, s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Original: orig, Consegna: a}))
+			}
+			limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
+			if err := s.rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true }); err != nil {
+				t.Fatal(err)
+			}
+			var late []string
+			for _, e := range s.events(t, id) {
+				if e.Outcome == pec.OutcomeDeliveryOverdue {
+					late = append(late, e.PEC.Delivery)
+				}
+			}
+			slices.Sort(late)
+			if !slices.Equal(late, tt.want) {
+				t.Errorf("late: %v, want %v", late, tt.want)
+			}
+		})
+	}
+}
+
+// TestRecorderForgedReceiptLinksNothing: a receipt whose signature fails is
+// recorded as such and does not tie its identificativo to the message, so
+// that the receipts found by that identificativo later are not misfiled.
+func TestRecorderForgedReceiptLinksNothing(t *testing.T) {
+	s := newRecorder(t)
+	orig := s.message(t, "order-5", "anna@pec.dest.it")
+	const ident = "opec-test.forged@pec.provider.test"
+	forger := pectest.NewCA(t)
+	s.handle(t, forger.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Original: orig, Identificativo: ident}))
+	if got := s.events(t, "order-5"); len(got) != 1 || got[0].Outcome != pec.OutcomeInvalidSignature {
+		t.Fatalf("events %+v", got)
+	}
+	// A genuine receipt that only the identificativo could match.
+	other := strings.Replace(string(orig), "order-5@relay.test", "rewritten@provider.test", 1)
+	other = strings.Replace(other, "X-Genro-Mail-ID: order-5\r\n", "", 1)
+	if v := s.handle(t, s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.PresaInCarico, Original: []byte(other), Identificativo: ident})); v != mailbox.Unmatched {
+		t.Errorf("a receipt found through a forged receipt's identificativo: verdict %v", v)
+	}
+}
+
+// brokenEvents is an outbox that cannot read the events of one message.
+type brokenEvents struct {
+	*bolt.Store
+	broken string
+}
+
+func (b brokenEvents) Events(ctx context.Context, id string) ([]*backends.Event, error) {
+	if id == b.broken {
+		return nil, errors.New("row damaged")
+	}
+	return b.Store.Events(ctx, id)
+}
+
+// TestOverdueGoesPastAMessageItCannotRead: the others still get their
+// events, and the error names the one that failed.
+func TestOverdueGoesPastAMessageItCannotRead(t *testing.T) {
+	s := newRecorder(t)
+	rec := pec.NewRecorder(brokenEvents{s.store, "late-1"}, s.kept, pec.Options{Roots: s.ca.Pool()},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), pec.NewMetrics(prometheus.NewRegistry()), nil)
+	for _, id := range []string{"late-1", "late-2"} {
+		s.acceptedMessage(t, id, []string{"anna@pec.dest.it"}, pectest.ReceiptOptions{})
+	}
+	limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
+	err := rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true })
+	if err == nil || !strings.Contains(err.Error(), "late-1") {
+		t.Errorf("error %v, want one naming late-1", err)
+	}
+	got := s.events(t, "late-2")
+	if last := got[len(got)-1]; last.Outcome != pec.OutcomeDeliveryOverdue {
+		t.Errorf("late-2: events %+v", got)
 	}
 }

@@ -112,8 +112,6 @@ func (r *Relay) housekeeping(ctx context.Context) {
 	defer restore.Stop()
 	retention := time.NewTicker(retentionEvery)
 	defer retention.Stop()
-	overdue := time.NewTicker(r.cfg.PEC.overdueEvery())
-	defer overdue.Stop()
 	r.purge(ctx)
 	for {
 		select {
@@ -129,8 +127,6 @@ func (r *Relay) housekeeping(ctx context.Context) {
 			}
 		case <-retention.C:
 			r.purge(ctx)
-		case <-overdue.C:
-			r.checkOverdue(ctx)
 		}
 	}
 }

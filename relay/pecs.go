@@ -46,13 +46,21 @@ func (r *Relay) pecMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake
 	return nil
 }
 
-// checkOverdue raises the events of late PEC receipts.
-func (r *Relay) checkOverdue(ctx context.Context) {
-	if r.pecRecorder == nil {
-		return
-	}
+// watchOverdue raises the events of late PEC receipts until ctx ends. It
+// runs apart from housekeeping: a check pages through the sent messages and
+// must not hold up the restore of expired leases.
+func (r *Relay) watchOverdue(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.PEC.overdueEvery())
+	defer tick.Stop()
 	limits := pec.Limits{Acceptance: r.cfg.PEC.AcceptanceTimeout.D(), Delivery: r.cfg.PEC.DeliveryTimeout.D()}
-	if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPECRoute); err != nil {
-		r.log.Error("pec: cannot look for late receipts; will retry", "error", err)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPECRoute); err != nil {
+				r.log.Error("pec: some late receipts could not be looked for; will retry", "error", err)
+			}
+		}
 	}
 }

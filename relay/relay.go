@@ -278,6 +278,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.worker.Run(workCtx) })
 	wg.Go(func() { r.housekeeping(workCtx) })
+	if r.pecRecorder != nil {
+		wg.Go(func() { r.watchOverdue(workCtx) })
+	}
 	wg.Go(func() { r.throughput.run(workCtx.Done()) })
 	deliveryCtx, stopDelivery := context.WithCancel(context.Background())
 	delivered := make(chan struct{})
