@@ -6,19 +6,17 @@ import (
 	"os"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/mailbox"
 )
 
 // bounceMailboxes makes a poller per configured bounce mailbox, all
 // recording through one recorder.
-func (r *Relay) bounceMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake func()) error {
+func (r *Relay) bounceMailboxes(bm *bounce.Metrics, m *mailbox.Metrics, wake func()) error {
 	if len(r.cfg.Bounces.Mailboxes) == 0 {
 		return nil
 	}
-	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bounce.NewMetrics(reg), wake)
+	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bm, wake)
 	for i, mc := range r.cfg.Bounces.Mailboxes {
 		cfg, err := mc.mailbox(r.owner(), os.Getenv)
 		if err != nil {

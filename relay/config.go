@@ -537,17 +537,25 @@ func LoadConfig(path string, env []string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
-		dec := yaml.NewDecoder(bytes.NewReader(data))
-		dec.KnownFields(true)
-		// An empty file decodes to io.EOF: it sets nothing.
-		if err := dec.Decode(&cfg); err != nil && !errors.Is(err, io.EOF) {
-			return cfg, fmt.Errorf("config %s: %w", path, explainYAML(err))
+		if err := decodeStrict(bytes.NewReader(data), &cfg); err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
 		}
 	}
 	if err := applyEnv(&cfg, env); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// decodeStrict reads YAML (or JSON) into v, where a field that is no
+// setting is an error; empty text sets nothing.
+func decodeStrict(r io.Reader, v any) error {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return explainYAML(err)
+	}
+	return nil
 }
 
 // Check reports the first setting that cannot work, saying how to fix it.

@@ -4,7 +4,6 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"regexp"
 	"slices"
@@ -156,12 +155,7 @@ func setValue(v reflect.Value, text string) error {
 		}
 		// A list of records: YAML, or JSON, which YAML reads too; a field
 		// that is no setting is an error, as in the file.
-		dec := yaml.NewDecoder(strings.NewReader(text))
-		dec.KnownFields(true)
-		if err := dec.Decode(v.Addr().Interface()); err != nil && !errors.Is(err, io.EOF) {
-			return explainYAML(err)
-		}
-		return nil
+		return decodeStrict(strings.NewReader(text), v.Addr().Interface())
 	default:
 		return fmt.Errorf("cannot set a %s from text", v.Kind())
 	}

@@ -20,6 +20,7 @@ var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|c
 // included, with the secrets it holds itself masked: the password of the
 // MySQL DSN and the plugin variables named like secrets. (Passwords and
 // tokens given by file or variable are never in it, only where they are.)
+// A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
 	if c.Outbox.MySQL.DSN != "" {
 		if d, err := mysql.ParseDSN(c.Outbox.MySQL.DSN); err == nil {
@@ -34,10 +35,16 @@ func (c Config) YAML() ([]byte, error) {
 	c.Plugins = slices.Clone(c.Plugins)
 	for i, p := range c.Plugins {
 		p.Env = maps.Clone(p.Env)
-		for k := range p.Env {
+		for k, v := range p.Env {
 			if secretName.MatchString(k) {
 				p.Env[k] = masked
+			} else {
+				p.Env[k] = maskURL(v)
 			}
+		}
+		p.Args = slices.Clone(p.Args)
+		for j, a := range p.Args {
+			p.Args[j] = maskURL(a)
 		}
 		c.Plugins[i] = p
 	}
@@ -48,4 +55,13 @@ func (c Config) YAML() ([]byte, error) {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// urlPassword is the user:password@ part of a URL, wherever it is in a
+// text (a value, or a --flag=URL argument).
+var urlPassword = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@]*):[^\s/@]*@`)
+
+// maskURL masks the passwords of the URLs in v.
+func maskURL(v string) string {
+	return urlPassword.ReplaceAllString(v, "${1}:"+masked+"@")
 }

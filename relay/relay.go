@@ -26,6 +26,7 @@ import (
 	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
+	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
@@ -92,12 +93,16 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	}
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// The queue's figures cost the outbox queries: apart, so that the
-	// dashboard's counters, read every few seconds, do not ask for them.
-	queue := prometheus.NewRegistry()
-	queue.MustRegister(newQueueCollector(r.outbox))
-	r.throughput = newThroughput(reg)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newQueueCollector(r.outbox))
+	im, dm, bm := intake.NewMetrics(reg), delivery.NewMetrics(reg), bounce.NewMetrics(reg)
+	r.throughput = newThroughput([]series{
+		{"ACCEPTED", im.Accepted(), "", ""},
+		{"SENT", dm.Delivered(), "", ""},
+		{"DEFERRED", dm.Deferred(), "", ""},
+		{"FAILED", dm.Failed(), "", ""},
+		{"BOUNCED", bm.Reports(), "kind", "bounce"},
+	})
 	token, err := cfg.Admin.Token(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -129,16 +134,16 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	// them: nobody is waiting to be told.
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
-	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, resolver, log, delivery.NewMetrics(reg), r.dispatcher.Wake)
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, resolver, log, dm, r.dispatcher.Wake)
 	r.worker = intake.NewWorker(intake.WorkerConfig{
 		Concurrency: cfg.Intake.Workers, Lease: cfg.Intake.Lease.D(), Poll: cfg.Intake.Poll.D(), Owner: cfg.Hostname,
 		Ready: r.engine.Wake,
 	}, r.outbox, r.spool, routes.Choose, log)
-	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, intake.NewMetrics(reg), r.worker.Wake)
+	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
 
 	r.admin = &http.Server{
 		Handler: admin.NewHandler(r.outbox, admin.Options{
-			Metrics:    promhttp.HandlerFor(prometheus.Gatherers{reg, queue}, promhttp.HandlerOpts{}),
+			Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 			Ready:      r.ready,
 			Degraded:   r.degraded,
 			Wake:       r.worker.Wake,
@@ -161,7 +166,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	}
 	// Last: the mailbox leases name the relay by its SMTP address.
 	mm := mailbox.NewMetrics(reg)
-	if err := r.bounceMailboxes(reg, mm, r.dispatcher.Wake); err != nil {
+	if err := r.bounceMailboxes(bm, mm, r.dispatcher.Wake); err != nil {
 		return nil, err
 	}
 	if err := r.pecMailboxes(reg, mm, r.dispatcher.Wake); err != nil {

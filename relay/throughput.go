@@ -12,16 +12,10 @@ import (
 
 // series is a counter the dashboard charts, by the outcome it counts; a
 // label value narrows the counter to part of its series.
-type series struct{ outcome, metric, label, value string }
-
-func throughputSeries() []series {
-	return []series{
-		{"ACCEPTED", "postino_intake_accepted_total", "", ""},
-		{"SENT", "postino_delivery_delivered_total", "", ""},
-		{"DEFERRED", "postino_delivery_deferred_total", "", ""},
-		{"FAILED", "postino_delivery_failed_total", "", ""},
-		{"BOUNCED", "postino_bounce_reports_total", "kind", "bounce"},
-	}
+type series struct {
+	outcome      string
+	counter      prometheus.Collector
+	label, value string
 }
 
 // throughputMinutes is how far back the charts go.
@@ -31,7 +25,7 @@ const throughputMinutes = 60
 // last hour, so that the dashboard's charts and /metrics cannot disagree.
 // It counts what this relay did; Prometheus has the fleet.
 type throughput struct {
-	reg prometheus.Gatherer
+	series []series
 
 	mu sync.Mutex
 	// marks are the counter totals at the start of each minute, oldest
@@ -44,28 +38,22 @@ type mark struct {
 	totals map[string]float64
 }
 
-func newThroughput(reg prometheus.Gatherer) *throughput {
-	return &throughput{reg: reg}
+func newThroughput(s []series) *throughput {
+	return &throughput{series: s}
 }
 
 // totals reads the counters now.
 func (t *throughput) totals() map[string]float64 {
 	out := map[string]float64{}
-	families, _ := t.reg.Gather() // a failed collector leaves its series out
-	byName := map[string]*dto.MetricFamily{}
-	for _, f := range families {
-		byName[f.GetName()] = f
-	}
-	for _, s := range throughputSeries() {
-		f := byName[s.metric]
-		if f == nil {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if s.label != "" && !hasLabel(m, s.label, s.value) {
+	for _, s := range t.series {
+		ch := make(chan prometheus.Metric, 16)
+		go func() { s.counter.Collect(ch); close(ch) }()
+		for m := range ch {
+			var d dto.Metric
+			if m.Write(&d) != nil || s.label != "" && !hasLabel(&d, s.label, s.value) {
 				continue
 			}
-			out[s.outcome] += m.GetCounter().GetValue()
+			out[s.outcome] += d.GetCounter().GetValue()
 		}
 	}
 	return out
@@ -131,7 +119,7 @@ func (t *throughput) Minutes(now time.Time) []admin.Minute {
 		if slot < 0 || slot >= len(out) {
 			continue
 		}
-		for _, s := range throughputSeries() {
+		for _, s := range t.series {
 			out[slot].Outcomes[s.outcome] = int(next[s.outcome] - m.totals[s.outcome])
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/genropy/postino/relay"
@@ -63,6 +65,18 @@ func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, st.Status)
+	// Degraded says what is: a plugin or a mailbox that is down.
+	line := st.Status
+	var bad []string
+	for name, v := range st.Checks {
+		if v != "ok" {
+			bad = append(bad, name+": "+v)
+		}
+	}
+	slices.Sort(bad)
+	if len(bad) > 0 {
+		line += ": " + strings.Join(bad, "; ")
+	}
+	fmt.Fprintln(stdout, line)
 	return nil
 }

@@ -177,6 +177,14 @@ func TestEnvironmentOnly(t *testing.T) {
 	if _, errOut, code := cli(t, "queue", "show", "env-1", "--admin", adminAddr); code != 1 || !strings.Contains(errOut, "token") {
 		t.Errorf("queue show without the token: exit %d: %s", code, errOut)
 	}
+	// From the relay's configuration file, and from the environment.
+	conf := filepath.Join(dir, "postino.yaml")
+	os.WriteFile(conf, []byte("admin:\n  token_file: "+tokenFile+"\n"), 0o644)
+	t.Setenv("POSTINO_CONFIG", conf)
+	if out, errOut, code := cli(t, "queue", "show", "env-1", "--admin", adminAddr); code != 0 || !strings.Contains(out, "SENT-ACKNOWLEDGED") {
+		t.Errorf("queue show with the token in POSTINO_CONFIG: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv("POSTINO_CONFIG", "")
 	t.Setenv("POSTINO_ADMIN_TOKEN_FILE", tokenFile)
 	if out, errOut, code := cli(t, "queue", "show", "env-1", "--admin", adminAddr); code != 0 || !strings.Contains(out, "SENT-ACKNOWLEDGED") {
 		t.Errorf("queue show with the token: exit %d: %s%s", code, out, errOut)
@@ -187,18 +195,18 @@ func TestConfigPrint(t *testing.T) {
 	t.Setenv("POSTINO_SMARTHOST", "mail.example.com:587")
 	t.Setenv("POSTINO_BACKEND", "mysql")
 	t.Setenv("POSTINO_OUTBOX_MYSQL_DSN", "postino:hunter2@tcp(db:3306)/postino")
-	t.Setenv("POSTINO_PLUGINS", `[{"path": "/usr/lib/postino/webhook", "env": {"POSTINO_WEBHOOK_URL": "https://app/hook", "POSTINO_WEBHOOK_SECRET": "s3cr3t"}}]`)
+	t.Setenv("POSTINO_PLUGINS", `[{"path": "/usr/lib/postino/webhook", "args": ["--relay=https://hook:p4ss@relay.example/in"], "env": {"POSTINO_WEBHOOK_URL": "https://app/hook", "POSTINO_WEBHOOK_SECRET": "s3cr3t", "POSTINO_FORWARD": "https://user:pw0rd@app/forward"}}]`)
 	out, errOut, code := cli(t, "config", "print")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"smarthost: mail.example.com:587", "backend: mysql", "dsn: postino:*****@tcp(db:3306)/postino",
-		"POSTINO_WEBHOOK_SECRET: '*****'", "POSTINO_WEBHOOK_URL: https://app/hook", "retention: 168h0m0s", "listen: 127.0.0.1:2525"} {
+		"POSTINO_WEBHOOK_SECRET: '*****'", "POSTINO_WEBHOOK_URL: https://app/hook", "POSTINO_FORWARD: https://user:*****@app/forward", "retention: 168h0m0s", "listen: 127.0.0.1:2525"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("config print lacks %q:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"hunter2", "s3cr3t"} {
+	for _, secret := range []string{"hunter2", "s3cr3t", "pw0rd", "p4ss"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config print shows the secret %q", secret)
 		}

@@ -27,15 +27,18 @@ func adminFlag(fs *flag.FlagSet) *string {
 }
 
 // adminClient talks to the relay at addr with the token the relay itself
-// reads (POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV), so that the
-// commands work beside it with its own environment. A relay listening on
-// every address is reached on loopback.
+// reads (admin.token_file or admin.token_env, from POSTINO_CONFIG or their
+// POSTINO_* twins), so that the commands work beside it with its own
+// configuration. A relay listening on every address is reached on loopback.
 func adminClient(addr string) (*admin.Client, error) {
 	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
 		addr = net.JoinHostPort("127.0.0.1", port)
 	}
-	cfg := relay.AdminConfig{TokenFile: os.Getenv("POSTINO_ADMIN_TOKEN_FILE"), TokenEnv: os.Getenv("POSTINO_ADMIN_TOKEN_ENV")}
-	token, err := cfg.Token(os.Getenv)
+	cfg, err := relay.LoadConfig(os.Getenv("POSTINO_CONFIG"), os.Environ())
+	if err != nil {
+		return nil, err
+	}
+	token, err := cfg.Admin.Token(os.Getenv)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,9 @@ package admin
 import (
 	"crypto/subtle"
 	"errors"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -62,19 +64,29 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	if a.opts.Throughput != nil {
 		out.Minutes = a.opts.Throughput(time.Now())
 	}
-	kinds := recentKind()
-	for _, k := range kinds {
+	// The counts say how many of each kind there are to find: none, and
+	// the newest messages need not be read at all.
+	want, missing := map[string]int{}, 0
+	for st, k := range a.recent {
+		want[k] += counts[st]
 		out.Recent[k] = []Message{}
 	}
-	err = a.scanRecent(r, func(m *backends.Message) bool {
-		if k, ok := kinds[m.Status]; ok && len(out.Recent[k]) < recentKeep {
-			out.Recent[k] = append(out.Recent[k], messageView(m))
+	for k, n := range want {
+		want[k] = min(n, recentKeep)
+		missing += want[k]
+	}
+	if missing > 0 {
+		err = a.scanRecent(r, func(m *backends.Message) bool {
+			if k, ok := a.recent[m.Status]; ok && len(out.Recent[k]) < want[k] {
+				out.Recent[k] = append(out.Recent[k], messageView(m))
+				missing--
+			}
+			return missing > 0
+		})
+		if err != nil {
+			storeError(w, err)
+			return
 		}
-		return true
-	})
-	if err != nil {
-		storeError(w, err)
-		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -154,18 +166,38 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// authorized tells whether r carries the token, or none is needed.
+func authorized(token string, r *http.Request) bool {
+	return token == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1
+}
+
+// loopbackHost tells whether a Host header names this machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil && ip.IsLoopback()
+}
+
 // authorize asks for the token, when there is one, on everything but the
 // probes and the dashboard's own files (which hold no data: the page asks
-// for the token and sends it with each call).
+// for the token and sends it with each call). Without a token the API
+// listens on loopback only, and answers only requests addressed to it: a
+// page whose site name was pointed at 127.0.0.1 (DNS rebinding) passes as
+// same-origin, but names its own host.
 func authorize(token string, next http.Handler) http.Handler {
-	if token == "" {
-		return next
-	}
-	want := []byte("Bearer " + token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch p := r.URL.Path; {
+		case token == "" && !loopbackHost(r.Host):
+			writeError(w, http.StatusForbidden, "the admin API has no token, so it answers only requests addressed to "+
+				"localhost or a loopback address, not %q: use http://127.0.0.1:<port>/, or set admin.token_file", r.Host)
+			return
 		case p == "/healthz", p == "/readyz", p == "/", strings.HasPrefix(p, "/ui/"):
-		case subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1:
+		case !authorized(token, r):
 			w.Header().Set("WWW-Authenticate", `Bearer realm="postino"`)
 			writeError(w, http.StatusUnauthorized, "the admin API needs its token: send Authorization: Bearer <token> "+
 				"(the token is in the file admin.token_file names, or in the variable admin.token_env names; postino commands read it "+

@@ -35,7 +35,7 @@ type uiFile struct {
 // dashboard serves GET / as the page and GET /ui/<file> as its files.
 func dashboard() http.Handler {
 	files := map[string]uiFile{}
-	fs.WalkDir(uiFiles, "ui", func(p string, d fs.DirEntry, err error) error {
+	err := fs.WalkDir(uiFiles, "ui", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -51,6 +51,9 @@ func dashboard() http.Handler {
 		files[strings.TrimPrefix(p, "ui/")] = uiFile{body: b, typ: typ, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
 		return nil
 	})
+	if err != nil {
+		panic("admin: the embedded dashboard cannot be read: " + err.Error()) // a broken build
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		name := "index.html"
 		if r.URL.Path != "/" {
