@@ -291,7 +291,7 @@ func (e *Engine) dispatch(m *backends.Message) {
 	e.flights.Add(1)
 	f.jobs = len(order)
 	if f.jobs == 0 {
-		f.finish()
+		go f.finish() // nothing to send: only the record, off the claim loop
 		return
 	}
 	for _, domain := range order {
