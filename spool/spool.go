@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type Spool struct {
 
 	mu      sync.Mutex
 	buckets map[string]bool // bucket directories known to exist durably
+	// pruned counts the PruneBuckets runs: a directory removed and made
+	// again must not be synced through a handle of the old one.
+	pruned atomic.Uint64
 
 	// writers keeps the write buffers of finished files for the next ones.
 	writers sync.Pool
@@ -74,8 +78,9 @@ type File struct {
 	f   *os.File
 	w   *bufio.Writer
 	rel string
-	dir string
 	n   int64
+	// dirSynced reports the directory fsync asked for at creation.
+	dirSynced chan error
 }
 
 // Create starts the file of a new message received at t.
@@ -96,7 +101,12 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 		w = bufio.NewWriterSize(f, 32<<10)
 	}
 	w.Reset(f)
-	return &File{s: s, f: f, w: w, rel: rel, dir: filepath.Join(s.dir, bucket)}, nil
+	// The directory entry exists from the open on, so any directory fsync
+	// that starts now covers it: asking at once lets it run while the
+	// message is received and its data synced, instead of after.
+	req := dirSync{dir: filepath.Join(s.dir, bucket), done: make(chan error, 1)}
+	s.reqs <- req
+	return &File{s: s, f: f, w: w, rel: rel, dirSynced: req.done}, nil
 }
 
 // ensureBucket creates a bucket directory and makes its entry durable in
@@ -146,8 +156,8 @@ func (f *File) Path() string { return f.rel }
 
 // Commit makes the file and its directory entry durable and closes it.
 // Each caller syncs its own file, so that the disk serves many at once;
-// the directory fsync is shared by the commits waiting for it. After an
-// error the caller must Abort.
+// the directory fsync is shared by the files created while it waits. After
+// an error the caller must Abort.
 func (f *File) Commit() error {
 	if err := f.w.Flush(); err != nil {
 		return fmt.Errorf("spool: %w", err)
@@ -155,9 +165,7 @@ func (f *File) Commit() error {
 	if err := syncData(f.f); err != nil {
 		return fmt.Errorf("spool: sync %s: %w", f.rel, err)
 	}
-	req := dirSync{dir: f.dir, done: make(chan error, 1)}
-	f.s.reqs <- req
-	if err := <-req.done; err != nil {
+	if err := <-f.dirSynced; err != nil {
 		return fmt.Errorf("spool: sync directory of %s: %w", f.rel, err)
 	}
 	err := f.f.Close()
@@ -194,9 +202,20 @@ type dirSync struct {
 }
 
 // syncLoop is the group commit of directory entries: it takes every request
-// waiting and fsyncs each directory involved once for all of them.
+// waiting and fsyncs each directory involved once for all of them. It keeps
+// the directories of the last group open, since the next group is most
+// likely for the same bucket.
 func (s *Spool) syncLoop() {
 	defer close(s.done)
+	open := map[string]*os.File{}
+	closeAll := func() {
+		for dir, d := range open {
+			d.Close()
+			delete(open, dir)
+		}
+	}
+	defer closeAll()
+	var pruned uint64
 	var group []dirSync
 	for first := range s.reqs {
 		group = append(group[:0], first)
@@ -212,16 +231,47 @@ func (s *Spool) syncLoop() {
 				break drain
 			}
 		}
+		// After the drain: a request for a bucket made again by now was
+		// sent after the prune was counted.
+		if p := s.pruned.Load(); p != pruned {
+			closeAll()
+			pruned = p
+		}
 		dirs := make(map[string]error, 1)
 		for _, r := range group {
 			if _, done := dirs[r.dir]; !done {
-				dirs[r.dir] = syncDir(r.dir)
+				dirs[r.dir] = syncOpenDir(open, r.dir)
+			}
+		}
+		for dir, d := range open {
+			if _, used := dirs[dir]; !used {
+				d.Close()
+				delete(open, dir)
 			}
 		}
 		for _, r := range group {
 			r.done <- dirs[r.dir]
 		}
 	}
+}
+
+// syncOpenDir fsyncs dir through the handle kept in open, opening it when
+// needed; a handle that fails is closed, so that the next sync opens anew.
+func syncOpenDir(open map[string]*os.File, dir string) error {
+	d, ok := open[dir]
+	if !ok {
+		var err error
+		if d, err = openFile(dir, os.O_RDONLY, 0); err != nil {
+			return err
+		}
+		open[dir] = d
+	}
+	err := d.Sync()
+	if err != nil {
+		d.Close()
+		delete(open, dir)
+	}
+	return err
 }
 
 func syncDir(dir string) error {
@@ -362,6 +412,7 @@ func (s *Spool) PruneBuckets(before time.Time) error {
 	}
 	s.mu.Lock()
 	clear(s.buckets)
+	s.pruned.Add(1)
 	s.mu.Unlock()
 	return nil
 }

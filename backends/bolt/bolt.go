@@ -69,8 +69,10 @@ type writeReq struct {
 const (
 	// maxGroup bounds one commit, so that its transaction stays small.
 	maxGroup = 512
-	// groupWindow is how long a commit waits for more writes under load.
-	groupWindow = time.Millisecond
+	// groupWindow bounds how long a commit waits for more writes under
+	// load. Each commit costs two fdatasyncs whatever its size, so under
+	// load fewer, larger commits take less of the disk and the CPU.
+	groupWindow = 3 * time.Millisecond
 )
 
 // errClosed is returned by writes after Close.
@@ -157,8 +159,8 @@ func (s *Store) committer() {
 			group = append(group[:0], first)
 		}
 		// Under load, wait a moment for the writers that are about to come
-		// (a whole group of sessions is released by one spool fsync); when
-		// idle, commit at once.
+		// (a whole group of sessions is released by the fsyncs of their
+		// files at about the same time); when idle, commit at once.
 		window := groupWindow
 		if s.lastGroup <= 1 {
 			window = 0
@@ -173,9 +175,7 @@ func (s *Store) committer() {
 				break gather
 			}
 		}
-		if !timer.Stop() && len(group) == maxGroup {
-			<-timer.C
-		}
+		timer.Stop() // since Go 1.23, no stale tick is left to drain
 		s.lastGroup = len(group)
 		s.commit(group)
 	}
