@@ -45,7 +45,9 @@ type Config struct {
 	// MaxInFlight bounds the messages being delivered at once.
 	MaxInFlight int
 	// Lease is how long a message may stay PROCESSING; it must exceed the
-	// longest attempt.
+	// longest attempt. A message that has waited half of it for a session
+	// (a busy or rate-limited destination) is handed back instead of sent,
+	// so that its lease never runs out while it is on its way.
 	Lease time.Duration
 	// Poll is how often READY messages are looked for without a wake-up.
 	Poll time.Duration
@@ -214,7 +216,9 @@ type flight struct {
 	results []backends.RecipientResult
 	tried   []int // the recipients of this attempt
 	jobs    int   // jobs not finished
-	stopped bool  // a job was interrupted by the shutdown
+	// handedBack says why the attempt ends without counting, when a job
+	// could not run: the shutdown, or a wait too long for the lease.
+	handedBack string
 
 	// The DKIM signature is made once per attempt, by the first job that
 	// has a session open, and shared by the others.
@@ -347,8 +351,16 @@ func (j *job) fail(host string, rep Reply) {
 // interrupt marks the job cut short by the shutdown: its recipients stay
 // pending and the attempt does not count.
 func (j *job) interrupt() {
+	j.handBack("handed back at shutdown; the attempt does not count")
+}
+
+// handBack ends the job without sending: its recipients stay pending, the
+// message returns to READY and the attempt does not count.
+func (j *job) handBack(why string) {
 	j.f.mu.Lock()
-	j.f.stopped = true
+	if j.f.handedBack == "" {
+		j.f.handedBack = why
+	}
 	j.f.mu.Unlock()
 	j.done()
 }
@@ -401,9 +413,9 @@ func (f *flight) finish() {
 	m := f.m
 	t := backends.Transition{ID: m.ID, From: backends.StatusProcessing, At: now, Results: f.results}
 	attemptNo := m.Attempts + 1
-	if f.stopped {
+	if f.handedBack != "" {
 		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now
-		t.Reason = "handed back at shutdown; the attempt does not count"
+		t.Reason = f.handedBack
 	} else {
 		t.AddAttempt = true
 		sent, failed, pending := f.count()
@@ -455,7 +467,7 @@ func (f *flight) finish() {
 	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
 	if f.signed != nil {
 		a.DKIM = f.signed.String()
-		if !f.stopped {
+		if f.handedBack == "" {
 			t.Reason += "; " + a.DKIM
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/spool"
 )
 
 // slowOutcomes is an outbox whose commits of delivery outcomes take long:
@@ -46,13 +48,84 @@ func (s *slowOutcomes) Transition(ctx context.Context, t backends.Transition) er
 // message per outbox commit.
 func TestSessionDoesNotWaitForTheOutbox(t *testing.T) {
 	sp, store := outboxtest.Open(t)
-	ctx := context.Background()
 	const n = 3
+	addReady(t, sp, store, n)
+	upstream := smtptest.Start(t, smtptest.Options{})
+	slow := &slowOutcomes{Store: store, upstream: upstream, want: n}
+	stop := runEngine(t, slow, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1}, time.Minute)
+	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
+		return counts[backends.StatusSentAcknowledged] == n
+	})
+	stop()
+	if slow.gaveUp.Load() {
+		t.Error("the session waited for the outbox before sending the next message")
+	}
+}
+
+// A message that waits long for a session (here a rate-limited route) must
+// not be sent once its lease may run out: the lease would return it to READY
+// while it is on its way, and a second claim would send it again.
+func TestLongWaitIsHandedBack(t *testing.T) {
+	sp, store := outboxtest.Open(t)
+	const n = 50
+	addReady(t, sp, store, n)
+	upstream := smtptest.Start(t, smtptest.Options{})
+	const lease = 4 * time.Second
+	// Ten a second through one connection: the last of the fifty would
+	// wait five seconds, past the lease.
+	stop := runEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1, Rate: 10}, lease)
+	ctx, cancel := context.WithCancel(context.Background())
+	restored := make(chan struct{})
+	go func() { // the relay's housekeeping, quicker
+		defer close(restored)
+		for ctx.Err() == nil {
+			if _, err := store.Restore(ctx, time.Now()); err != nil && ctx.Err() == nil {
+				t.Errorf("restore: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
+		return counts[backends.StatusSentAcknowledged] == n
+	})
+	cancel()
+	<-restored
+	stop()
+	seen := map[string]int{}
+	for _, m := range upstream.Messages() {
+		seen[m.Header("X-Genro-Mail-ID")]++
+	}
+	for i := range n {
+		if id := fmt.Sprintf("m%d", i); seen[id] != 1 {
+			t.Errorf("%s reached the upstream %d times, want once", id, seen[id])
+		}
+	}
+	handedBack := 0
+	for i := range n {
+		h, err := store.History(context.Background(), fmt.Sprintf("m%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range h {
+			if strings.HasPrefix(e.Reason, "handed back: it waited") {
+				handedBack++
+			}
+		}
+	}
+	if handedBack == 0 {
+		t.Error("no message was handed back, so the test did not make any wait long")
+	}
+}
+
+// addReady puts n READY messages, m0 to m<n-1>, in the outbox.
+func addReady(t *testing.T, sp *spool.Spool, store *bolt.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
 	for i := range n {
 		id := fmt.Sprintf("m%d", i)
 		outboxtest.Add(t, sp, store, &backends.Message{ID: id, Priority: 2,
 			Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}},
-			[]byte("From: app@example.com\r\nSubject: hi\r\n\r\nhello\r\n"))
+			[]byte("From: app@example.com\r\nX-Genro-Mail-ID: "+id+"\r\nSubject: hi\r\n\r\nhello\r\n"))
 		for _, tr := range []backends.Transition{
 			{ID: id, From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: time.Now().Add(time.Minute)},
 			{ID: id, From: backends.StatusIntaking, To: backends.StatusReady, Route: DefaultRoute},
@@ -62,27 +135,23 @@ func TestSessionDoesNotWaitForTheOutbox(t *testing.T) {
 			}
 		}
 	}
-	upstream := smtptest.Start(t, smtptest.Options{})
-	routes, err := NewRoutes([]Route{{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1}}, nil)
+}
+
+// runEngine delivers through route as the default until the returned stop.
+func runEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease time.Duration) (stop func()) {
+	t.Helper()
+	routes, err := NewRoutes([]Route{route}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow := &slowOutcomes{Store: store, upstream: upstream, want: n}
 	e := NewEngine(Config{
-		MaxInFlight: 8, Lease: time.Minute, Poll: 10 * time.Millisecond, IdleTimeout: time.Second,
+		MaxInFlight: 64, Lease: lease, Poll: 10 * time.Millisecond, IdleTimeout: time.Second,
 		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
 		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
 		HeloName: "relay.test", Owner: "test", Acknowledge: true,
-	}, slow, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
-	runCtx, stop := context.WithCancel(ctx)
+	}, store, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { e.Run(runCtx); close(done) }()
-	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
-		return counts[backends.StatusSentAcknowledged] == n
-	})
-	stop()
-	<-done
-	if slow.gaveUp.Load() {
-		t.Error("the session waited for the outbox before sending the next message")
-	}
+	go func() { e.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
 }

@@ -126,6 +126,14 @@ func (d *destination) run() {
 			j.interrupt()
 			continue
 		}
+		if waited := time.Since(j.f.start); waited > e.cfg.Lease/2 {
+			// Sent now, it could still be on its way when the lease runs
+			// out and another claim sends it again. Checked before the
+			// rate limit, so that handing back spends none of it.
+			j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, over half its lease (%s); the attempt does not count",
+				waited.Round(time.Millisecond), d.key, e.cfg.Lease))
+			continue
+		}
 		if d.limiter != nil {
 			if err := d.limiter.Wait(e.abort); err != nil {
 				j.interrupt()
