@@ -158,8 +158,9 @@ type DeliveryConfig struct {
 	Paused bool `yaml:"paused"`
 	// MaxInFlight bounds the messages being delivered at once.
 	MaxInFlight int `yaml:"max_in_flight"`
-	// Lease must exceed the longest delivery attempt. A message that has
-	// waited half of it for a session is handed back instead of sent.
+	// Lease must be at least twice the longest delivery attempt: a message
+	// with less than half of it left when a session takes it is handed
+	// back instead of sent.
 	Lease Duration `yaml:"lease"`
 	Poll  Duration `yaml:"poll"`
 	// IdleTimeout keeps an upstream session open for the next message.

@@ -387,6 +387,10 @@ func IDOf(path string) (string, bool) {
 // PruneBuckets removes empty bucket directories older than before; the
 // current buckets stay, since writers may be about to use them.
 func (s *Spool) PruneBuckets(before time.Time) error {
+	// Holding the lock from the first removal to the count keeps a bucket
+	// made again meanwhile from being synced through the old one's handle.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	days, err := os.ReadDir(s.dir)
 	if err != nil {
 		return err
@@ -410,9 +414,7 @@ func (s *Spool) PruneBuckets(before time.Time) error {
 			os.Remove(filepath.Join(s.dir, day.Name()))
 		}
 	}
-	s.mu.Lock()
 	clear(s.buckets)
 	s.pruned.Add(1)
-	s.mu.Unlock()
 	return nil
 }

@@ -44,10 +44,11 @@ type Retry struct {
 type Config struct {
 	// MaxInFlight bounds the messages being delivered at once.
 	MaxInFlight int
-	// Lease is how long a message may stay PROCESSING; it must exceed the
-	// longest attempt. A message that has waited half of it for a session
-	// (a busy or rate-limited destination) is handed back instead of sent,
-	// so that its lease never runs out while it is on its way.
+	// Lease is how long a message may stay PROCESSING. A message that has
+	// less than half of it left when a session takes it (it waited for a
+	// busy or rate-limited destination) is handed back instead of sent, so
+	// a lease does not run out while the message waits; one attempt must
+	// fit in the other half.
 	Lease time.Duration
 	// Poll is how often READY messages are looked for without a wake-up.
 	Poll time.Duration
@@ -192,33 +193,41 @@ func (e *Engine) shutdown() {
 
 func (e *Engine) claim(ctx context.Context, limit int) (int, error) {
 	now := time.Now().UTC()
+	leaseUntil := now.Add(e.cfg.Lease)
 	msgs, err := e.store.Claim(context.WithoutCancel(ctx), backends.Claim{
 		From: backends.StatusReady, To: backends.StatusProcessing,
-		Now: now, LeaseUntil: now.Add(e.cfg.Lease), Limit: limit,
+		Now: now, LeaseUntil: leaseUntil, Limit: limit,
 		Reason: "claimed for delivery by " + e.cfg.Owner,
 	})
 	if err != nil {
 		return 0, err
 	}
 	for _, m := range msgs {
-		e.dispatch(m)
+		e.dispatch(m, leaseUntil)
 	}
 	return len(msgs), nil
 }
 
 // flight is one delivery attempt of a message: one job per destination.
 type flight struct {
-	e       *Engine
-	m       *backends.Message
-	route   *Route
-	start   time.Time
-	mu      sync.Mutex
-	results []backends.RecipientResult
-	tried   []int // the recipients of this attempt
-	jobs    int   // jobs not finished
+	e     *Engine
+	m     *backends.Message
+	route *Route
+	start time.Time
+	// leaseUntil is when the claim's lease runs out.
+	leaseUntil time.Time
+	mu         sync.Mutex
+	results    []backends.RecipientResult
+	tried      []int // the recipients of this attempt
+	jobs       int   // jobs not finished
 	// handedBack says why the attempt ends without counting, when a job
-	// could not run: the shutdown, or a wait too long for the lease.
+	// could not run: the shutdown, or a wait too long for the lease. It
+	// counts all the same when another job of the flight ran.
 	handedBack string
+	ran        bool // a job has recorded replies
+	// lost is set when the claim's lease ran out before a job could run:
+	// the message may be another claim's by now, so nothing is recorded.
+	lost bool
 
 	// The DKIM signature is made once per attempt, by the first job that
 	// has a session open, and shared by the others.
@@ -270,9 +279,9 @@ type job struct {
 	rcpts []int // indexes into the message's recipients
 }
 
-func (e *Engine) dispatch(m *backends.Message) {
+func (e *Engine) dispatch(m *backends.Message, leaseUntil time.Time) {
 	route := e.routes.get(m)
-	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults()}
+	f := &flight{e: e, m: m, route: route, start: time.Now(), leaseUntil: leaseUntil, results: m.RecipientResults()}
 	byDest := map[string][]int{}
 	var order []string
 	for i, r := range f.results {
@@ -314,6 +323,7 @@ func (j *job) record(host string, out outcome, lost error) {
 	now := time.Now().UTC()
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ran = true
 	for k, i := range j.rcpts {
 		rep := out.rcpts[k]
 		if rep.ok() {
@@ -361,6 +371,15 @@ func (j *job) handBack(why string) {
 	if j.f.handedBack == "" {
 		j.f.handedBack = why
 	}
+	j.f.mu.Unlock()
+	j.done()
+}
+
+// loseClaim ends a job whose lease has run out without sending: the
+// message may already be another claim's.
+func (j *job) loseClaim() {
+	j.f.mu.Lock()
+	j.f.lost = true
 	j.f.mu.Unlock()
 	j.done()
 }
@@ -413,7 +432,12 @@ func (f *flight) finish() {
 	m := f.m
 	t := backends.Transition{ID: m.ID, From: backends.StatusProcessing, At: now, Results: f.results}
 	attemptNo := m.Attempts + 1
-	if f.handedBack != "" {
+	if f.lost && !f.ran {
+		e.log.Warn("delivery: the lease ran out before the message could be sent; it was not sent and is left to the next claim",
+			"id", m.ID, "lease_until", f.leaseUntil)
+		return
+	}
+	if f.handedBack != "" && !f.ran {
 		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now
 		t.Reason = f.handedBack
 	} else {
@@ -467,7 +491,7 @@ func (f *flight) finish() {
 	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
 	if f.signed != nil {
 		a.DKIM = f.signed.String()
-		if f.handedBack == "" {
+		if f.handedBack == "" || f.ran {
 			t.Reason += "; " + a.DKIM
 		}
 	}

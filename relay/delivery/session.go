@@ -126,12 +126,16 @@ func (d *destination) run() {
 			j.interrupt()
 			continue
 		}
-		if waited := time.Since(j.f.start); waited > e.cfg.Lease/2 {
+		if left := time.Until(j.f.leaseUntil); left < e.cfg.Lease/2 {
 			// Sent now, it could still be on its way when the lease runs
 			// out and another claim sends it again. Checked before the
 			// rate limit, so that handing back spends none of it.
-			j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, over half its lease (%s); the attempt does not count",
-				waited.Round(time.Millisecond), d.key, e.cfg.Lease))
+			if left <= 0 {
+				j.loseClaim()
+				continue
+			}
+			j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, leaving less than half its lease (%s); the attempt does not count",
+				time.Since(j.f.start).Round(time.Millisecond), d.key, e.cfg.Lease))
 			continue
 		}
 		if d.limiter != nil {
