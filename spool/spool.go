@@ -20,7 +20,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -38,9 +37,6 @@ type Spool struct {
 
 	mu      sync.Mutex
 	buckets map[string]bool // bucket directories known to exist durably
-	// pruned counts the PruneBuckets runs: a directory removed and made
-	// again must not be synced through a handle of the old one.
-	pruned atomic.Uint64
 
 	// writers keeps the write buffers of finished files for the next ones.
 	writers sync.Pool
@@ -202,20 +198,9 @@ type dirSync struct {
 }
 
 // syncLoop is the group commit of directory entries: it takes every request
-// waiting and fsyncs each directory involved once for all of them. It keeps
-// the directories of the last group open, since the next group is most
-// likely for the same bucket.
+// waiting and fsyncs each directory involved once for all of them.
 func (s *Spool) syncLoop() {
 	defer close(s.done)
-	open := map[string]*os.File{}
-	closeAll := func() {
-		for dir, d := range open {
-			d.Close()
-			delete(open, dir)
-		}
-	}
-	defer closeAll()
-	var pruned uint64
 	var group []dirSync
 	for first := range s.reqs {
 		group = append(group[:0], first)
@@ -231,47 +216,16 @@ func (s *Spool) syncLoop() {
 				break drain
 			}
 		}
-		// After the drain: a request for a bucket made again by now was
-		// sent after the prune was counted.
-		if p := s.pruned.Load(); p != pruned {
-			closeAll()
-			pruned = p
-		}
 		dirs := make(map[string]error, 1)
 		for _, r := range group {
 			if _, done := dirs[r.dir]; !done {
-				dirs[r.dir] = syncOpenDir(open, r.dir)
-			}
-		}
-		for dir, d := range open {
-			if _, used := dirs[dir]; !used {
-				d.Close()
-				delete(open, dir)
+				dirs[r.dir] = syncDir(r.dir)
 			}
 		}
 		for _, r := range group {
 			r.done <- dirs[r.dir]
 		}
 	}
-}
-
-// syncOpenDir fsyncs dir through the handle kept in open, opening it when
-// needed; a handle that fails is closed, so that the next sync opens anew.
-func syncOpenDir(open map[string]*os.File, dir string) error {
-	d, ok := open[dir]
-	if !ok {
-		var err error
-		if d, err = openFile(dir, os.O_RDONLY, 0); err != nil {
-			return err
-		}
-		open[dir] = d
-	}
-	err := d.Sync()
-	if err != nil {
-		d.Close()
-		delete(open, dir)
-	}
-	return err
 }
 
 func syncDir(dir string) error {
@@ -387,10 +341,6 @@ func IDOf(path string) (string, bool) {
 // PruneBuckets removes empty bucket directories older than before; the
 // current buckets stay, since writers may be about to use them.
 func (s *Spool) PruneBuckets(before time.Time) error {
-	// Holding the lock from the first removal to the count keeps a bucket
-	// made again meanwhile from being synced through the old one's handle.
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	days, err := os.ReadDir(s.dir)
 	if err != nil {
 		return err
@@ -414,7 +364,8 @@ func (s *Spool) PruneBuckets(before time.Time) error {
 			os.Remove(filepath.Join(s.dir, day.Name()))
 		}
 	}
+	s.mu.Lock()
 	clear(s.buckets)
-	s.pruned.Add(1)
+	s.mu.Unlock()
 	return nil
 }
