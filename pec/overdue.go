@@ -45,7 +45,9 @@ func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits, is
 			for after := ""; ; {
 				msgs, next, err := r.store.List(ctx, backends.ListQuery{Status: st, After: after, Limit: overdueScan})
 				if err != nil {
-					return errors.Join(append(errs, fmt.Errorf("list %s: %w", st, err))...)
+					// The events raised so far must still be handed on.
+					errs = append(errs, fmt.Errorf("list %s: %w", st, err))
+					break
 				}
 				for _, m := range msgs {
 					if now.Sub(m.UpdatedAt) < group.limit || !isPEC(m.Route) {

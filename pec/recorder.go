@@ -193,14 +193,26 @@ func (r *Recorder) find(ctx context.Context, k Keys) (*backends.Message, string,
 }
 
 // receiptName is the evidence file of a receipt: its type and a digest,
-// so that the same receipt read again lands on the same file.
+// so that the same receipt read again lands on the same file. A receipt
+// whose signature fails is kept apart: a forgery must not replace the
+// genuine receipt it copies.
 func receiptName(rec *Receipt, raw []byte) string {
-	key := rec.MessageID
-	if key == "" {
-		key = string(raw)
+	sum := sha256.Sum256([]byte(receiptKey(rec, raw)))
+	prefix := ""
+	if rec.Signature.Status == SignatureInvalid {
+		prefix = "invalid-"
 	}
-	sum := sha256.Sum256([]byte(key))
-	return fmt.Sprintf("%s-%s.eml", rec.Type, hex.EncodeToString(sum[:6]))
+	return fmt.Sprintf("%s%s-%s.eml", prefix, rec.Type, hex.EncodeToString(sum[:6]))
+}
+
+// receiptKey names a receipt across readings: its Message-ID, or its bytes
+// when it has none.
+func receiptKey(rec *Receipt, raw []byte) string {
+	if rec.MessageID != "" {
+		return rec.MessageID
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // fields are what plugins read of a receipt: the contract's PEC fields.
@@ -222,7 +234,6 @@ func fields(rec *Receipt) sdk.PEC {
 	return p
 }
 
-// eventPEC is the part of an event's details the recorder reads back.
 // event makes the receipt's event; a delivery receipt looks at the
 // message's earlier events to tell whether it completes the delivery.
 func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt, by, name string, raw []byte) (*backends.Event, error) {
@@ -260,12 +271,9 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 		reason += " (" + rec.Signature.Error + ")"
 	}
 	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, map[string]any{"pec": p, "receipt": name, "matched_by": by})
-	key := rec.MessageID
-	if key == "" {
-		sum := sha256.Sum256(raw)
-		key = hex.EncodeToString(sum[:])
-	}
-	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+strings.ToLower(p.Delivery)+"\x00"+key)).String()
+	// The outcome is in the id: a receipt first read as invalid (a trust
+	// bundle not yet updated) and read again as valid is a new event.
+	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+outcome+"\x00"+strings.ToLower(p.Delivery)+"\x00"+receiptKey(rec, raw))).String()
 	e.MessageID = m.ID
 	return e, nil
 }

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +18,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/pec/pectest"
 	"github.com/genropy/postino/relay/mailbox"
@@ -45,11 +46,7 @@ type recorderSetup struct {
 
 func newRecorder(t *testing.T) *recorderSetup {
 	t.Helper()
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := outboxtest.Store(t)
 	ca := pectest.NewCA(t)
 	k := &kept{files: map[string][]byte{}}
 	rec := pec.NewRecorder(store, k, pec.Options{Roots: ca.Pool()}, slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -287,6 +284,31 @@ func TestDeliveryOverdue(t *testing.T) {
 	}
 }
 
+// TestRecorderReadAgainAfterTrustFixed: a receipt first read with a trust
+// bundle that lacks its signer (invalid), then again once the bundle is
+// fixed, is recorded the second time, and both readings are kept apart.
+func TestRecorderReadAgainAfterTrustFixed(t *testing.T) {
+	s := newRecorder(t)
+	orig := s.message(t, "order-6", "anna@pec.dest.it")
+	receipt := s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Original: orig})
+	stale := pec.NewRecorder(s.store, s.kept, pec.Options{Roots: pectest.NewCA(t).Pool()},
+		slog.New(slog.NewTextHandler(io.Discard, nil)), pec.NewMetrics(prometheus.NewRegistry()), nil)
+	if _, err := stale.Handle(context.Background(), receipt); err != nil {
+		t.Fatal(err)
+	}
+	s.handle(t, receipt)
+	var outcomes []string
+	for _, e := range s.events(t, "order-6") {
+		outcomes = append(outcomes, e.Outcome)
+	}
+	if want := []string{pec.OutcomeInvalidSignature, pec.OutcomeAccepted}; !slices.Equal(outcomes, want) {
+		t.Errorf("events %v, want %v", outcomes, want)
+	}
+	if len(s.kept.files) != 2 {
+		t.Errorf("kept %d files, want the invalid and the valid reading apart", len(s.kept.files))
+	}
+}
+
 // TestRecorderForgedReceiptLinksNothing: a receipt whose signature fails is
 // recorded as such and does not tie its identificativo to the message, so
 // that the receipts found by that identificativo later are not misfiled.
@@ -308,9 +330,19 @@ func TestRecorderForgedReceiptLinksNothing(t *testing.T) {
 }
 
 // brokenEvents is an outbox that cannot read the events of one message.
+// brokenEvents fails to read the events of one message, or to list one
+// status.
 type brokenEvents struct {
 	*bolt.Store
-	broken string
+	broken     string
+	brokenList backends.Status
+}
+
+func (b brokenEvents) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
+	if q.Status != "" && q.Status == b.brokenList {
+		return nil, "", errors.New("index damaged")
+	}
+	return b.Store.List(ctx, q)
 }
 
 func (b brokenEvents) Events(ctx context.Context, id string) ([]*backends.Event, error) {
@@ -320,22 +352,40 @@ func (b brokenEvents) Events(ctx context.Context, id string) ([]*backends.Event,
 	return b.Store.Events(ctx, id)
 }
 
-// TestOverdueGoesPastAMessageItCannotRead: the others still get their
-// events, and the error names the one that failed.
-func TestOverdueGoesPastAMessageItCannotRead(t *testing.T) {
-	s := newRecorder(t)
-	rec := pec.NewRecorder(brokenEvents{s.store, "late-1"}, s.kept, pec.Options{Roots: s.ca.Pool()},
-		slog.New(slog.NewTextHandler(io.Discard, nil)), pec.NewMetrics(prometheus.NewRegistry()), nil)
-	for _, id := range []string{"late-1", "late-2"} {
-		s.acceptedMessage(t, id, []string{"anna@pec.dest.it"}, pectest.ReceiptOptions{})
-	}
-	limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
-	err := rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true })
-	if err == nil || !strings.Contains(err.Error(), "late-1") {
-		t.Errorf("error %v, want one naming late-1", err)
-	}
-	got := s.events(t, "late-2")
-	if last := got[len(got)-1]; last.Outcome != pec.OutcomeDeliveryOverdue {
-		t.Errorf("late-2: events %+v", got)
+// TestOverdueGoesPastWhatItCannotRead: a message whose events cannot be
+// read, or a status that cannot be listed, is named in the error; the
+// others still get their events, and the callbacks are woken for them.
+func TestOverdueGoesPastWhatItCannotRead(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		broken brokenEvents
+		want   string
+	}{
+		{"message", brokenEvents{broken: "late-1"}, "late-1"},
+		// Listed before the status the late messages are in.
+		{"status", brokenEvents{brokenList: backends.StatusSent}, "list SENT"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newRecorder(t)
+			var woken atomic.Int32
+			tt.broken.Store = s.store
+			rec := pec.NewRecorder(tt.broken, s.kept, pec.Options{Roots: s.ca.Pool()},
+				slog.New(slog.NewTextHandler(io.Discard, nil)), pec.NewMetrics(prometheus.NewRegistry()), func() { woken.Add(1) })
+			for _, id := range []string{"late-1", "late-2"} {
+				s.acceptedMessage(t, id, []string{"anna@pec.dest.it"}, pectest.ReceiptOptions{})
+			}
+			limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
+			err := rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true })
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error %v, want one naming %s", err, tt.want)
+			}
+			got := s.events(t, "late-2")
+			if last := got[len(got)-1]; last.Outcome != pec.OutcomeDeliveryOverdue {
+				t.Errorf("late-2: events %+v", got)
+			}
+			if woken.Load() == 0 {
+				t.Error("the callbacks were not woken for the events raised")
+			}
+		})
 	}
 }

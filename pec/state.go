@@ -24,6 +24,7 @@ type receipts struct {
 	settled    map[string]bool // delivered, failed, or said to be late
 }
 
+// eventPEC is the part of an event's details the recorder reads back.
 type eventPEC struct {
 	PEC sdk.PEC `json:"pec"`
 }
