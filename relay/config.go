@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
@@ -605,7 +606,7 @@ func (c *Config) Check() error {
 	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
 		return errors.New("admin: give one of token_file and token_env, not both")
 	}
-	if host, _, _ := net.SplitHostPort(c.Admin.Listen); !isLoopback(host) && c.Admin.TokenFile == "" && c.Admin.TokenEnv == "" {
+	if !loopback.Host(c.Admin.Listen) && c.Admin.TokenFile == "" && c.Admin.TokenEnv == "" {
 		return fmt.Errorf("admin.listen %s can be reached from other machines, and the admin API can retry, cancel and read every message: "+
 			"give it a token with admin.token_file or admin.token_env (POSTINO_ADMIN_TOKEN_FILE=/run/secrets/postino-admin), "+
 			"or listen on 127.0.0.1", c.Admin.Listen)
@@ -663,17 +664,12 @@ func (c *Config) checkExposure() error {
 	if len(c.SMTP.Auth.Accounts) > 0 || c.SMTP.AllowNetworks != nil {
 		return nil
 	}
-	if isLoopback(host) {
+	if loopback.Host(host) {
 		return nil
 	}
 	return fmt.Errorf("smtp.listen %s can be reached from other machines, but neither AUTH nor allowed networks are configured, "+
 		"so anyone there could send mail through this relay; add smtp.auth.accounts, or list the networks of your apps in "+
 		"smtp.allow_networks (POSTINO_SMTP_ALLOW_NETWORKS=172.18.0.0/16 for a compose network)", c.SMTP.Listen)
-}
-
-func isLoopback(host string) bool {
-	ip, err := netip.ParseAddr(host)
-	return err == nil && ip.IsLoopback() || host == "localhost"
 }
 
 // allowNetworks parses smtp.allow_networks; unset, it is loopback.

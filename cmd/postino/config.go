@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/genropy/postino/relay"
@@ -67,15 +65,8 @@ func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	// Degraded says what is: a plugin or a mailbox that is down.
 	line := st.Status
-	var bad []string
-	for name, v := range st.Checks {
-		if v != "ok" {
-			bad = append(bad, name+": "+v)
-		}
-	}
-	slices.Sort(bad)
-	if len(bad) > 0 {
-		line += ": " + strings.Join(bad, "; ")
+	if bad := st.Failing(); bad != "" {
+		line += ": " + bad
 	}
 	fmt.Fprintln(stdout, line)
 	return nil

@@ -179,10 +179,15 @@ func TestEnvironmentOnly(t *testing.T) {
 	}
 	// From the relay's configuration file, and from the environment.
 	conf := filepath.Join(dir, "postino.yaml")
-	os.WriteFile(conf, []byte("admin:\n  token_file: "+tokenFile+"\n"), 0o644)
+	os.WriteFile(conf, []byte("admin:\n  listen: "+adminAddr+"\n  token_file: "+tokenFile+"\n"), 0o644)
 	t.Setenv("POSTINO_CONFIG", conf)
 	if out, errOut, code := cli(t, "queue", "show", "env-1", "--admin", adminAddr); code != 0 || !strings.Contains(out, "SENT-ACKNOWLEDGED") {
 		t.Errorf("queue show with the token in POSTINO_CONFIG: exit %d: %s%s", code, out, errOut)
+	}
+	// The address too, with no --admin: the token and the address of one
+	// relay, never one relay's token sent to another's address.
+	if out, errOut, code := cli(t, "queue", "show", "env-1"); code != 0 || !strings.Contains(out, "SENT-ACKNOWLEDGED") {
+		t.Errorf("queue show with the address in POSTINO_CONFIG: exit %d: %s%s", code, out, errOut)
 	}
 	t.Setenv("POSTINO_CONFIG", "")
 	t.Setenv("POSTINO_ADMIN_TOKEN_FILE", tokenFile)

@@ -40,8 +40,9 @@ Usage:
   postino version
 
 The queue, batch, events and health commands talk to a running relay's admin API: --admin
-ADDR (or POSTINO_ADMIN), 127.0.0.1:8525 by default, with the token of POSTINO_ADMIN_TOKEN_FILE
-or POSTINO_ADMIN_TOKEN_ENV when the relay asks for one. SIGHUP makes serve reload its DKIM keys.
+ADDR, else the relay's own admin.listen (from POSTINO_CONFIG or POSTINO_ADMIN), 127.0.0.1:8525
+by default, with the token the relay reads (admin.token_file or admin.token_env, or
+POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV). SIGHUP makes serve reload its DKIM keys.
 `
 
 // version is set at build time with -ldflags "-X main.version=…".

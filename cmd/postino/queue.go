@@ -19,24 +19,25 @@ import (
 
 // adminFlag adds --admin to a client command.
 func adminFlag(fs *flag.FlagSet) *string {
-	def := os.Getenv("POSTINO_ADMIN")
-	if def == "" {
-		def = "127.0.0.1:8525"
-	}
-	return fs.String("admin", def, "the relay's admin API `address` (POSTINO_ADMIN)")
+	return fs.String("admin", "", "the relay's admin API `address` (default: admin.listen of the relay's configuration, "+
+		"from POSTINO_CONFIG or POSTINO_ADMIN, else 127.0.0.1:8525)")
 }
 
-// adminClient talks to the relay at addr with the token the relay itself
-// reads (admin.token_file or admin.token_env, from POSTINO_CONFIG or their
-// POSTINO_* twins), so that the commands work beside it with its own
-// configuration. A relay listening on every address is reached on loopback.
+// adminClient talks to the relay at addr, or at the address the relay
+// itself listens on, with the token it reads (admin.token_file or
+// admin.token_env, from POSTINO_CONFIG or their POSTINO_* twins), so that
+// the commands work beside it with its own configuration. A relay
+// listening on every address is reached on loopback.
 func adminClient(addr string) (*admin.Client, error) {
-	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-		addr = net.JoinHostPort("127.0.0.1", port)
-	}
 	cfg, err := relay.LoadConfig(os.Getenv("POSTINO_CONFIG"), os.Environ())
 	if err != nil {
 		return nil, err
+	}
+	if addr == "" {
+		addr = cfg.Admin.Listen
+	}
+	if host, port, err := net.SplitHostPort(addr); err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+		addr = net.JoinHostPort("127.0.0.1", port)
 	}
 	token, err := cfg.Admin.Token(os.Getenv)
 	if err != nil {

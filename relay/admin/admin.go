@@ -4,6 +4,8 @@ package admin
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -78,6 +80,18 @@ type Readiness struct {
 	Checks map[string]string `json:"checks"`
 	// Error sums up the failing checks when not ready.
 	Error string `json:"error,omitempty"`
+}
+
+// Failing sums up the checks that are not ok, in name order, or is empty.
+func (r Readiness) Failing() string {
+	var bad []string
+	for name, v := range r.Checks {
+		if v != "ok" {
+			bad = append(bad, name+": "+v)
+		}
+	}
+	slices.Sort(bad)
+	return strings.Join(bad, "; ")
 }
 
 // EventList is a list of events.

@@ -3,13 +3,13 @@ package admin
 import (
 	"crypto/subtle"
 	"errors"
-	"net"
 	"net/http"
-	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/loopback"
 )
 
 // Minute is what happened in one minute.
@@ -57,38 +57,65 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		storeError(w, err)
 		return
 	}
-	out := Stats{Counts: map[string]int{}, Recent: map[string][]Message{}}
+	out := Stats{Counts: map[string]int{}}
 	for _, st := range backends.Statuses() {
 		out.Counts[string(st)] = counts[st]
 	}
 	if a.opts.Throughput != nil {
 		out.Minutes = a.opts.Throughput(time.Now())
 	}
-	// The counts say how many of each kind there are to find: none, and
-	// the newest messages need not be read at all.
+	out.Recent, err = a.recentLists(r, counts)
+	if err != nil {
+		storeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// recentReuse bounds how long the overview's lists are reused while the
+// counts of their statuses stay the same (a message purged as another
+// fails leaves them unchanged).
+const recentReuse = time.Minute
+
+// recentLists finds the newest messages of each overview list. The counts
+// say how many there are to find: none, and no message is read; the same
+// as at the last reading, and that reading answers.
+func (a *api) recentLists(r *http.Request, counts map[backends.Status]int) (map[string][]Message, error) {
+	var key strings.Builder
+	for _, st := range backends.Statuses() {
+		if _, ok := a.recent[st]; ok {
+			key.WriteString(strconv.Itoa(counts[st]) + ",")
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.recentLast != nil && a.recentKey == key.String() && time.Since(a.recentAt) < recentReuse {
+		return a.recentLast, nil
+	}
+	out := map[string][]Message{}
 	want, missing := map[string]int{}, 0
 	for st, k := range a.recent {
 		want[k] += counts[st]
-		out.Recent[k] = []Message{}
+		out[k] = []Message{}
 	}
 	for k, n := range want {
 		want[k] = min(n, recentKeep)
 		missing += want[k]
 	}
 	if missing > 0 {
-		err = a.scanRecent(r, func(m *backends.Message) bool {
-			if k, ok := a.recent[m.Status]; ok && len(out.Recent[k]) < want[k] {
-				out.Recent[k] = append(out.Recent[k], messageView(m))
+		err := a.scanRecent(r, func(m *backends.Message) bool {
+			if k, ok := a.recent[m.Status]; ok && len(out[k]) < want[k] {
+				out[k] = append(out[k], messageView(m))
 				missing--
 			}
 			return missing > 0
 		})
 		if err != nil {
-			storeError(w, err)
-			return
+			return nil, err
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	a.recentAt, a.recentKey, a.recentLast = time.Now(), key.String(), out
+	return out, nil
 }
 
 // scanRecent calls fn with the newest messages, newest first, until fn
@@ -171,18 +198,6 @@ func authorized(token string, r *http.Request) bool {
 	return token == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+token)) == 1
 }
 
-// loopbackHost tells whether a Host header names this machine.
-func loopbackHost(host string) bool {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip, err := netip.ParseAddr(strings.Trim(host, "[]"))
-	return err == nil && ip.IsLoopback()
-}
-
 // authorize asks for the token, when there is one, on everything but the
 // probes and the dashboard's own files (which hold no data: the page asks
 // for the token and sends it with each call). Without a token the API
@@ -192,7 +207,7 @@ func loopbackHost(host string) bool {
 func authorize(token string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch p := r.URL.Path; {
-		case token == "" && !loopbackHost(r.Host):
+		case token == "" && !loopback.Host(r.Host):
 			writeError(w, http.StatusForbidden, "the admin API has no token, so it answers only requests addressed to "+
 				"localhost or a loopback address, not %q: use http://127.0.0.1:<port>/, or set admin.token_file", r.Host)
 			return

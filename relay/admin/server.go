@@ -10,9 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
+	"sync"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -105,6 +104,14 @@ type api struct {
 	opts  Options
 	// recent is the overview list each status belongs to, if any.
 	recent map[backends.Status]string
+
+	// The overview's lists as last read, with the counts they were read
+	// at: a dashboard asks every few seconds, and one reading can go
+	// through thousands of messages.
+	mu         sync.Mutex
+	recentAt   time.Time
+	recentKey  string
+	recentLast map[string][]Message
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -346,22 +353,15 @@ func (a *api) readyz(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	out := Readiness{Status: status, Checks: checks}
+	if code != http.StatusOK {
+		out.Status = "not ready"
+		out.Error = "not ready: " + out.Failing()
+	}
 	if !authorized(a.opts.Token, r) {
 		// Probes need the code; what each check says (addresses, paths,
 		// account names) is for those who hold the token.
 		out.Checks = nil
-	}
-	if code != http.StatusOK {
-		out.Status = "not ready"
-		var failing []string
-		for name, v := range checks {
-			if v != "ok" {
-				failing = append(failing, name+": "+v)
-			}
-		}
-		slices.Sort(failing)
-		out.Error = "not ready: " + strings.Join(failing, "; ")
-		if out.Checks == nil {
+		if out.Error != "" {
 			out.Error = "not ready: send the admin token to see why"
 		}
 	}

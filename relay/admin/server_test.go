@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/outboxtest"
 )
 
 // countedStore counts the listings the API makes.
@@ -29,11 +29,7 @@ func (s *countedStore) List(ctx context.Context, q backends.ListQuery) ([]*backe
 
 func newStore(t *testing.T) *countedStore {
 	t.Helper()
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := outboxtest.Store(t)
 	return &countedStore{Store: store}
 }
 
@@ -118,5 +114,28 @@ func TestStatsReadsOnlyWhatItShows(t *testing.T) {
 	}
 	if f := st.Recent["failed"]; len(f) != 1 || f[0].ID != "b" || store.lists.Load() == 0 {
 		t.Errorf("recent %+v after %d listings", st.Recent, store.lists.Load())
+	}
+	// Asked again with the same counts, as a dashboard does every few
+	// seconds: the last reading answers.
+	read := store.lists.Load()
+	w = serve(h, "GET", "127.0.0.1", "/v1/stats", "")
+	st = Stats{}
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if f := st.Recent["failed"]; len(f) != 1 || f[0].ID != "b" || store.lists.Load() != read {
+		t.Errorf("unchanged counts: recent %+v after %d more listings", st.Recent, store.lists.Load()-read)
+	}
+	if err := store.Transition(ctx, backends.Transition{ID: "c", From: backends.StatusAccepted, To: backends.StatusFailed,
+		Reason: "test", At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	w = serve(h, "GET", "127.0.0.1", "/v1/stats", "")
+	st = Stats{}
+	if err := json.Unmarshal(w.Body.Bytes(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if f := st.Recent["failed"]; len(f) != 2 {
+		t.Errorf("after another failure: recent %+v", st.Recent)
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/loopback"
 )
 
 // TLS modes of a mailbox connection.
@@ -500,10 +501,7 @@ func CheckTLS(mode, host string) error {
 	case TLSImplicit, TLSStart:
 		return nil
 	case TLSNone:
-		if host == "localhost" {
-			return nil
-		}
-		if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		if loopback.Host(host) {
 			return nil
 		}
 		return fmt.Errorf("tls none is for loopback only, and %s is not: use tls (port 993) or starttls (port 143)", host)
