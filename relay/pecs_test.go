@@ -218,18 +218,8 @@ func TestPECSenderMustBeTheAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Mail(pecAccount, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Rcpt("anna@pec.dest.it", nil); err != nil {
-		t.Fatal(err)
-	}
-	w, err := c.Data()
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintf(w, "From: someone@example.com\r\nTo: anna@pec.dest.it\r\nSubject: x\r\n\r\nx\r\n")
-	err = w.Close()
+	err = c.SendMail(pecAccount, []string{"anna@pec.dest.it"},
+		strings.NewReader("From: someone@example.com\r\nTo: anna@pec.dest.it\r\nSubject: x\r\n\r\nx\r\n"))
 	var se *smtp.SMTPError
 	if !errors.As(err, &se) || se.Code != 550 || !strings.Contains(se.Message, pecAccount) {
 		t.Fatalf("reply %v", err)

@@ -17,18 +17,24 @@ import (
 // when the test ends.
 func Open(t testing.TB) (*spool.Spool, *bolt.Store) {
 	t.Helper()
-	dir := t.TempDir()
-	sp, err := spool.Open(filepath.Join(dir, "spool"))
+	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sp.Close() })
-	store, err := bolt.Open(filepath.Join(dir, "outbox.db"), bolt.Options{})
+	return sp, Store(t)
+}
+
+// Store makes an outbox alone in a directory of the test's, closed when
+// the test ends.
+func Store(t testing.TB) *bolt.Store {
+	t.Helper()
+	store, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	return sp, store
+	return store
 }
 
 // Creator is the part of an outbox that Add needs.

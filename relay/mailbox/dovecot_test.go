@@ -4,15 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/dovecottest"
+	"github.com/genropy/postino/internal/outboxtest"
 )
 
 // TestDovecot watches a real server over each TLS mode, and goes on
@@ -24,11 +23,7 @@ func TestDovecot(t *testing.T) {
 		mode, addr string
 	}{{TLSStart, srv.Addr}, {TLSImplicit, srv.TLSAddr}, {TLSNone, srv.Addr}} {
 		t.Run(tt.mode, func(t *testing.T) {
-			store, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer store.Close()
+			store := outboxtest.Store(t)
 			folder := "Bounces-" + tt.mode
 			srv.Append(t, folder, msg("bounce first"))
 			h := &recorder{}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/imaptest"
+	"github.com/genropy/postino/internal/outboxtest"
 )
 
 // recorder is the handler of the tests: it keeps what it read, calls a
@@ -80,11 +80,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, o imaptest.Options) *fixture {
 	t.Helper()
-	store, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := outboxtest.Store(t)
 	return &fixture{srv: imaptest.Start(t, o), store: store, handler: &recorder{}}
 }
 
