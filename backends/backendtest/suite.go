@@ -45,6 +45,7 @@ func Run(t *testing.T, open Opener) {
 		{"SuspendedBatches", testSuspendedBatches},
 		{"LeaseRestore", testLeaseRestore},
 		{"ConcurrentClaimers", testConcurrentClaimers},
+		{"ConcurrentTransitions", testConcurrentTransitions},
 		{"Retention", testRetention},
 		{"ByMessageID", testByMessageID},
 		{"ListPaging", testListPaging},
@@ -619,6 +620,56 @@ func testConcurrentClaimers(t *testing.T, s backends.Outbox) {
 	}
 	if n, _ := s.Counts(ctx); n[backends.StatusIntaking] != total || n[backends.StatusAccepted] != 0 {
 		t.Errorf("counts after claims: %v", n)
+	}
+}
+
+// testConcurrentTransitions races writers that move the same messages from
+// the same status: one wins each message, the others are refused, and the
+// row, its history and the counts show the winner's move only.
+func testConcurrentTransitions(t *testing.T, s backends.Outbox) {
+	ctx := context.Background()
+	const total, racers = 40, 4
+	for i := range total {
+		create(t, s, newMessage(fmt.Sprintf("race-%02d", i)))
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won := map[string]string{}
+	for i := range total {
+		id := fmt.Sprintf("race-%02d", i)
+		for r := range racers {
+			wg.Go(func() {
+				reason := fmt.Sprintf("racer %d", r)
+				err := s.Transition(ctx, backends.Transition{ID: id, From: backends.StatusAccepted, To: backends.StatusIntaking,
+					At: at(time.Minute), Reason: reason, LeaseUntil: at(time.Hour)})
+				switch {
+				case err == nil:
+					mu.Lock()
+					if prev, ok := won[id]; ok {
+						t.Errorf("%s: both %s and %s moved it", id, prev, reason)
+					}
+					won[id] = reason
+					mu.Unlock()
+				case !errors.Is(err, backends.ErrLockNotAcquired):
+					t.Errorf("%s, %s: %v", id, reason, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i := range total {
+		id := fmt.Sprintf("race-%02d", i)
+		m := mustGet(t, s, id)
+		h, err := s.History(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status != backends.StatusIntaking || m.Reason != won[id] || len(h) != 2 || h[1].Reason != won[id] {
+			t.Errorf("%s: status %s, reason %q, history %+v; winner %q", id, m.Status, m.Reason, h, won[id])
+		}
+	}
+	if n, _ := s.Counts(ctx); n[backends.StatusIntaking] != total || n[backends.StatusAccepted] != 0 {
+		t.Errorf("counts after the race: %v", n)
 	}
 }
 

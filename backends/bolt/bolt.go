@@ -446,25 +446,27 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	if t.At.IsZero() {
 		t.At = time.Now().UTC()
 	}
+	pre := s.prepare(t)
 	var refused error
 	var event *backends.Event
 	err := s.write(func(tx *bbolt.Tx) error {
 		refused, event = nil, nil
 		// A refusal is not an error for the batch: the others in it must
 		// still commit, so it is reported beside.
-		if tx.Bucket(bucketMessages).Get([]byte(t.ID)) == nil {
+		v := tx.Bucket(bucketMessages).Get([]byte(t.ID))
+		if v == nil {
 			refused = backends.ErrNotFound
 			return nil
 		}
-		m, err := get(tx, t.ID)
+		c, err := pre.against(v, t)
 		if err != nil {
 			return err
 		}
-		if m.Status != t.From {
+		if c.before.Status != t.From {
 			refused = backends.ErrLockNotAcquired
 			return nil
 		}
-		if err := apply(tx, m, t); err != nil {
+		if err := c.store(tx); err != nil {
 			return err
 		}
 		if t.Event != nil {
@@ -488,47 +490,112 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
-// apply moves m, which is in t.From, to t.To inside tx.
+// apply moves m, which is in t.From, through t inside tx.
 func apply(tx *bbolt.Tx, m *backends.Message, t backends.Transition) error {
-	if err := unindex(tx, m); err != nil {
-		return err
-	}
-	t.Apply(m, t.To)
-	m.Version++
-	if err := index(tx, m); err != nil {
-		return err
-	}
-	if err := addHistory(tx, m.ID, backends.HistoryEntry{Status: t.To, Reason: t.Reason, At: t.At, Details: t.Details}); err != nil {
-		return err
-	}
-	if len(t.Then) == 0 {
-		return put(tx, m)
-	}
-	for _, step := range t.Then {
-		if err := unindex(tx, m); err != nil {
-			return err
-		}
-		m.Status = step.To
-		m.LeaseUntil = time.Time{}
-		if step.To.Working() {
-			m.LeaseUntil = t.LeaseUntil
-		}
-		if err := index(tx, m); err != nil {
-			return err
-		}
-		if err := addHistory(tx, m.ID, backends.HistoryEntry{Status: step.To, Reason: step.Reason, At: t.At}); err != nil {
-			return err
-		}
-	}
-	return put(tx, m)
-}
-
-func addHistory(tx *bbolt.Tx, id string, e backends.HistoryEntry) error {
-	b, err := json.Marshal(e)
+	c, err := plan(m, t)
 	if err != nil {
 		return err
 	}
-	return putHistory(tx, id, b)
+	return c.store(tx)
+}
+
+// change is a transition of one row worked out in full. Working it out
+// (decoding and encoding the row) takes most of a transition's time, and
+// every write of the relay runs in the one committer, one after another:
+// so writers work their change out before their turn, and the committer
+// only stores it, or works it out again when the row changed meanwhile.
+type change struct {
+	before backends.Message // the row as read, for the index entries to remove
+	after  *backends.Message
+	rec    []byte   // after, encoded
+	hist   [][]byte // one history entry per move
+}
+
+// plan works out t's change of m and applies it to m. A chain's
+// intermediate statuses leave no index entry and no count behind, so only
+// its history tells them.
+func plan(m *backends.Message, t backends.Transition) (*change, error) {
+	c := &change{before: *m, after: m}
+	t.Apply(m, t.Final())
+	m.Version++
+	var err error
+	if c.rec, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	entry := func(e backends.HistoryEntry) {
+		if err == nil {
+			var b []byte
+			b, err = json.Marshal(e)
+			c.hist = append(c.hist, b)
+		}
+	}
+	entry(backends.HistoryEntry{Status: t.To, Reason: t.Reason, At: t.At, Details: t.Details})
+	for _, step := range t.Then {
+		entry(backends.HistoryEntry{Status: step.To, Reason: step.Reason, At: t.At})
+	}
+	return c, err
+}
+
+func (c *change) store(tx *bbolt.Tx) error {
+	if err := unindex(tx, &c.before); err != nil {
+		return err
+	}
+	if err := index(tx, c.after); err != nil {
+		return err
+	}
+	for _, h := range c.hist {
+		if err := putHistory(tx, c.after.ID, h); err != nil {
+			return err
+		}
+	}
+	return tx.Bucket(bucketMessages).Put([]byte(c.after.ID), c.rec)
+}
+
+// prepared is a change worked out from a row read outside the committer.
+type prepared struct {
+	row []byte
+	c   *change
+}
+
+// prepare reads t's row and works its change out. When the row cannot be
+// read, the committer works it out and says why.
+func (s *Store) prepare(t backends.Transition) prepared {
+	var p prepared
+	s.db.View(func(tx *bbolt.Tx) error {
+		p = prepareRow(tx, t)
+		return nil
+	})
+	return p
+}
+
+func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
+	v := tx.Bucket(bucketMessages).Get([]byte(t.ID))
+	if v == nil {
+		return prepared{}
+	}
+	row := bytes.Clone(v) // v lives only as long as tx
+	m, err := decode(t.ID, row)
+	if err != nil {
+		return prepared{}
+	}
+	c, err := plan(m, t)
+	if err != nil {
+		return prepared{}
+	}
+	return prepared{row: row, c: c}
+}
+
+// against returns the prepared change when the row v is still the one it
+// was worked out from, or works it out from v.
+func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
+	if p.c != nil && bytes.Equal(v, p.row) {
+		return p.c, nil
+	}
+	m, err := decode(t.ID, v)
+	if err != nil {
+		return nil, err
+	}
+	return plan(m, t)
 }
 
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
@@ -538,32 +605,34 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
+	move := func(id string) backends.Transition {
+		return backends.Transition{ID: id, From: c.From, To: c.To, At: c.Now,
+			Reason: c.Reason, KeepReason: true, LeaseUntil: c.LeaseUntil}
+	}
+	pre := map[string]prepared{}
+	s.db.View(func(tx *bbolt.Tx) error {
+		for _, id := range claimable(tx, c) {
+			pre[id] = prepareRow(tx, move(id))
+		}
+		return nil
+	})
 	var out []*backends.Message
 	err := s.write(func(tx *bbolt.Tx) error {
 		out = out[:0]
-		now := u64(unixNano(c.Now))
-		var ids []string
-		cur := tx.Bucket(bucketQueue).Cursor()
-		for p := backends.PriorityImmediate; p <= backends.PriorityLow && len(ids) < c.Limit; p++ {
-			prefix := append(append([]byte(c.From), 0), byte(p))
-			for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(ids) < c.Limit; k, _ = cur.Next() {
-				if bytes.Compare(k[len(prefix):len(prefix)+8], now) > 0 {
-					break // the rest of this priority is not due yet
-				}
-				ids = append(ids, queueKeyID(k))
+		msgs := tx.Bucket(bucketMessages)
+		for _, id := range claimable(tx, c) {
+			v := msgs.Get([]byte(id))
+			if v == nil {
+				return fmt.Errorf("message %s is queued but has no row: %w", id, backends.ErrNotFound)
 			}
-		}
-		for _, id := range ids {
-			m, err := get(tx, id)
+			ch, err := pre[id].against(v, move(id))
 			if err != nil {
 				return err
 			}
-			err = apply(tx, m, backends.Transition{ID: id, From: c.From, To: c.To, At: c.Now,
-				Reason: c.Reason, KeepReason: true, LeaseUntil: c.LeaseUntil})
-			if err != nil {
+			if err := ch.store(tx); err != nil {
 				return err
 			}
-			out = append(out, m)
+			out = append(out, ch.after)
 		}
 		return nil
 	})
@@ -571,6 +640,23 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
 	return out, nil
+}
+
+// claimable lists the ids c would take, in the order it takes them.
+func claimable(tx *bbolt.Tx, c backends.Claim) []string {
+	now := u64(unixNano(c.Now))
+	var ids []string
+	cur := tx.Bucket(bucketQueue).Cursor()
+	for p := backends.PriorityImmediate; p <= backends.PriorityLow && len(ids) < c.Limit; p++ {
+		prefix := append(append([]byte(c.From), 0), byte(p))
+		for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix) && len(ids) < c.Limit; k, _ = cur.Next() {
+			if bytes.Compare(k[len(prefix):len(prefix)+8], now) > 0 {
+				break // the rest of this priority is not due yet
+			}
+			ids = append(ids, queueKeyID(k))
+		}
+	}
+	return ids
 }
 
 // restoreChunk bounds one restore transaction.
@@ -768,19 +854,15 @@ func get(tx *bbolt.Tx, id string) (*backends.Message, error) {
 	if v == nil {
 		return nil, fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
 	}
+	return decode(id, v)
+}
+
+func decode(id string, v []byte) (*backends.Message, error) {
 	m := new(backends.Message)
 	if err := json.Unmarshal(v, m); err != nil {
 		return nil, fmt.Errorf("message %s: stored record is unreadable: %w", id, err)
 	}
 	return m, nil
-}
-
-func put(tx *bbolt.Tx, m *backends.Message) error {
-	rec, err := json.Marshal(m)
-	if err != nil {
-		return err
-	}
-	return tx.Bucket(bucketMessages).Put([]byte(m.ID), rec)
 }
 
 func putHistory(tx *bbolt.Tx, id string, entry []byte) error {
