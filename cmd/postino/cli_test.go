@@ -103,6 +103,16 @@ func TestQueueCommands(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "ID") || !strings.Contains(out, "cli-1") {
 		t.Errorf("queue list:\n%s", out)
 	}
+	for _, q := range []string{"cli-1", show["message_id"].(string), "User@Example.net"} {
+		out, _, code = cli(t, "queue", "search", q, "--admin", admin)
+		if code != 0 || !strings.HasPrefix(out, "ID") || !strings.Contains(out, "cli-1") {
+			t.Errorf("queue search %s:\n%s", q, out)
+		}
+	}
+	out, _, code = cli(t, "queue", "search", "nobody@example.net", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "no message") {
+		t.Errorf("queue search for an unknown recipient: %d\n%s", code, out)
+	}
 	out, _, code = cli(t, "queue", "list", "--status", "ready", "--json", "--admin", admin)
 	var page struct {
 		Messages []map[string]any `json:"messages"`

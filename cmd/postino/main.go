@@ -21,6 +21,7 @@ Usage:
                 [--backend bolt|mysql|dynamodb] [--dsn DSN] [--table NAME]
                 [--plugin PATH]... [--dkim DOMAIN=SELECTOR:KEYFILE]...
   postino queue list [--status STATUS] [--limit N] [--json]
+  postino queue search ID|MESSAGE-ID|RECIPIENT [--json]
   postino queue show ID [--json]
   postino queue retry ID
   postino queue cancel ID

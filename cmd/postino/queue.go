@@ -48,7 +48,7 @@ func adminClient(addr string) (*admin.Client, error) {
 
 func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: postino queue needs list, show, retry, cancel or receipts", errUsage)
+		return fmt.Errorf("%w: postino queue needs list, search, show, retry, cancel or receipts", errUsage)
 	}
 	fs := newFlagSet("queue "+args[0], stdout)
 	addr := adminFlag(fs)
@@ -77,6 +77,23 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return printJSON(stdout, page)
 		}
 		printList(stdout, page)
+		return nil
+	case "search":
+		if err := wantArgs("queue search", rest, "QUERY"); err != nil {
+			return err
+		}
+		found, err := c.Search(ctx, rest[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, found)
+		}
+		if len(found.Messages) == 0 {
+			fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
+			return nil
+		}
+		printList(stdout, found)
 		return nil
 	case "show":
 		if err := wantArgs("queue show", rest, "ID"); err != nil {
