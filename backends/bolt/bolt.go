@@ -586,7 +586,8 @@ func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
 }
 
 // against returns the prepared change when the row v is still the one it
-// was worked out from, or works it out from v.
+// was worked out from, or works it out from v. A change whose before is not
+// in t.From is a refusal and must not be stored.
 func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 	if p.c != nil && bytes.Equal(v, p.row) {
 		return p.c, nil
@@ -594,6 +595,9 @@ func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 	m, err := decode(t.ID, v)
 	if err != nil {
 		return nil, err
+	}
+	if m.Status != t.From {
+		return &change{before: *m}, nil // refused: nothing to work out
 	}
 	return plan(m, t)
 }
