@@ -8,20 +8,11 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/outboxtest"
 )
 
-func open(t *testing.T) backends.Outbox {
-	t.Helper()
-	s, err := bolt.Open(filepath.Join(t.TempDir(), "outbox.db"), bolt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
-}
-
 func TestConformance(t *testing.T) {
-	backendtest.Run(t, open)
+	backendtest.Run(t, func(t *testing.T) backends.Outbox { return outboxtest.Store(t) })
 }
 
 func TestLockedFile(t *testing.T) {
@@ -39,12 +30,5 @@ func TestLockedFile(t *testing.T) {
 }
 
 func BenchmarkStore(b *testing.B) {
-	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox {
-		s, err := bolt.Open(filepath.Join(b.TempDir(), "outbox.db"), bolt.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	})
+	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox { return outboxtest.Store(b) })
 }

@@ -64,50 +64,42 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// answer prints what a command got: JSON for scripts, text for people.
+	answer := func(v any, err error, text func()) error {
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(stdout, v)
+		}
+		text()
+		return nil
+	}
 	switch args[0] {
 	case "list":
 		if err := wantArgs("queue list", rest); err != nil {
 			return err
 		}
 		page, err := c.List(ctx, *status, *limit, "")
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, page)
-		}
-		printList(stdout, page)
-		return nil
+		return answer(page, err, func() { printList(stdout, page) })
 	case "search":
 		if err := wantArgs("queue search", rest, "QUERY"); err != nil {
 			return err
 		}
 		found, err := c.Search(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, found)
-		}
-		if len(found.Messages) == 0 {
-			fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
-			return nil
-		}
-		printList(stdout, found)
-		return nil
+		return answer(found, err, func() {
+			if len(found.Messages) == 0 {
+				fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
+				return
+			}
+			printList(stdout, found)
+		})
 	case "show":
 		if err := wantArgs("queue show", rest, "ID"); err != nil {
 			return err
 		}
 		m, err := c.Get(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, m)
-		}
-		printMessage(stdout, m)
-		return nil
+		return answer(m, err, func() { printMessage(stdout, m) })
 	case "retry", "cancel":
 		if err := wantArgs("queue "+args[0], rest, "ID"); err != nil {
 			return err
@@ -117,14 +109,7 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			op = c.Cancel
 		}
 		m, err := op(ctx, rest[0])
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, m)
-		}
-		fmt.Fprintf(stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason)
-		return nil
+		return answer(m, err, func() { fmt.Fprintf(stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason) })
 	case "receipts":
 		if err := wantArgs("queue receipts", rest, "ID"); err != nil {
 			return err
