@@ -604,6 +604,10 @@ func testConcurrentClaimers(t *testing.T, s backends.Outbox) {
 				mu.Lock()
 				for _, m := range ms {
 					seen[m.ID]++
+					// The delivery engine times its claim by the lease it gets back.
+					if m.Status != backends.StatusIntaking || !m.LeaseUntil.Equal(at(2*time.Hour)) {
+						t.Errorf("%s claimed as %s with lease %v", m.ID, m.Status, m.LeaseUntil)
+					}
 				}
 				mu.Unlock()
 			}

@@ -459,12 +459,12 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 			return nil
 		}
 		c, err := pre.against(v, t)
+		if errors.Is(err, backends.ErrLockNotAcquired) {
+			refused = err
+			return nil
+		}
 		if err != nil {
 			return err
-		}
-		if c.before.Status != t.From {
-			refused = backends.ErrLockNotAcquired
-			return nil
 		}
 		if err := c.store(tx); err != nil {
 			return err
@@ -575,7 +575,7 @@ func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
 	}
 	row := bytes.Clone(v) // v lives only as long as tx
 	m, err := decode(t.ID, row)
-	if err != nil {
+	if err != nil || m.Status != t.From {
 		return prepared{}
 	}
 	c, err := plan(m, t)
@@ -586,8 +586,8 @@ func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
 }
 
 // against returns the prepared change when the row v is still the one it
-// was worked out from, or works it out from v. A change whose before is not
-// in t.From is a refusal and must not be stored.
+// was worked out from, or works it out from v; ErrLockNotAcquired when v is
+// not in t.From.
 func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 	if p.c != nil && bytes.Equal(v, p.row) {
 		return p.c, nil
@@ -597,7 +597,7 @@ func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 		return nil, err
 	}
 	if m.Status != t.From {
-		return &change{before: *m}, nil // refused: nothing to work out
+		return nil, backends.ErrLockNotAcquired
 	}
 	return plan(m, t)
 }
@@ -630,6 +630,9 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 				return fmt.Errorf("message %s is queued but has no row: %w", id, backends.ErrNotFound)
 			}
 			ch, err := pre[id].against(v, move(id))
+			if errors.Is(err, backends.ErrLockNotAcquired) {
+				continue // the queue index is behind its row: leave the row as it is
+			}
 			if err != nil {
 				return err
 			}

@@ -53,7 +53,7 @@ func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := wantArgs("health", rest); err != nil {
 		return err
 	}
-	c, err := adminClient(*addr)
+	c, err := adminClient(*addr, false)
 	if err != nil {
 		return err
 	}

@@ -251,6 +251,13 @@ func TestHealth(t *testing.T) {
 	if code != 0 || strings.TrimSpace(out) != "ready" {
 		t.Errorf("health: exit %d: %s%s", code, out, errOut)
 	}
+	// A probe whose environment cannot give the token still gets the status:
+	// /readyz needs none.
+	t.Setenv("POSTINO_ADMIN_TOKEN_ENV", "POSTINO_TEST_NO_SUCH_TOKEN")
+	out, errOut, code = cli(t, "health", "--admin", r.AdminAddr().String())
+	if code != 0 || strings.TrimSpace(out) != "ready" {
+		t.Errorf("health with an unreadable token: exit %d: %s%s", code, out, errOut)
+	}
 	if _, errOut, code := cli(t, "health", "--admin", freeAddr(t)); code != 1 || !strings.Contains(errOut, "cannot reach") {
 		t.Errorf("health of no relay: exit %d: %s", code, errOut)
 	}

@@ -27,8 +27,10 @@ func adminFlag(fs *flag.FlagSet) *string {
 // itself listens on, with the token it reads (admin.token_file or
 // admin.token_env, from POSTINO_CONFIG or their POSTINO_* twins), so that
 // the commands work beside it with its own configuration. A relay
-// listening on every address is reached on loopback.
-func adminClient(addr string) (*admin.Client, error) {
+// listening on every address is reached on loopback. Without needToken, a
+// token that cannot be read is left out instead of failing: the health
+// probe needs none.
+func adminClient(addr string, needToken bool) (*admin.Client, error) {
 	cfg, err := relay.LoadConfig(os.Getenv("POSTINO_CONFIG"), os.Environ())
 	if err != nil {
 		return nil, err
@@ -40,7 +42,7 @@ func adminClient(addr string) (*admin.Client, error) {
 		addr = net.JoinHostPort("127.0.0.1", port)
 	}
 	token, err := cfg.Admin.Token(os.Getenv)
-	if err != nil {
+	if err != nil && needToken {
 		return nil, err
 	}
 	return &admin.Client{Base: addr, Token: token}, nil
@@ -60,20 +62,9 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := adminClient(*addr)
+	c, err := adminClient(*addr, true)
 	if err != nil {
 		return err
-	}
-	// answer prints what a command got: JSON for scripts, text for people.
-	answer := func(v any, err error, text func()) error {
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, v)
-		}
-		text()
-		return nil
 	}
 	switch args[0] {
 	case "list":
@@ -81,25 +72,26 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		page, err := c.List(ctx, *status, *limit, "")
-		return answer(page, err, func() { printList(stdout, page) })
+		return answer(stdout, *asJSON, page, err, func() error { printList(stdout, page); return nil })
 	case "search":
 		if err := wantArgs("queue search", rest, "QUERY"); err != nil {
 			return err
 		}
 		found, err := c.Search(ctx, rest[0])
-		return answer(found, err, func() {
+		return answer(stdout, *asJSON, found, err, func() error {
 			if len(found.Messages) == 0 {
-				fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
-				return
+				_, err := fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
+				return err
 			}
 			printList(stdout, found)
+			return nil
 		})
 	case "show":
 		if err := wantArgs("queue show", rest, "ID"); err != nil {
 			return err
 		}
 		m, err := c.Get(ctx, rest[0])
-		return answer(m, err, func() { printMessage(stdout, m) })
+		return answer(stdout, *asJSON, m, err, func() error { printMessage(stdout, m); return nil })
 	case "retry", "cancel":
 		if err := wantArgs("queue "+args[0], rest, "ID"); err != nil {
 			return err
@@ -109,7 +101,10 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			op = c.Cancel
 		}
 		m, err := op(ctx, rest[0])
-		return answer(m, err, func() { fmt.Fprintf(stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason) })
+		return answer(stdout, *asJSON, m, err, func() error {
+			_, err := fmt.Fprintf(stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason)
+			return err
+		})
 	case "receipts":
 		if err := wantArgs("queue receipts", rest, "ID"); err != nil {
 			return err
@@ -117,6 +112,17 @@ func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return receipts(ctx, c, rest[0], *out, *asJSON, stdout)
 	}
 	return fmt.Errorf("%w: unknown queue command %q", errUsage, args[0])
+}
+
+// answer prints what a command got: JSON for scripts, text for people.
+func answer(stdout io.Writer, asJSON bool, v any, err error, text func() error) error {
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, v)
+	}
+	return text()
 }
 
 // receipts lists the receipts kept with a message, or writes them into
@@ -143,19 +149,18 @@ func receipts(ctx context.Context, c *admin.Client, id, dir string, asJSON bool,
 		}
 		return nil
 	}
-	if asJSON {
-		return printJSON(stdout, list)
-	}
-	if len(list.Receipts) == 0 {
-		fmt.Fprintf(stdout, "%s has no receipts\n", id)
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RECEIPT\tSIZE\tSAVED")
-	for _, r := range list.Receipts {
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, r.ModTime.Local().Format(time.DateTime))
-	}
-	return tw.Flush()
+	return answer(stdout, asJSON, list, nil, func() error {
+		if len(list.Receipts) == 0 {
+			_, err := fmt.Fprintf(stdout, "%s has no receipts\n", id)
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RECEIPT\tSIZE\tSAVED")
+		for _, r := range list.Receipts {
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, r.ModTime.Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	})
 }
 
 func batchCmd(ctx context.Context, args []string, stdout io.Writer) error {
@@ -171,7 +176,7 @@ func batchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := wantArgs("batch "+args[0], rest, "CODE"); err != nil {
 		return err
 	}
-	c, err := adminClient(*addr)
+	c, err := adminClient(*addr, true)
 	if err != nil {
 		return err
 	}
@@ -295,7 +300,7 @@ func eventsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	c, err := adminClient(*addr)
+	c, err := adminClient(*addr, true)
 	if err != nil {
 		return err
 	}
@@ -305,31 +310,23 @@ func eventsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		list, err := c.Events(ctx, *state, *limit)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, list)
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "EVENT\tMESSAGE\tOUTCOME\tSTATE\tTRIES\tLAST ERROR")
-		for _, e := range list.Events {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.Outcome, e.State, e.Attempts, shorten(e.LastError, 60))
-		}
-		return tw.Flush()
+		return answer(stdout, *asJSON, list, err, func() error {
+			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "EVENT\tMESSAGE\tOUTCOME\tSTATE\tTRIES\tLAST ERROR")
+			for _, e := range list.Events {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.Outcome, e.State, e.Attempts, shorten(e.LastError, 60))
+			}
+			return tw.Flush()
+		})
 	case "replay":
 		if err := wantArgs("events replay", rest, "ID"); err != nil {
 			return err
 		}
 		e, err := c.Replay(ctx, rest[0])
-		if err != nil {
+		return answer(stdout, *asJSON, e, err, func() error {
+			_, err := fmt.Fprintf(stdout, "event %s of %s is pending again: the plugins get it next\n", e.ID, e.MessageID)
 			return err
-		}
-		if *asJSON {
-			return printJSON(stdout, e)
-		}
-		fmt.Fprintf(stdout, "event %s of %s is pending again: the plugins get it next\n", e.ID, e.MessageID)
-		return nil
+		})
 	}
 	return fmt.Errorf("%w: unknown events command %q", errUsage, args[0])
 }

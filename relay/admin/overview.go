@@ -175,7 +175,9 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 	for _, m := range ms {
 		add(m)
 	}
-	if strings.Contains(q, "@") {
+	// A Message-ID looks like an address too: scan the recipients of the
+	// newest messages only when nothing answered to it.
+	if len(out.Messages) == 0 && !strings.HasPrefix(q, "<") && strings.Contains(q, "@") {
 		err := a.scanRecent(r, func(m *backends.Message) bool {
 			for _, rc := range m.Envelope.Recipients {
 				if strings.EqualFold(rc, q) {

@@ -203,28 +203,29 @@ func (e *Engine) claim(ctx context.Context, limit int) (int, error) {
 		return 0, err
 	}
 	for _, m := range msgs {
-		e.dispatch(m, leaseUntil)
+		e.dispatch(m)
 	}
 	return len(msgs), nil
 }
 
 // flight is one delivery attempt of a message: one job per destination.
 type flight struct {
-	e     *Engine
-	m     *backends.Message
-	route *Route
-	start time.Time
-	// leaseUntil is when the claim's lease runs out.
-	leaseUntil time.Time
-	mu         sync.Mutex
-	results    []backends.RecipientResult
-	tried      []int // the recipients of this attempt
-	jobs       int   // jobs not finished
+	e       *Engine
+	m       *backends.Message
+	route   *Route
+	start   time.Time
+	mu      sync.Mutex
+	results []backends.RecipientResult
+	tried   []int // the recipients of this attempt
+	jobs    int   // jobs not finished
 	// handedBack says why the attempt ends without counting, when a job
 	// could not run: the shutdown, or a wait too long for the lease. It
 	// counts all the same when another job of the flight ran.
 	handedBack string
-	ran        bool // a job has recorded replies
+	// retryIn is how long a handed-back message waits before it may be
+	// claimed again.
+	retryIn time.Duration
+	ran     bool // a job has recorded replies
 	// lost is set when the claim's lease ran out before a job could run:
 	// the message may be another claim's by now, so nothing is recorded.
 	lost bool
@@ -279,9 +280,10 @@ type job struct {
 	rcpts []int // indexes into the message's recipients
 }
 
-func (e *Engine) dispatch(m *backends.Message, leaseUntil time.Time) {
+// dispatch queues m's jobs; m, as claimed, carries the claim's lease.
+func (e *Engine) dispatch(m *backends.Message) {
 	route := e.routes.get(m)
-	f := &flight{e: e, m: m, route: route, start: time.Now(), leaseUntil: leaseUntil, results: m.RecipientResults()}
+	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults()}
 	byDest := map[string][]int{}
 	var order []string
 	for i, r := range f.results {
@@ -361,15 +363,15 @@ func (j *job) fail(host string, rep Reply) {
 // interrupt marks the job cut short by the shutdown: its recipients stay
 // pending and the attempt does not count.
 func (j *job) interrupt() {
-	j.handBack("handed back at shutdown; the attempt does not count")
+	j.handBack("handed back at shutdown; the attempt does not count", 0)
 }
 
 // handBack ends the job without sending: its recipients stay pending, the
 // message returns to READY and the attempt does not count.
-func (j *job) handBack(why string) {
+func (j *job) handBack(why string, retryIn time.Duration) {
 	j.f.mu.Lock()
 	if j.f.handedBack == "" {
-		j.f.handedBack = why
+		j.f.handedBack, j.f.retryIn = why, retryIn
 	}
 	j.f.mu.Unlock()
 	j.done()
@@ -432,13 +434,16 @@ func (f *flight) finish() {
 	m := f.m
 	t := backends.Transition{ID: m.ID, From: backends.StatusProcessing, At: now, Results: f.results}
 	attemptNo := m.Attempts + 1
-	if f.lost && !f.ran {
-		e.log.Warn("delivery: the lease ran out before the message could be sent; it was not sent and is left to the next claim",
-			"id", m.ID, "lease_until", f.leaseUntil)
+	if f.lost {
+		// Recorded now, the attempt could overwrite a newer claim of the
+		// message and lose that claim's outcome; left unrecorded, the
+		// recipients this attempt reached may get the message twice.
+		e.log.Warn("delivery: the lease ran out before every destination was tried; the attempt is not recorded and the next claim sends again what it does not know was sent",
+			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", f.addresses(backends.RecipientSent))
 		return
 	}
 	if f.handedBack != "" && !f.ran {
-		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now
+		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now.Add(f.retryIn)
 		t.Reason = f.handedBack
 	} else {
 		t.AddAttempt = true
@@ -538,6 +543,17 @@ func (f *flight) count() (sent, failed, pending int) {
 		}
 	}
 	return
+}
+
+// addresses lists the recipients in a state.
+func (f *flight) addresses(status string) []string {
+	var out []string
+	for _, r := range f.results {
+		if r.Status == status {
+			out = append(out, r.Address)
+		}
+	}
+	return out
 }
 
 // firstText explains the first recipient in a state.

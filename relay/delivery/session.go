@@ -126,7 +126,7 @@ func (d *destination) run() {
 			j.interrupt()
 			continue
 		}
-		if left := time.Until(j.f.leaseUntil); left < e.cfg.Lease/2 {
+		if left := time.Until(j.f.m.LeaseUntil); left < e.cfg.Lease/2 {
 			// Sent now, it could still be on its way when the lease runs
 			// out and another claim sends it again. Checked before the
 			// rate limit, so that handing back spends none of it.
@@ -134,8 +134,11 @@ func (d *destination) run() {
 				j.loseClaim()
 				continue
 			}
+			// It waits about as long again before the next claim, so that the
+			// destination's queue drains instead of taking it straight back.
+			waited := time.Since(j.f.start)
 			j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, leaving less than half its lease (%s); the attempt does not count",
-				time.Since(j.f.start).Round(time.Millisecond), d.key, e.cfg.Lease))
+				waited.Round(time.Millisecond), d.key, e.cfg.Lease), waited)
 			continue
 		}
 		if d.limiter != nil {
