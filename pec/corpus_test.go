@@ -12,26 +12,13 @@ import (
 	"time"
 
 	"github.com/emersion/go-message"
+	"github.com/genropy/postino/internal/corpus"
 	"github.com/genropy/postino/pec"
 	"github.com/smallstep/pkcs7"
 )
 
-// corpusDir returns the folder of real PEC messages shared by the project's
-// tests, skipping the test when it is not there, except in CI.
-func corpusDir(t *testing.T) string {
-	t.Helper()
-	dir := filepath.Join("..", "..", "shared", "corpora", "pec-real")
-	if _, err := os.Stat(dir); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("real PEC corpus missing in CI: %v", err)
-		}
-		t.Skipf("real PEC corpus not found (%v): skipping", err)
-	}
-	return dir
-}
-
 func TestRealCorpus(t *testing.T) {
-	dir := corpusDir(t)
+	dir := corpus.Dir(t, "pec-real")
 	cet := time.FixedZone("", 3600)
 	aruba := "Posta Certificata ARUBA PEC <posta-certificata@pec.aruba.it>"
 	sogei := "Posta Certificata Sogei <posta-certificata@pcert.sogei.it>"

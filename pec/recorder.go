@@ -271,9 +271,15 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 		reason += " (" + rec.Signature.Error + ")"
 	}
 	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, map[string]any{"pec": p, "receipt": name, "matched_by": by})
-	// The outcome is in the id: a receipt first read as invalid (a trust
-	// bundle not yet updated) and read again as valid is a new event.
-	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+outcome+"\x00"+strings.ToLower(p.Delivery)+"\x00"+receiptKey(rec, raw))).String()
+	// Whether the signature held is in the id: a receipt first read as
+	// invalid (a trust bundle not yet updated) and read again as valid is a
+	// new event. The rest of the outcome is not: a delivery receipt read
+	// again after a later one completed the delivery must stay the event it was.
+	valid := "valid"
+	if outcome == OutcomeInvalidSignature {
+		valid = "invalid"
+	}
+	e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00"+string(rec.Type)+"\x00"+valid+"\x00"+strings.ToLower(p.Delivery)+"\x00"+receiptKey(rec, raw))).String()
 	e.MessageID = m.ID
 	return e, nil
 }

@@ -329,7 +329,6 @@ func TestRecorderForgedReceiptLinksNothing(t *testing.T) {
 	}
 }
 
-// brokenEvents is an outbox that cannot read the events of one message.
 // brokenEvents fails to read the events of one message, or to list one
 // status.
 type brokenEvents struct {

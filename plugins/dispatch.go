@@ -92,7 +92,10 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		if err != nil {
 			d.log.Error("callbacks: cannot claim events; retrying", "error", err)
 		}
-		if n == d.cfg.Concurrency {
+		if n > 0 {
+			// Claims take one event per message, the first in line: the
+			// acknowledgements just made may have put the next ones in line,
+			// which must not wait for the poll.
 			continue
 		}
 		select {

@@ -189,7 +189,8 @@ func TestBounceEndToEnd(t *testing.T) {
 		t.Errorf("a delay moved the message: %s", statuses(m))
 	}
 	body := scrape(t, rl)
-	for _, want := range []string{`postino_mailbox_up{mailbox="bounces"} 1`, `postino_bounce_reports_total{kind="bounce",verdict="processed"} 2`,
+	for _, want := range []string{`postino_mailbox_up{mailbox="bounces"} 1`, `postino_bounce_reports_total{kind="bounce",verdict="processed"} 1`,
+		`postino_bounce_reports_total{kind="bounce",verdict="duplicate"} 1`,
 		`postino_mailbox_messages_total{mailbox="bounces",verdict="processed"} 3`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "mailbox"))

@@ -158,6 +158,15 @@ func TestPECEndToEnd(t *testing.T) {
 			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "pec"))
 		}
 	}
+
+	// The first delivery receipt read again once the delivery is complete
+	// (moved back by an operator, or a new UIDVALIDITY) is the event it was.
+	s.box.Append(t, "INBOX", first)
+	waitCount(t, memBox{s.box}, "Processed", 5)
+	rl.stop()
+	if d, r := len(eventsOf(t, s.out, id, "PEC-DELIVERED")), len(eventsOf(t, s.out, id, "PEC-RECIPIENT-DELIVERED")); d != 1 || r != 1 {
+		t.Errorf("after reading the first delivery receipt again: %d PEC-DELIVERED and %d PEC-RECIPIENT-DELIVERED events, want 1 and 1", d, r)
+	}
 }
 
 // TestPECReceiptsOfEveryKind: failures, warnings and forged receipts are

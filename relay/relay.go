@@ -97,11 +97,12 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		newQueueCollector(r.outbox))
 	im, dm, bm := intake.NewMetrics(reg), delivery.NewMetrics(reg), bounce.NewMetrics(reg)
 	r.throughput = newThroughput([]series{
-		{"ACCEPTED", im.Accepted(), "", ""},
-		{"SENT", dm.Delivered(), "", ""},
-		{"DEFERRED", dm.Deferred(), "", ""},
-		{"FAILED", dm.Failed(), "", ""},
-		{"BOUNCED", bm.Reports(), "kind", "bounce"},
+		{"ACCEPTED", im.Accepted(), nil},
+		{"SENT", dm.Delivered(), nil},
+		{"DEFERRED", dm.Deferred(), nil},
+		{"FAILED", dm.Failed(), nil},
+		// Bounces recorded against a message, not those read again.
+		{"BOUNCED", bm.Reports(), map[string]string{"kind": "bounce", "verdict": "processed"}},
 	})
 	token, err := cfg.Admin.Token(os.Getenv)
 	if err != nil {

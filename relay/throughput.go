@@ -10,12 +10,12 @@ import (
 	"github.com/genropy/postino/relay/admin"
 )
 
-// series is a counter the dashboard charts, by the outcome it counts; a
-// label value narrows the counter to part of its series.
+// series is a counter the dashboard charts, by the outcome it counts;
+// labels, when set, narrow the counter to part of its series.
 type series struct {
-	outcome      string
-	counter      prometheus.Collector
-	label, value string
+	outcome string
+	counter prometheus.Collector
+	labels  map[string]string
 }
 
 // throughputMinutes is how far back the charts go.
@@ -50,7 +50,7 @@ func (t *throughput) totals() map[string]float64 {
 		go func() { s.counter.Collect(ch); close(ch) }()
 		for m := range ch {
 			var d dto.Metric
-			if m.Write(&d) != nil || s.label != "" && !hasLabel(&d, s.label, s.value) {
+			if m.Write(&d) != nil || !hasLabels(&d, s.labels) {
 				continue
 			}
 			out[s.outcome] += d.GetCounter().GetValue()
@@ -59,13 +59,14 @@ func (t *throughput) totals() map[string]float64 {
 	return out
 }
 
-func hasLabel(m *dto.Metric, name, value string) bool {
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	n := 0
 	for _, l := range m.GetLabel() {
-		if l.GetName() == name && l.GetValue() == value {
-			return true
+		if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+			n++
 		}
 	}
-	return false
+	return n == len(want)
 }
 
 // tick records the totals when a new minute has begun.

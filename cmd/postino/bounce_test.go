@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,10 +19,6 @@ func TestBounceParse(t *testing.T) {
 		}
 	}
 
-	out, errOut, code = cli(t, "bounce", "parse", "--json", filepath.Join(dir, "dsn-multi.eml"))
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
-	}
 	var rep struct {
 		File       string `json:"file"`
 		Kind       string `json:"kind"`
@@ -36,9 +31,7 @@ func TestBounceParse(t *testing.T) {
 			MailID string `json:"mail_id"`
 		} `json:"keys"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
+	cliJSON(t, &rep, "bounce", "parse", "--json", filepath.Join(dir, "dsn-multi.eml"))
 	if rep.Kind != "bounce" || len(rep.Recipients) < 2 || rep.Keys.MailID == "" || !strings.HasSuffix(rep.File, "dsn-multi.eml") {
 		t.Errorf("JSON %+v", rep)
 	}

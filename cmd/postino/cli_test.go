@@ -40,6 +40,18 @@ func cli(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errOut.String(), code
 }
 
+// cliJSON runs a command that prints JSON and decodes what it prints into v.
+func cliJSON(t *testing.T, v any, args ...string) {
+	t.Helper()
+	out, errOut, code := cli(t, args...)
+	if code != 0 {
+		t.Fatalf("postino %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("postino %s printed no JSON: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
 func sendOne(t *testing.T, addr, header string) {
 	t.Helper()
 	c, err := smtp.Dial(addr)
@@ -64,14 +76,8 @@ func TestQueueCommands(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var show map[string]any
 	for {
-		out, errOut, code := cli(t, "queue", "show", "cli-1", "--json", "--admin", admin)
-		if code != 0 {
-			t.Fatalf("queue show: %d %s", code, errOut)
-		}
 		show = nil
-		if err := json.Unmarshal([]byte(out), &show); err != nil {
-			t.Fatalf("queue show --json is not JSON: %v\n%s", err, out)
-		}
+		cliJSON(t, &show, "queue", "show", "cli-1", "--json", "--admin", admin)
 		if show["status"] == "READY" || time.Now().After(deadline) {
 			break
 		}
@@ -113,12 +119,12 @@ func TestQueueCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "no message") {
 		t.Errorf("queue search for an unknown recipient: %d\n%s", code, out)
 	}
-	out, _, code = cli(t, "queue", "list", "--status", "ready", "--json", "--admin", admin)
 	var page struct {
 		Messages []map[string]any `json:"messages"`
 	}
-	if code != 0 || json.Unmarshal([]byte(out), &page) != nil || len(page.Messages) != 1 {
-		t.Errorf("queue list --json:\n%s", out)
+	cliJSON(t, &page, "queue", "list", "--status", "ready", "--json", "--admin", admin)
+	if len(page.Messages) != 1 {
+		t.Errorf("queue list --json: %+v", page)
 	}
 	out, _, code = cli(t, "batch", "suspend", "b1", "--admin", admin)
 	if code != 0 || !strings.Contains(out, "suspended") {

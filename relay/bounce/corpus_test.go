@@ -11,10 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-)
 
-// corpusDir is the shared corpus of real bounces, outside the module.
-var corpusDir = filepath.Join("..", "..", "..", "shared", "corpora", "bounces-sisimai")
+	"github.com/genropy/postino/internal/corpus"
+)
 
 // sisimaiReasons maps sisimai's reason names onto Postino's, by what a
 // user would do about each. The special names feedback, vacation and
@@ -196,12 +195,7 @@ func pseudoStatus(s string) bool {
 // the report (complaint, auto-reply), and delivered rows the recipient's
 // action.
 func TestCorpus(t *testing.T) {
-	if _, err := os.Stat(corpusDir); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("corpus missing in CI: %v", err)
-		}
-		t.Skipf("corpus not present at %s: %v", corpusDir, err)
-	}
+	corpusDir := corpus.Dir(t, "bounces-sisimai")
 	rows := readExpected(t, filepath.Join(corpusDir, "expected.tsv"))
 	byFile := map[string][]expectedRow{}
 	for _, r := range rows {

@@ -77,13 +77,14 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 		r.count(rep.Kind, "unmatched")
 		return mailbox.Unmatched, nil
 	}
-	added := 0
+	added, again := 0, 0
 	for _, e := range events {
 		e.MessageID = m.ID
 		err := r.store.AddEvent(ctx, e)
 		switch {
 		case errors.Is(err, backends.ErrDuplicate):
 			// Recorded before: read again after a crash or a UIDVALIDITY change.
+			again++
 		case errors.Is(err, backends.ErrNotFound):
 			r.log.Info("bounce mailbox: the message was removed (retention) before its bounce came", "id", m.ID)
 		case err != nil:
@@ -93,7 +94,16 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 			r.log.Info("bounce recorded", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason, "matched_by", by)
 		}
 	}
-	r.count(rep.Kind, "processed")
+	// The verdict says what the report added, so that the series counts
+	// each bounce once however often it is read.
+	switch {
+	case added > 0:
+		r.count(rep.Kind, "processed")
+	case again > 0:
+		r.count(rep.Kind, "duplicate")
+	default:
+		r.count(rep.Kind, "unmatched") // its message was removed
+	}
 	if added > 0 && r.wake != nil {
 		r.wake()
 	}
@@ -232,7 +242,7 @@ type Metrics struct {
 // NewMetrics registers the series with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "postino_bounce_reports_total", Help: "Messages read from bounce mailboxes, by kind and by whether they matched a message."},
+		Name: "postino_bounce_reports_total", Help: "Messages read from bounce mailboxes, by kind and by verdict: processed (recorded against a message), duplicate (recorded before), unmatched."},
 		[]string{"kind", "verdict"})}
 	reg.MustRegister(m.reports)
 	return m
