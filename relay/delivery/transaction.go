@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net/textproto"
+	"slices"
 	"strconv"
+	"time"
 )
 
 func encode64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -64,11 +66,24 @@ func (c *client) precheck(t *transaction) (Reply, bool) {
 func (c *client) send(t *transaction) (outcome, error) {
 	out := outcome{rcpts: make([]Reply, len(t.rcpts))}
 	if v, ok := c.precheck(t); !ok {
-		for i := range out.rcpts {
-			out.rcpts[i] = v
-		}
+		fill(out.rcpts, v)
 		return out, nil
 	}
+	var err error
+	if c.has("PIPELINING") {
+		err = c.sendPipelined(t, &out)
+	} else {
+		err = c.sendSerial(t, &out)
+	}
+	if err != nil {
+		c.broken = true
+	}
+	return out, err
+}
+
+// mailCommand is the MAIL FROM line, with the parameters the transaction
+// needs and the upstream offers.
+func (c *client) mailCommand(t *transaction) string {
 	mail := fmt.Sprintf("MAIL FROM:<%s>", t.from)
 	if t.eightBit {
 		mail += " BODY=8BITMIME"
@@ -85,145 +100,153 @@ func (c *client) send(t *transaction) (outcome, error) {
 		// X-Genro-Mail-ID, and the app has the body.
 		mail += " RET=HDRS ENVID=" + t.envID
 	}
-	pipelined := c.has("PIPELINING")
+	return mail
+}
 
-	// Write what may go at once: everything when pipelining, else one
-	// command at a time.
-	write := func(line string) error {
-		fmt.Fprintf(c.w, "%s\r\n", line)
-		if pipelined {
-			return nil
-		}
-		return c.w.Flush()
+func rcptCommand(addr string) string { return "RCPT TO:<" + addr + ">" }
+
+// line buffers one command; it leaves when the writer is flushed.
+func (c *client) line(s string) { fmt.Fprintf(c.w, "%s\r\n", s) }
+
+// fill gives every recipient the same reply.
+func fill(rcpts []Reply, rep Reply) {
+	for i := range rcpts {
+		rcpts[i] = rep
 	}
-	flush := func() error {
-		if err := c.w.Flush(); err != nil {
-			c.broken = true
+}
+
+// anyOK reports whether a recipient was accepted.
+func anyOK(rcpts []Reply) bool {
+	return slices.ContainsFunc(rcpts, Reply.ok)
+}
+
+// expectOK reads the reply to step within d; anything but a success ends
+// the session.
+func (c *client) expectOK(d time.Duration, step string) error {
+	rep, err := c.read(d)
+	if err != nil {
+		return err
+	}
+	if !rep.ok() {
+		return &replyError{rep, step}
+	}
+	return nil
+}
+
+// sendPipelined writes every command up to DATA at once (RFC 2920), then
+// reads their replies in order.
+func (c *client) sendPipelined(t *transaction, out *outcome) error {
+	if err := c.pipeline(t); err != nil {
+		return err
+	}
+	if t.reset {
+		if err := c.expectOK(c.timeouts.Command, "RSET"); err != nil {
 			return err
 		}
-		return nil
 	}
-	lost := func(err error) (outcome, error) {
-		c.broken = true
-		return out, err
-	}
-
-	if t.reset {
-		if err := write("RSET"); err != nil {
-			return lost(err)
-		}
-		if !pipelined {
-			if rep, err := c.read(c.timeouts.Command); err != nil {
-				return lost(err)
-			} else if !rep.ok() {
-				return lost(&replyError{rep, "RSET"})
-			}
-		}
-	}
-	if err := write(mail); err != nil {
-		return lost(err)
-	}
-	if pipelined {
-		for _, r := range t.rcpts {
-			write("RCPT TO:<" + r + ">")
-		}
-		write("DATA")
-		if err := flush(); err != nil {
-			return lost(err)
-		}
-		if t.reset {
-			if rep, err := c.read(c.timeouts.Command); err != nil {
-				return lost(err)
-			} else if !rep.ok() {
-				return lost(&replyError{rep, "RSET"})
-			}
-		}
-	}
-
 	mailRep, err := c.read(c.timeouts.Command)
 	if err != nil {
-		return lost(err)
+		return err
 	}
-	accepted := 0
-	for i, r := range t.rcpts {
-		if !pipelined {
-			if !mailRep.ok() {
-				break
-			}
-			if err := write("RCPT TO:<" + r + ">"); err != nil {
-				return lost(err)
-			}
-		}
-		rep, err := c.read(c.timeouts.Command)
-		if err != nil {
-			return lost(err)
-		}
-		out.rcpts[i] = rep
-		if rep.ok() && mailRep.ok() {
-			accepted++
+	for i := range t.rcpts {
+		if out.rcpts[i], err = c.read(c.timeouts.Command); err != nil {
+			return err
 		}
 	}
 	if !mailRep.ok() {
 		// The sender was refused: so is every recipient.
-		for i := range out.rcpts {
-			out.rcpts[i] = mailRep
-		}
-		if pipelined {
-			if rep, err := c.read(c.timeouts.DataInit); err != nil {
-				return lost(err)
-			} else if rep.Code == 354 {
-				return c.emptyData(out)
-			}
-		}
-		return out, nil
+		fill(out.rcpts, mailRep)
 	}
-	var dataRep Reply
-	if pipelined {
-		if dataRep, err = c.read(c.timeouts.DataInit); err != nil {
-			return lost(err)
-		}
-	} else if accepted > 0 {
-		if err := write("DATA"); err != nil {
-			return lost(err)
-		}
-		if dataRep, err = c.read(c.timeouts.DataInit); err != nil {
-			return lost(err)
-		}
+	dataRep, err := c.read(c.timeouts.DataInit)
+	if err != nil {
+		return err
 	}
-	if accepted == 0 {
+	if !anyOK(out.rcpts) {
 		if dataRep.Code == 354 {
-			return c.emptyData(out)
+			return c.emptyData()
 		}
-		return out, nil
+		return nil
 	}
+	return c.content(t, out, dataRep)
+}
+
+// pipeline sends at once every command of the transaction up to DATA.
+func (c *client) pipeline(t *transaction) error {
+	if t.reset {
+		c.line("RSET")
+	}
+	c.line(c.mailCommand(t))
+	for _, r := range t.rcpts {
+		c.line(rcptCommand(r))
+	}
+	c.line("DATA")
+	return c.w.Flush()
+}
+
+// sendSerial says one command at a time and reads its reply before the
+// next.
+func (c *client) sendSerial(t *transaction, out *outcome) error {
+	if t.reset {
+		c.line("RSET")
+		if err := c.w.Flush(); err != nil {
+			return err
+		}
+		if err := c.expectOK(c.timeouts.Command, "RSET"); err != nil {
+			return err
+		}
+	}
+	mailRep, err := c.cmd(c.timeouts.Command, "%s", c.mailCommand(t))
+	if err != nil {
+		return err
+	}
+	if !mailRep.ok() {
+		// The sender was refused: so is every recipient.
+		fill(out.rcpts, mailRep)
+		return nil
+	}
+	for i, r := range t.rcpts {
+		if out.rcpts[i], err = c.cmd(c.timeouts.Command, "%s", rcptCommand(r)); err != nil {
+			return err
+		}
+	}
+	if !anyOK(out.rcpts) {
+		return nil
+	}
+	dataRep, err := c.cmd(c.timeouts.DataInit, "DATA")
+	if err != nil {
+		return err
+	}
+	return c.content(t, out, dataRep)
+}
+
+// content sends the message once DATA was answered, and reads the reply to
+// it; a DATA refused is the reply to the content.
+func (c *client) content(t *transaction, out *outcome, dataRep Reply) error {
 	if dataRep.Code != 354 {
 		out.data = dataRep
-		return out, nil
+		return nil
 	}
-
 	dw := textproto.NewWriter(c.w).DotWriter()
 	if _, err := io.Copy(dw, t.body); err != nil {
-		return lost(fmt.Errorf("sending the content: %w", err))
+		return fmt.Errorf("sending the content: %w", err)
 	}
 	if err := dw.Close(); err != nil {
-		return lost(fmt.Errorf("sending the content: %w", err))
+		return fmt.Errorf("sending the content: %w", err)
 	}
+	var err error
 	if out.data, err = c.read(c.timeouts.DataEnd); err != nil {
-		return lost(fmt.Errorf("waiting for the reply to the content: %w", err))
+		return fmt.Errorf("waiting for the reply to the content: %w", err)
 	}
-	return out, nil
+	return nil
 }
 
 // emptyData ends a DATA that a pipelining server accepted although no
 // recipient was: RFC 2920 asks for a lone dot, whose reply is moot.
-func (c *client) emptyData(out outcome) (outcome, error) {
-	fmt.Fprint(c.w, ".\r\n")
+func (c *client) emptyData() error {
+	c.line(".")
 	if err := c.w.Flush(); err != nil {
-		c.broken = true
-		return out, err
+		return err
 	}
-	if _, err := c.read(c.timeouts.DataEnd); err != nil {
-		return out, err
-	}
-	return out, nil
+	_, err := c.read(c.timeouts.DataEnd)
+	return err
 }
