@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -420,95 +421,25 @@ type attempt struct {
 // for a later attempt otherwise.
 func (f *flight) finish() {
 	e := f.e
-	defer func() {
-		e.mu.Lock()
-		e.inflight--
-		e.mu.Unlock()
-		select {
-		case e.freed <- struct{}{}:
-		default:
-		}
-		e.flights.Done()
-	}()
-	now := time.Now().UTC()
+	defer e.landed()
 	m := f.m
-	t := backends.Transition{ID: m.ID, From: backends.StatusProcessing, At: now, Results: f.results}
 	attemptNo := m.Attempts + 1
 	if f.lost {
 		// Recorded now, the attempt could overwrite a newer claim of the
 		// message and lose that claim's outcome; left unrecorded, the
 		// recipients this attempt reached may get the message twice.
 		e.log.Warn("delivery: the lease ran out before every destination was tried; the attempt is not recorded and the next claim sends again what it does not know was sent",
-			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", f.addresses(backends.RecipientSent))
+			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", addresses(f.results, backends.RecipientSent))
 		return
 	}
-	if f.handedBack != "" && !f.ran {
-		t.To, t.KeepReason, t.DueAt = backends.StatusReady, true, now.Add(f.retryIn)
-		t.Reason = f.handedBack
-	} else {
-		t.AddAttempt = true
-		sent, failed, pending := f.count()
-		expired := pending > 0 && now.Sub(m.CreatedAt) >= e.cfg.Retry.MaxAge
-		if expired {
-			for i := range f.results {
-				if r := &f.results[i]; r.Status == backends.RecipientPending {
-					r.Status = backends.RecipientFailed
-					r.Text = fmt.Sprintf("expired: not delivered within %s; last: %s", e.cfg.Retry.MaxAge, r.Text)
-				}
-			}
-			failed, pending = failed+pending, 0
-		}
-		switch {
-		case pending > 0:
-			t.To = backends.StatusReady
-			t.DueAt = now.Add(e.cfg.Retry.Delay(attemptNo))
-			t.Reason = fmt.Sprintf("deferred: %s; next attempt at %s", f.firstText(backends.RecipientPending), t.DueAt.Format(time.RFC3339))
-			e.metrics.deferred.WithLabelValues(f.route.Name).Inc()
-		case sent > 0:
-			t.To = backends.StatusSent
-			t.Reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed, f.route.Name)
-			if expired {
-				t.Reason = "expired: " + t.Reason
-			}
-			e.metrics.delivered.WithLabelValues(f.route.Name).Inc()
-			e.metrics.latency.Observe(now.Sub(m.CreatedAt).Seconds())
-		default:
-			t.To = backends.StatusFailed
-			t.Reason = "no recipient accepted: " + f.firstText(backends.RecipientFailed)
-			if expired {
-				t.Reason = "expired: " + t.Reason
-			}
-			e.metrics.failed.WithLabelValues(f.route.Name).Inc()
-		}
-	}
-	if e.cfg.Acknowledge {
-		switch t.To {
-		case backends.StatusSent:
-			t.Then = noPlugin(backends.StatusCallingSent, backends.StatusSentAcknowledged)
-		case backends.StatusFailed:
-			t.Then = noPlugin(backends.StatusCallingFailed, backends.StatusFailedAcknowledged)
-		}
-	}
-	tried := make([]backends.RecipientResult, len(f.tried))
-	for k, i := range f.tried {
-		tried[k] = f.results[i]
-	}
-	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
-	if f.signed != nil {
-		a.DKIM = f.signed.String()
-		if f.handedBack == "" || f.ran {
-			t.Reason += "; " + a.DKIM
-		}
-	}
-	t.Details, _ = json.Marshal(a)
-	if t.To == backends.StatusSent || t.To == backends.StatusFailed {
-		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason,
-			map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": f.results})
-		t.Event.At = now
-		if len(t.Then) > 0 {
-			t.Event.State = backends.EventAcked
-		}
-	}
+	now := time.Now().UTC()
+	d := decide(attemptEnd{
+		results: f.results, now: now, created: m.CreatedAt, attempt: attemptNo, route: f.route.Name,
+		handedBack: f.handedBack, retryIn: f.retryIn, ran: f.ran,
+	}, e.cfg.Retry)
+	f.results = d.results
+	e.observe(d, f.route.Name, now.Sub(m.CreatedAt))
+	t := f.transition(d, now, attemptNo)
 	if err := e.store.Transition(context.Background(), t); err != nil {
 		// The lease returns the message to READY: delivered recipients may
 		// then get it twice, never none.
@@ -526,13 +457,150 @@ func (f *flight) finish() {
 	}
 }
 
+// landed frees the place of a flight that has finished.
+func (e *Engine) landed() {
+	e.mu.Lock()
+	e.inflight--
+	e.mu.Unlock()
+	select {
+	case e.freed <- struct{}{}:
+	default:
+	}
+	e.flights.Done()
+}
+
+// attemptEnd is what is known of an attempt when its last job is done.
+type attemptEnd struct {
+	results []backends.RecipientResult
+	now     time.Time
+	created time.Time // when the message was accepted
+	attempt int       // the number of this attempt, from 1
+	route   string
+	// handedBack says why a job could not run; the attempt counts all the
+	// same when another job ran.
+	handedBack string
+	retryIn    time.Duration
+	ran        bool
+}
+
+// decision is where an attempt leaves the message.
+type decision struct {
+	to         backends.Status
+	reason     string
+	dueAt      time.Time // zero: the due time does not change
+	keepReason bool      // the reason goes to the history only
+	addAttempt bool      // the attempt counts
+	results    []backends.RecipientResult
+}
+
+// decide moves the message on from an attempt: back to READY, without
+// counting the attempt, when it was handed back before any job ran;
+// otherwise SENT when every recipient is resolved and one was accepted,
+// FAILED when none was, READY for a later attempt when some are pending.
+// Recipients still pending past retry.MaxAge fail as expired.
+func decide(a attemptEnd, retry Retry) decision {
+	d := decision{results: slices.Clone(a.results)}
+	if a.handedBack != "" && !a.ran {
+		d.to, d.keepReason, d.dueAt, d.reason = backends.StatusReady, true, a.now.Add(a.retryIn), a.handedBack
+		return d
+	}
+	d.addAttempt = true
+	sent, failed, pending := count(d.results)
+	expired := pending > 0 && a.now.Sub(a.created) >= retry.MaxAge
+	if expired {
+		for i := range d.results {
+			if r := &d.results[i]; r.Status == backends.RecipientPending {
+				r.Status = backends.RecipientFailed
+				r.Text = fmt.Sprintf("expired: not delivered within %s; last: %s", retry.MaxAge, r.Text)
+			}
+		}
+		failed, pending = failed+pending, 0
+	}
+	switch {
+	case pending > 0:
+		d.to = backends.StatusReady
+		d.dueAt = a.now.Add(retry.Delay(a.attempt))
+		d.reason = fmt.Sprintf("deferred: %s; next attempt at %s", firstText(d.results, backends.RecipientPending), d.dueAt.Format(time.RFC3339))
+	case sent > 0:
+		d.to = backends.StatusSent
+		d.reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed, a.route)
+	default:
+		d.to = backends.StatusFailed
+		d.reason = "no recipient accepted: " + firstText(d.results, backends.RecipientFailed)
+	}
+	if expired {
+		d.reason = "expired: " + d.reason
+	}
+	return d
+}
+
+// observe counts a counted attempt in the metrics; age is the message's.
+func (e *Engine) observe(d decision, route string, age time.Duration) {
+	if !d.addAttempt {
+		return
+	}
+	switch d.to {
+	case backends.StatusReady:
+		e.metrics.deferred.WithLabelValues(route).Inc()
+	case backends.StatusSent:
+		e.metrics.delivered.WithLabelValues(route).Inc()
+		e.metrics.latency.Observe(age.Seconds())
+	case backends.StatusFailed:
+		e.metrics.failed.WithLabelValues(route).Inc()
+	}
+}
+
+// transition is the outbox's record of the decision: the move, the
+// history's account of the attempt and, for SENT and FAILED, the outcome
+// event.
+func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.Transition {
+	t := backends.Transition{ID: f.m.ID, From: backends.StatusProcessing, To: d.to, At: now, Results: d.results,
+		Reason: d.reason, KeepReason: d.keepReason, DueAt: d.dueAt, AddAttempt: d.addAttempt}
+	if f.e.cfg.Acknowledge {
+		t.Then = acknowledged(t.To)
+	}
+	tried := make([]backends.RecipientResult, len(f.tried))
+	for k, i := range f.tried {
+		tried[k] = d.results[i]
+	}
+	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
+	if f.signed != nil {
+		a.DKIM = f.signed.String()
+		if d.addAttempt {
+			t.Reason += "; " + a.DKIM
+		}
+	}
+	t.Details, _ = json.Marshal(a)
+	if t.To == backends.StatusSent || t.To == backends.StatusFailed {
+		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason,
+			map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": d.results})
+		t.Event.At = now
+		if len(t.Then) > 0 {
+			t.Event.State = backends.EventAcked
+		}
+	}
+	return t
+}
+
+// acknowledged takes an outcome, when no plugin is configured, through
+// its callback status to acknowledged.
+func acknowledged(to backends.Status) []backends.Step {
+	switch to {
+	case backends.StatusSent:
+		return noPlugin(backends.StatusCallingSent, backends.StatusSentAcknowledged)
+	case backends.StatusFailed:
+		return noPlugin(backends.StatusCallingFailed, backends.StatusFailedAcknowledged)
+	}
+	return nil
+}
+
 func noPlugin(calling, acked backends.Status) []backends.Step {
 	const why = "no plugin is configured"
 	return []backends.Step{{To: calling, Reason: why}, {To: acked, Reason: why}}
 }
 
-func (f *flight) count() (sent, failed, pending int) {
-	for _, r := range f.results {
+func count(results []backends.RecipientResult) (sent, failed, pending int) {
+	for _, r := range results {
 		switch r.Status {
 		case backends.RecipientSent:
 			sent++
@@ -546,9 +614,9 @@ func (f *flight) count() (sent, failed, pending int) {
 }
 
 // addresses lists the recipients in a state.
-func (f *flight) addresses(status string) []string {
+func addresses(results []backends.RecipientResult, status string) []string {
 	var out []string
-	for _, r := range f.results {
+	for _, r := range results {
 		if r.Status == status {
 			out = append(out, r.Address)
 		}
@@ -557,8 +625,8 @@ func (f *flight) addresses(status string) []string {
 }
 
 // firstText explains the first recipient in a state.
-func (f *flight) firstText(status string) string {
-	for _, r := range f.results {
+func firstText(results []backends.RecipientResult, status string) string {
+	for _, r := range results {
 		if r.Status == status {
 			s := r.Address + ": "
 			if r.Code != 0 {
