@@ -87,20 +87,29 @@ func (r *Route) prepare() error {
 	}
 	r.tlsConfig = &tls.Config{ServerName: host, InsecureSkipVerify: r.SkipVerify, MinVersion: tls.VersionTLS12}
 	if r.CAFile != "" {
-		pem, err := os.ReadFile(r.CAFile)
+		pool, err := r.rootCAs()
 		if err != nil {
-			return fmt.Errorf("route %s: %w", r.Name, err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return fmt.Errorf("route %s: %s holds no PEM certificate", r.Name, r.CAFile)
+			return err
 		}
 		r.tlsConfig.RootCAs = pool
 	}
 	return nil
+}
+
+// rootCAs is the system's authorities and those of CAFile.
+func (r *Route) rootCAs() (*x509.CertPool, error) {
+	pem, err := os.ReadFile(r.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", r.Name, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("route %s: %s holds no PEM certificate", r.Name, r.CAFile)
+	}
+	return pool, nil
 }
 
 // Rule picks a route for the messages it matches: by envelope sender

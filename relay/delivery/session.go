@@ -71,112 +71,166 @@ func (d *destination) enqueue(j *job) {
 func (d *destination) run() {
 	e := d.e
 	defer e.sessions.Done()
-	var (
-		c      *client
-		used   bool
-		cmu    sync.Mutex // guards c against the shutdown's close
-		closed bool
-	)
-	stop := context.AfterFunc(e.abort, func() {
-		cmu.Lock()
-		closed = true
-		if c != nil {
-			c.close()
-		}
-		cmu.Unlock()
-	})
+	s := &session{d: d}
+	stop := context.AfterFunc(e.abort, s.abort)
 	defer stop()
-	setClient := func(nc *client) {
-		cmu.Lock()
-		defer cmu.Unlock()
-		if closed && nc != nil {
-			nc.close()
-		}
-		c = nc
-	}
 	idle := time.NewTimer(e.cfg.IdleTimeout)
 	defer idle.Stop()
 	for {
-		d.mu.Lock()
-		d.idle++
-		d.mu.Unlock()
-		idle.Reset(e.cfg.IdleTimeout)
-		var j *job
-		select {
-		case j = <-d.jobs:
-		case <-idle.C:
-		case <-e.abort.Done():
-		}
-		d.mu.Lock()
-		d.idle--
-		if j == nil && (len(d.jobs) == 0 || e.abort.Err() != nil) {
-			d.active--
-			d.mu.Unlock()
-			if c != nil {
-				c.quit()
-				e.metrics.connections.Dec()
-			}
+		j, more := d.next(idle)
+		if !more {
+			s.quit()
 			return
 		}
-		d.mu.Unlock()
-		if j == nil {
-			continue // a job came in as the session was leaving
-		}
-		if e.abort.Err() != nil {
-			j.interrupt()
-			continue
-		}
-		if left := time.Until(j.f.m.LeaseUntil); left < e.cfg.Lease/2 {
-			// Sent now, it could still be on its way when the lease runs
-			// out and another claim sends it again. Checked before the
-			// rate limit, so that handing back spends none of it.
-			if left <= 0 {
-				j.loseClaim()
-				continue
-			}
-			// It waits about as long again before the next claim, so that the
-			// destination's queue drains instead of taking it straight back.
-			waited := time.Since(j.f.start)
-			j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, leaving less than half its lease (%s); the attempt does not count",
-				waited.Round(time.Millisecond), d.key, e.cfg.Lease), waited)
-			continue
-		}
-		if d.limiter != nil {
-			if err := d.limiter.Wait(e.abort); err != nil {
-				j.interrupt()
-				continue
-			}
-		}
-		if c == nil {
-			nc, host, rep, err := d.connect()
-			switch {
-			case e.abort.Err() != nil:
-				if nc != nil {
-					nc.close()
-				}
-				j.interrupt()
-				continue
-			case rep != nil:
-				j.fail(host, *rep)
-				j.done()
-				continue
-			case err != nil:
-				j.fail(host, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
-				j.done()
-				continue
-			}
-			setClient(nc)
-			e.metrics.connections.Inc()
-			used = false
-		}
-		d.deliver(c, j, used)
-		used = true
-		if c.broken {
-			c.close()
-			e.metrics.connections.Dec()
-			setClient(nil)
+		if j != nil {
+			s.carry(j)
 		}
 	}
+}
+
+// next waits for a job for the idle time. It returns more false when the
+// session should end: nothing came and nothing is queued, or the relay is
+// stopping. A nil job with more true means wait again: a job came in as
+// the session was leaving.
+func (d *destination) next(idle *time.Timer) (j *job, more bool) {
+	e := d.e
+	d.mu.Lock()
+	d.idle++
+	d.mu.Unlock()
+	idle.Reset(e.cfg.IdleTimeout)
+	select {
+	case j = <-d.jobs:
+	case <-idle.C:
+	case <-e.abort.Done():
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.idle--
+	if j == nil && (len(d.jobs) == 0 || e.abort.Err() != nil) {
+		d.active--
+		return nil, false
+	}
+	return j, true
+}
+
+// session is what run keeps from job to job: its connection, which the
+// shutdown closes from another goroutine.
+type session struct {
+	d *destination
+	c *client // written under mu, read by run's goroutine alone
+	// used says the connection carried a message: the next needs RSET.
+	used bool
+
+	mu     sync.Mutex
+	closed bool // by the shutdown
+}
+
+// abort closes the connection at the shutdown deadline, and any that
+// opens after it.
+func (s *session) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.c != nil {
+		s.c.close()
+	}
+}
+
+func (s *session) setClient(c *client) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed && c != nil {
+		c.close()
+	}
+	s.c = c
+}
+
+// quit ends the session's connection, if it has one.
+func (s *session) quit() {
+	if s.c != nil {
+		s.c.quit()
+		s.d.e.metrics.connections.Dec()
+	}
+}
+
+// carry delivers one job, connecting first when the session has no
+// connection, unless the relay is stopping or the job's lease is too short.
+func (s *session) carry(j *job) {
+	d, e := s.d, s.d.e
+	if e.abort.Err() != nil {
+		j.interrupt()
+		return
+	}
+	if !d.inTime(j) {
+		return
+	}
+	if d.limiter != nil {
+		if err := d.limiter.Wait(e.abort); err != nil {
+			j.interrupt()
+			return
+		}
+	}
+	if s.c == nil && !s.connect(j) {
+		return
+	}
+	d.deliver(s.c, j, s.used)
+	s.used = true
+	if s.c.broken {
+		s.c.close()
+		e.metrics.connections.Dec()
+		s.setClient(nil)
+	}
+}
+
+// inTime reports whether the job may still be sent within its lease; when
+// not, it ends the job without sending.
+func (d *destination) inTime(j *job) bool {
+	e := d.e
+	left := time.Until(j.f.m.LeaseUntil)
+	if left >= e.cfg.Lease/2 {
+		return true
+	}
+	// Sent now, it could still be on its way when the lease runs out and
+	// another claim sends it again. Checked before the rate limit, so that
+	// handing back spends none of it.
+	if left <= 0 {
+		j.loseClaim()
+		return false
+	}
+	// It waits about as long again before the next claim, so that the
+	// destination's queue drains instead of taking it straight back.
+	waited := time.Since(j.f.start)
+	j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, leaving less than half its lease (%s); the attempt does not count",
+		waited.Round(time.Millisecond), d.key, e.cfg.Lease), waited)
+	return false
+}
+
+// connect opens the session's connection for job j. When it cannot, it
+// ends the job: handed back at the shutdown, its recipients failed with
+// the verdict otherwise (temporary unless the destination refuses mail).
+func (s *session) connect(j *job) bool {
+	e := s.d.e
+	c, host, rep, err := s.d.connect()
+	switch {
+	case e.abort.Err() != nil:
+		if c != nil {
+			c.close()
+		}
+		j.interrupt()
+		return false
+	case rep != nil:
+		j.fail(host, *rep)
+		j.done()
+		return false
+	case err != nil:
+		j.fail(host, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
+		j.done()
+		return false
+	}
+	s.setClient(c)
+	e.metrics.connections.Inc()
+	s.used = false
+	return true
 }
 
 // deliver sends one job over an open session.
