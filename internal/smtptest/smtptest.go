@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +46,10 @@ type Options struct {
 	// TLS enables STARTTLS, or implicit TLS with Implicit.
 	TLS      *tls.Config
 	Implicit bool
-	// Auth requires AUTH PLAIN with one of these users and passwords.
-	Auth map[string]string
+	// Auth requires AUTH PLAIN with one of these users and passwords, or
+	// AUTH LOGIN alone with Login.
+	Auth  map[string]string
+	Login bool
 	// NoSMTPUTF8 leaves SMTPUTF8 out of the extensions.
 	NoSMTPUTF8 bool
 	// MaxSize is the SIZE limit; 0 is none.
@@ -178,20 +181,48 @@ type session struct {
 }
 
 func (ss *session) AuthMechanisms() []string {
-	if ss.o.Auth == nil {
+	switch {
+	case ss.o.Auth == nil:
 		return nil
+	case ss.o.Login:
+		return []string{sasl.Login}
 	}
 	return []string{sasl.Plain}
 }
 
 func (ss *session) Auth(mech string) (sasl.Server, error) {
-	return sasl.NewPlainServer(func(_, user, pass string) error {
+	if !slices.Contains(ss.AuthMechanisms(), mech) {
+		return nil, smtp.ErrAuthUnknownMechanism
+	}
+	check := func(user, pass string) error {
 		if want, ok := ss.o.Auth[user]; !ok || want != pass {
 			return smtp.ErrAuthFailed
 		}
 		ss.user = user
 		return nil
-	}), nil
+	}
+	if mech == sasl.Login {
+		return &loginServer{check: check}, nil
+	}
+	return sasl.NewPlainServer(func(_, user, pass string) error { return check(user, pass) }), nil
+}
+
+// loginServer is the server side of AUTH LOGIN, which go-sasl lacks: the
+// user name, then the password, each asked for unless already given.
+type loginServer struct {
+	check func(user, pass string) error
+	user  []byte
+}
+
+func (l *loginServer) Next(resp []byte) ([]byte, bool, error) {
+	switch {
+	case l.user == nil && resp == nil:
+		return []byte("Username:"), false, nil
+	case l.user == nil:
+		l.user = resp
+		return []byte("Password:"), false, nil
+	}
+	return nil, true, l.check(string(l.user), string(resp))
 }
 
 func (ss *session) Mail(from string, opts *smtp.MailOptions) error {
