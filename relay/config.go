@@ -10,20 +10,16 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/loopback"
-	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
-	"github.com/genropy/postino/relay/mailbox"
 )
 
 // Config is the relay's configuration: one YAML file, every key of which an
@@ -274,18 +270,6 @@ type MailboxConfig struct {
 	Poll Duration `yaml:"poll"`
 }
 
-// BounceAddresses are the routes' bounce addresses that carry the message
-// id (VERP), by which bounces are tied to their message.
-func (c *Config) BounceAddresses() []string {
-	var out []string
-	for _, rc := range append([]RouteConfig{c.Routes.Default}, c.Routes.Senders...) {
-		if strings.Contains(rc.BounceAddress, "{id}") {
-			out = append(out, rc.BounceAddress)
-		}
-	}
-	return out
-}
-
 // PECConfig is certified mail: the accounts it is sent from, and how its
 // receipts are followed.
 type PECConfig struct {
@@ -350,79 +334,6 @@ func (p *PECConfig) check() error {
 	return nil
 }
 
-// username is the login at the provider.
-func (a PECAccountConfig) username() string {
-	if a.Username != "" {
-		return a.Username
-	}
-	return a.Address
-}
-
-// intakeAccounts are the PEC accounts as intake checks them.
-func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
-	out := map[string]intake.PECAccount{}
-	for _, a := range p.Accounts {
-		receipt, _ := intake.ParsePECReceipt(a.Receipt) // checked by Check
-		out[strings.ToLower(a.Address)] = intake.PECAccount{Address: a.Address, Receipt: receipt}
-	}
-	return out
-}
-
-// pecRoutePrefix starts the name of every PEC account's delivery route.
-const pecRoutePrefix = "pec:"
-
-// pecRouteName names the delivery route of a PEC account.
-func pecRouteName(address string) string { return pecRoutePrefix + strings.ToLower(address) }
-
-// isPECRoute tells whether a message went through a PEC account.
-func isPECRoute(route string) bool { return strings.HasPrefix(route, pecRoutePrefix) }
-
-// mailbox is the account's mailbox, where its receipts come.
-func (a PECAccountConfig) mailbox() MailboxConfig {
-	host, port, _ := net.SplitHostPort(a.IMAP)
-	p, _ := strconv.Atoi(port)
-	return MailboxConfig{Name: "pec " + a.Address, Host: host, Port: p, TLS: mailbox.TLSImplicit, TLSCAFile: a.TLSCAFile,
-		Username: a.username(), PasswordFile: a.PasswordFile, PasswordEnv: a.PasswordEnv, Folder: a.Folder,
-		ProcessedFolder: a.ProcessedFolder, UnmatchedFolder: a.UnmatchedFolder, Poll: a.Poll}
-}
-
-// mailbox fills in the defaults and reads the password.
-func (mc MailboxConfig) mailbox(owner string, getenv func(string) string) (mailbox.Config, error) {
-	if mc.TLS == "" {
-		mc.TLS = mailbox.TLSImplicit
-	}
-	if mc.Host == "" || mc.Username == "" {
-		return mailbox.Config{}, errors.New("a mailbox needs host and username")
-	}
-	if err := mailbox.CheckTLS(mc.TLS, mc.Host); err != nil {
-		return mailbox.Config{}, fmt.Errorf("mailbox %s: %w", mc.Host, err)
-	}
-	name := mc.Name
-	if name == "" {
-		name = mc.Username + "@" + mc.Host
-	}
-	pw, err := secret(mc.PasswordFile, mc.PasswordEnv, getenv)
-	if err != nil {
-		return mailbox.Config{}, fmt.Errorf("mailbox %s: password: %w; set password_file or password_env", name, err)
-	}
-	cfg := mailbox.Config{Name: name, Addr: mailbox.Addr(mc.Host, mc.Port, mc.TLS), TLS: mc.TLS, CAFile: mc.TLSCAFile,
-		SkipVerify: mc.TLSSkipVerify, Username: mc.Username, Password: pw, Folder: mc.Folder,
-		Processed: mc.ProcessedFolder, Unmatched: mc.UnmatchedFolder, Poll: mc.Poll.D(), Lease: 2 * time.Minute, Owner: owner}
-	if cfg.Folder == "" {
-		cfg.Folder = "INBOX"
-	}
-	if cfg.Processed == "" {
-		cfg.Processed = "Processed"
-	}
-	if cfg.Unmatched == "" {
-		cfg.Unmatched = "Unmatched"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = time.Minute
-	}
-	return cfg, nil
-}
-
 // DKIMKey is one key of one signing domain.
 type DKIMKey struct {
 	Domain   string `yaml:"domain"`
@@ -431,18 +342,6 @@ type DKIMKey struct {
 	// Active, true when left out, signs with the key; an inactive key
 	// waits for its record to spread, or stays while the old one expires.
 	Active *bool `yaml:"active"`
-}
-
-// Keyring loads the DKIM keys and policy; an error names the file or key
-// at fault.
-func (c *DKIMConfig) Keyring() (*dkim.Keyring, error) {
-	p := dkim.Policy{Canonicalization: c.Canonicalization, Headers: c.Headers, Oversign: c.Oversign,
-		Expiry: c.Expiry.D(), Required: c.Required}
-	var specs []dkim.KeySpec
-	for _, k := range c.Keys {
-		specs = append(specs, dkim.KeySpec{Domain: k.Domain, Selector: k.Selector, File: k.KeyFile, Active: k.Active == nil || *k.Active})
-	}
-	return dkim.Load(p, specs)
 }
 
 // MatchConfig picks the messages of a sender route: all the conditions
@@ -531,6 +430,12 @@ func defaultDKIM() DKIMConfig {
 	return DKIMConfig{Canonicalization: p.Canonicalization, Headers: p.Headers, Oversign: p.Oversign}
 }
 
+// DefaultPlugin is a plugin with default settings, as --plugin adds it.
+func DefaultPlugin(path string) PluginConfig {
+	return PluginConfig{Path: path, Timeout: Duration(10 * time.Second), MaxAge: Duration(24 * time.Hour),
+		Retry: PluginRetryConfig{First: Duration(time.Second), Max: Duration(5 * time.Minute), Jitter: 0.2}}
+}
+
 // LoadConfig reads the defaults, then the file at path (if not empty), then
 // the POSTINO_* variables of env.
 func LoadConfig(path string, env []string) (Config, error) {
@@ -566,29 +471,48 @@ func (c *Config) Check() error {
 	if c.DataDir == "" {
 		return errors.New("data_dir is empty: set it (or --data, POSTINO_DATA) to the directory for the spool and outbox.db")
 	}
+	// Both addresses before the sections: the exposure and admin token
+	// rules read the host out of them.
 	for _, l := range []struct{ key, addr string }{{"smtp.listen", c.SMTP.Listen}, {"admin.listen", c.Admin.Listen}} {
 		if _, _, err := net.SplitHostPort(l.addr); err != nil {
 			return fmt.Errorf("%s %q is not a host:port address: %v", l.key, l.addr, err)
 		}
 	}
-	if _, err := c.allowNetworks(); err != nil {
+	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.Intake.check,
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkRetention, c.Log.check} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *SMTPConfig) check() error {
+	if _, err := s.allowNetworks(); err != nil {
 		return err
 	}
-	switch c.SMTP.BareNewlines {
+	switch s.BareNewlines {
 	case "normalize", "reject":
 	default:
-		return fmt.Errorf("smtp.bare_newlines %q: use normalize or reject", c.SMTP.BareNewlines)
+		return fmt.Errorf("smtp.bare_newlines %q: use normalize or reject", s.BareNewlines)
 	}
-	if c.SMTP.MaxLineLength < 78 {
-		return fmt.Errorf("smtp.max_line_length %d is too small: RFC 5322 allows 998", c.SMTP.MaxLineLength)
+	if s.MaxLineLength < 78 {
+		return fmt.Errorf("smtp.max_line_length %d is too small: RFC 5322 allows 998", s.MaxLineLength)
 	}
-	if c.SMTP.MaxMessageSize <= 0 || c.SMTP.MaxRecipients <= 0 {
+	if s.MaxMessageSize <= 0 || s.MaxRecipients <= 0 {
 		return errors.New("smtp.max_message_size and smtp.max_recipients must be positive")
 	}
-	if (c.SMTP.TLS.CertFile == "") != (c.SMTP.TLS.KeyFile == "") {
+	if (s.TLS.CertFile == "") != (s.TLS.KeyFile == "") {
 		return errors.New("smtp.tls needs both cert_file and key_file")
 	}
-	for i, a := range c.SMTP.Auth.Accounts {
+	if err := s.checkAuth(); err != nil {
+		return err
+	}
+	return s.checkExposure()
+}
+
+func (s *SMTPConfig) checkAuth() error {
+	for i, a := range s.Auth.Accounts {
 		if a.Username == "" {
 			return fmt.Errorf("smtp.auth.accounts[%d] has no username", i)
 		}
@@ -596,72 +520,18 @@ func (c *Config) Check() error {
 			return fmt.Errorf("smtp.auth account %q: give exactly one of password_file and password_env", a.Username)
 		}
 	}
-	if len(c.SMTP.Auth.Accounts) > 0 && c.SMTP.TLS.CertFile == "" && !c.SMTP.Auth.AllowInsecure {
+	if len(s.Auth.Accounts) > 0 && s.TLS.CertFile == "" && !s.Auth.AllowInsecure {
 		return errors.New("smtp.auth has accounts but no TLS: clients could not authenticate; " +
 			"set smtp.tls.cert_file and key_file, or smtp.auth.allow_insecure: true on a network you trust")
-	}
-	if err := c.checkExposure(); err != nil {
-		return err
-	}
-	if c.Admin.TokenFile != "" && c.Admin.TokenEnv != "" {
-		return errors.New("admin: give one of token_file and token_env, not both")
-	}
-	if !loopback.Host(c.Admin.Listen) && c.Admin.TokenFile == "" && c.Admin.TokenEnv == "" {
-		return fmt.Errorf("admin.listen %s can be reached from other machines, and the admin API can retry, cancel and read every message: "+
-			"give it a token with admin.token_file or admin.token_env (POSTINO_ADMIN_TOKEN_FILE=/run/secrets/postino-admin), "+
-			"or listen on 127.0.0.1", c.Admin.Listen)
-	}
-	switch c.Outbox.Backend {
-	case "bolt", "dynamodb":
-	case "mysql":
-		my := c.Outbox.MySQL
-		if n := btoi(my.DSN != "") + btoi(my.DSNFile != "") + btoi(my.DSNEnv != ""); n != 1 {
-			return errors.New("outbox.mysql needs exactly one of dsn (--dsn), dsn_file and dsn_env")
-		}
-	default:
-		return fmt.Errorf("outbox.backend %q: use bolt, mysql or dynamodb", c.Outbox.Backend)
-	}
-	if c.Intake.Workers <= 0 || c.Intake.Lease <= 0 || c.Intake.Poll <= 0 {
-		return errors.New("intake.workers, intake.lease and intake.poll must be positive")
-	}
-	d := c.Delivery
-	if d.MaxInFlight <= 0 || d.Lease <= 0 || d.Poll <= 0 || d.IdleTimeout <= 0 || d.MXConnections <= 0 || d.MXPort <= 0 {
-		return errors.New("delivery.max_in_flight, lease, poll, idle_timeout, mx_connections and mx_port must be positive")
-	}
-	t := d.Timeouts
-	if t.Connect <= 0 || t.Greeting <= 0 || t.Command <= 0 || t.DataInit <= 0 || t.DataBlock <= 0 || t.DataEnd <= 0 {
-		return errors.New("every delivery.timeouts value must be positive")
-	}
-	if d.Retry.First <= 0 || d.Retry.Max < d.Retry.First || d.Retry.MaxAge <= 0 || d.Retry.Jitter < 0 || d.Retry.Jitter >= 1 {
-		return errors.New("delivery.retry: first and max_age must be positive, max at least first, jitter from 0 to below 1")
-	}
-	if err := c.PEC.check(); err != nil {
-		return err
-	}
-	for i, p := range c.Plugins {
-		if p.Path == "" {
-			return fmt.Errorf("plugins[%d] has no path", i)
-		}
-		if p.Timeout < 0 || p.Retry.First < 0 || (p.Retry.Max != 0 && p.Retry.Max < p.Retry.First) || p.MaxAttempts < 0 || p.MaxAge < 0 || p.Retry.Jitter < 0 || p.Retry.Jitter >= 1 {
-			return fmt.Errorf("plugin %s: timeout, retry, max_attempts and max_age cannot be negative, retry.max is at least retry.first, and retry.jitter goes from 0 to below 1", p.Path)
-		}
-	}
-	if c.Retention <= 0 {
-		return errors.New("retention must be positive, for instance 7d")
-	}
-	switch c.Log.Format {
-	case "text", "json":
-	default:
-		return fmt.Errorf("log.format %q: use text or json", c.Log.Format)
 	}
 	return nil
 }
 
 // checkExposure refuses an open relay: a listener that clients beyond this
 // machine can reach, with no AUTH and no list of networks trusted without it.
-func (c *Config) checkExposure() error {
-	host, _, _ := net.SplitHostPort(c.SMTP.Listen)
-	if len(c.SMTP.Auth.Accounts) > 0 || c.SMTP.AllowNetworks != nil {
+func (s *SMTPConfig) checkExposure() error {
+	host, _, _ := net.SplitHostPort(s.Listen)
+	if len(s.Auth.Accounts) > 0 || s.AllowNetworks != nil {
 		return nil
 	}
 	if loopback.Host(host) {
@@ -669,12 +539,105 @@ func (c *Config) checkExposure() error {
 	}
 	return fmt.Errorf("smtp.listen %s can be reached from other machines, but neither AUTH nor allowed networks are configured, "+
 		"so anyone there could send mail through this relay; add smtp.auth.accounts, or list the networks of your apps in "+
-		"smtp.allow_networks (POSTINO_SMTP_ALLOW_NETWORKS=172.18.0.0/16 for a compose network)", c.SMTP.Listen)
+		"smtp.allow_networks (POSTINO_SMTP_ALLOW_NETWORKS=172.18.0.0/16 for a compose network)", s.Listen)
+}
+
+func (a *AdminConfig) check() error {
+	if a.TokenFile != "" && a.TokenEnv != "" {
+		return errors.New("admin: give one of token_file and token_env, not both")
+	}
+	if !loopback.Host(a.Listen) && a.TokenFile == "" && a.TokenEnv == "" {
+		return fmt.Errorf("admin.listen %s can be reached from other machines, and the admin API can retry, cancel and read every message: "+
+			"give it a token with admin.token_file or admin.token_env (POSTINO_ADMIN_TOKEN_FILE=/run/secrets/postino-admin), "+
+			"or listen on 127.0.0.1", a.Listen)
+	}
+	return nil
+}
+
+func (o *OutboxConfig) check() error {
+	switch o.Backend {
+	case "bolt", "dynamodb":
+	case "mysql":
+		my := o.MySQL
+		if n := btoi(my.DSN != "") + btoi(my.DSNFile != "") + btoi(my.DSNEnv != ""); n != 1 {
+			return errors.New("outbox.mysql needs exactly one of dsn (--dsn), dsn_file and dsn_env")
+		}
+	default:
+		return fmt.Errorf("outbox.backend %q: use bolt, mysql or dynamodb", o.Backend)
+	}
+	return nil
+}
+
+func (i *IntakeConfig) check() error {
+	if i.Workers <= 0 || i.Lease <= 0 || i.Poll <= 0 {
+		return errors.New("intake.workers, intake.lease and intake.poll must be positive")
+	}
+	return nil
+}
+
+func (d *DeliveryConfig) check() error {
+	if d.MaxInFlight <= 0 || d.Lease <= 0 || d.Poll <= 0 || d.IdleTimeout <= 0 || d.MXConnections <= 0 || d.MXPort <= 0 {
+		return errors.New("delivery.max_in_flight, lease, poll, idle_timeout, mx_connections and mx_port must be positive")
+	}
+	if err := d.Timeouts.check(); err != nil {
+		return err
+	}
+	return d.Retry.check()
+}
+
+func (t *TimeoutsConfig) check() error {
+	if t.Connect <= 0 || t.Greeting <= 0 || t.Command <= 0 || t.DataInit <= 0 || t.DataBlock <= 0 || t.DataEnd <= 0 {
+		return errors.New("every delivery.timeouts value must be positive")
+	}
+	return nil
+}
+
+func (r *RetryConfig) check() error {
+	if r.First <= 0 || r.Max < r.First || r.MaxAge <= 0 || r.Jitter < 0 || r.Jitter >= 1 {
+		return errors.New("delivery.retry: first and max_age must be positive, max at least first, jitter from 0 to below 1")
+	}
+	return nil
+}
+
+func (c *Config) checkPlugins() error {
+	for i, p := range c.Plugins {
+		if err := p.check(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check checks plugins[i].
+func (p *PluginConfig) check(i int) error {
+	if p.Path == "" {
+		return fmt.Errorf("plugins[%d] has no path", i)
+	}
+	if p.Timeout < 0 || p.Retry.First < 0 || (p.Retry.Max != 0 && p.Retry.Max < p.Retry.First) || p.MaxAttempts < 0 || p.MaxAge < 0 || p.Retry.Jitter < 0 || p.Retry.Jitter >= 1 {
+		return fmt.Errorf("plugin %s: timeout, retry, max_attempts and max_age cannot be negative, retry.max is at least retry.first, and retry.jitter goes from 0 to below 1", p.Path)
+	}
+	return nil
+}
+
+func (c *Config) checkRetention() error {
+	if c.Retention <= 0 {
+		return errors.New("retention must be positive, for instance 7d")
+	}
+	return nil
+}
+
+func (l *LogConfig) check() error {
+	switch l.Format {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log.format %q: use text or json", l.Format)
+	}
+	return nil
 }
 
 // allowNetworks parses smtp.allow_networks; unset, it is loopback.
-func (c *Config) allowNetworks() ([]netip.Prefix, error) {
-	nets := c.SMTP.AllowNetworks
+func (s *SMTPConfig) allowNetworks() ([]netip.Prefix, error) {
+	nets := s.AllowNetworks
 	if nets == nil {
 		nets = []string{"127.0.0.0/8", "::1/128"}
 	}
@@ -690,22 +653,6 @@ func (c *Config) allowNetworks() ([]netip.Prefix, error) {
 			return nil, fmt.Errorf("smtp.allow_networks: %q is neither a network (10.0.0.0/8) nor an address", n)
 		}
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return out, nil
-}
-
-// accounts reads the AUTH passwords from their files and variables.
-func (c *Config) accounts(getenv func(string) string) (map[string]string, error) {
-	if len(c.SMTP.Auth.Accounts) == 0 {
-		return nil, nil
-	}
-	out := make(map[string]string, len(c.SMTP.Auth.Accounts))
-	for _, a := range c.SMTP.Auth.Accounts {
-		pw, err := secret(a.PasswordFile, a.PasswordEnv, getenv)
-		if err != nil {
-			return nil, fmt.Errorf("smtp.auth account %q: %w", a.Username, err)
-		}
-		out[a.Username] = pw
 	}
 	return out, nil
 }
@@ -816,109 +763,3 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 }
 
 func (b ByteSize) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
-
-// deliveryRoutes builds the routes and their rules, reading the passwords.
-func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, error) {
-	var routes []delivery.Route
-	var rules []delivery.Rule
-	build := func(rc RouteConfig, name string) (delivery.Route, error) {
-		r := delivery.Route{Name: name, Smarthost: rc.Smarthost, TLS: rc.TLS, SkipVerify: rc.TLSSkipVerify,
-			CAFile: rc.TLSCAFile, Username: rc.Username, MaxConnections: rc.MaxConnections, Rate: rc.Rate,
-			MXPort: c.Delivery.MXPort, BounceAddress: rc.BounceAddress, DKIMDomain: rc.DKIMDomain}
-		if r.MaxConnections == 0 {
-			r.MaxConnections = 20
-		}
-		if rc.Username != "" {
-			pw, err := secret(rc.PasswordFile, rc.PasswordEnv, getenv)
-			if err != nil {
-				return r, fmt.Errorf("route %s: password of %s: %w", name, rc.Username, err)
-			}
-			r.Password = pw
-		}
-		return r, nil
-	}
-	def, err := build(c.Routes.Default, delivery.DefaultRoute)
-	if err != nil {
-		return nil, err
-	}
-	routes = append(routes, def)
-	// PEC accounts first: their mail must leave through the account.
-	for _, a := range c.PEC.Accounts {
-		name := pecRouteName(a.Address)
-		r, err := build(RouteConfig{Smarthost: a.SMTP, TLS: "tls", TLSCAFile: a.TLSCAFile, Username: a.username(),
-			PasswordFile: a.PasswordFile, PasswordEnv: a.PasswordEnv, MaxConnections: 5}, name)
-		if err != nil {
-			return nil, err
-		}
-		routes = append(routes, r)
-		rules = append(rules, delivery.Rule{Sender: a.Address, Route: name}, delivery.Rule{AuthUser: a.Address, Route: name})
-	}
-	for i, rc := range c.Routes.Senders {
-		name := rc.Name
-		if name == "" {
-			name = fmt.Sprintf("sender-%d", i+1)
-		}
-		r, err := build(rc, name)
-		if err != nil {
-			return nil, err
-		}
-		routes = append(routes, r)
-		rules = append(rules, delivery.Rule{Sender: rc.Match.Sender, Domain: rc.Match.Domain, AuthUser: rc.Match.AuthUser, Route: name})
-	}
-	rs, err := delivery.NewRoutes(routes, rules)
-	if err != nil {
-		return nil, fmt.Errorf("routes: %w", err)
-	}
-	return rs, nil
-}
-
-func (c *Config) deliveryConfig(host string) delivery.Config {
-	d := c.Delivery
-	return delivery.Config{
-		MaxInFlight: d.MaxInFlight, Lease: d.Lease.D(), Poll: d.Poll.D(), IdleTimeout: d.IdleTimeout.D(),
-		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections,
-		Timeouts: delivery.Timeouts{Connect: d.Timeouts.Connect.D(), Greeting: d.Timeouts.Greeting.D(),
-			Command: d.Timeouts.Command.D(), DataInit: d.Timeouts.DataInit.D(),
-			DataBlock: d.Timeouts.DataBlock.D(), DataEnd: d.Timeouts.DataEnd.D()},
-		Retry:    delivery.Retry{Schedule: backoff.Schedule{First: d.Retry.First.D(), Max: d.Retry.Max.D(), Jitter: d.Retry.Jitter}, MaxAge: d.Retry.MaxAge.D()},
-		HeloName: host, Owner: host,
-	}
-}
-
-// DefaultPlugin is a plugin with default settings, as --plugin adds it.
-func DefaultPlugin(path string) PluginConfig {
-	return PluginConfig{Path: path, Timeout: Duration(10 * time.Second), MaxAge: Duration(24 * time.Hour),
-		Retry: PluginRetryConfig{First: Duration(time.Second), Max: Duration(5 * time.Minute), Jitter: 0.2}}
-}
-
-// pluginSpecs turns the configuration into what the dispatcher runs; a
-// plugin's unset settings take the defaults.
-func (c *Config) pluginSpecs() []plugins.Spec {
-	var out []plugins.Spec
-	def := DefaultPlugin("")
-	for _, p := range c.Plugins {
-		if p.Timeout == 0 {
-			p.Timeout = def.Timeout
-		}
-		if p.Retry.First == 0 {
-			p.Retry.First = def.Retry.First
-		}
-		if p.Retry.Max == 0 {
-			p.Retry.Max = def.Retry.Max
-		}
-		if p.Retry.Jitter == 0 {
-			p.Retry.Jitter = def.Retry.Jitter
-		}
-		if p.MaxAttempts == 0 && p.MaxAge == 0 {
-			p.MaxAge = def.MaxAge
-		}
-		var env []string
-		for k, v := range p.Env {
-			env = append(env, k+"="+v)
-		}
-		sort.Strings(env)
-		out = append(out, plugins.Spec{Name: p.Name, Path: p.Path, Args: p.Args, Env: env, Outcomes: p.Outcomes,
-			Timeout: p.Timeout.D(), MaxAttempts: p.MaxAttempts, MaxAge: p.MaxAge.D(), Retry: backoff.Schedule{First: p.Retry.First.D(), Max: p.Retry.Max.D(), Jitter: p.Retry.Jitter}})
-	}
-	return out
-}

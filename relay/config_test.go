@@ -184,6 +184,77 @@ func TestCheck(t *testing.T) {
 	}
 }
 
+// checkErrors are the errors Check can report, one a message: each makes
+// the smallest change to DefaultConfig that meets it, and want is the key
+// the message names.
+var checkErrors = []struct {
+	name   string
+	mutate func(*Config)
+	want   string
+}{
+	{"no data directory", func(c *Config) { c.DataDir = "" }, "data_dir"},
+	{"smtp listen", func(c *Config) { c.SMTP.Listen = "2525" }, "smtp.listen"},
+	{"admin listen", func(c *Config) { c.Admin.Listen = "8525" }, "admin.listen"},
+	{"allowed network", func(c *Config) { c.SMTP.AllowNetworks = []string{"lan"} }, "smtp.allow_networks"},
+	{"bare newlines", func(c *Config) { c.SMTP.BareNewlines = "fix" }, "smtp.bare_newlines"},
+	{"line length", func(c *Config) { c.SMTP.MaxLineLength = 77 }, "smtp.max_line_length"},
+	{"message size", func(c *Config) { c.SMTP.MaxMessageSize = 0 }, "smtp.max_message_size"},
+	{"tls pair", func(c *Config) { c.SMTP.TLS.KeyFile = "k" }, "smtp.tls"},
+	{"account without username", func(c *Config) {
+		c.SMTP.Auth.Accounts = []Account{{PasswordEnv: "X"}}
+	}, "smtp.auth.accounts[0]"},
+	{"account with two secrets", func(c *Config) {
+		c.SMTP.Auth.Accounts = []Account{{Username: "app", PasswordFile: "f", PasswordEnv: "X"}}
+	}, "password_env"},
+	{"auth without tls", func(c *Config) {
+		c.SMTP.Auth.Accounts = []Account{{Username: "app", PasswordEnv: "X"}}
+	}, "smtp.auth.allow_insecure"},
+	{"open relay", func(c *Config) { c.SMTP.Listen = "[::]:2525" }, "smtp.allow_networks"},
+	{"two admin tokens", func(c *Config) { c.Admin.TokenFile, c.Admin.TokenEnv = "f", "T" }, "token_env"},
+	{"admin without token", func(c *Config) { c.Admin.Listen = "0.0.0.0:8525" }, "admin.token_file"},
+	{"mysql without dsn", func(c *Config) { c.Outbox.Backend = "mysql" }, "outbox.mysql"},
+	{"backend", func(c *Config) { c.Outbox.Backend = "sqlite" }, "outbox.backend"},
+	{"intake", func(c *Config) { c.Intake.Poll = 0 }, "intake.poll"},
+	{"delivery", func(c *Config) { c.Delivery.MXPort = 0 }, "mx_port"},
+	{"delivery timeouts", func(c *Config) { c.Delivery.Timeouts.DataEnd = 0 }, "delivery.timeouts"},
+	{"delivery retry", func(c *Config) { c.Delivery.Retry.Jitter = 1 }, "delivery.retry"},
+	{"pec timeouts", func(c *Config) { c.PEC.DeliveryTimeout = 0 }, "pec.delivery_timeout"},
+	{"pec address", func(c *Config) { c.PEC.Accounts = []PECAccountConfig{{Address: "nobody"}} }, "pec.accounts[0].address"},
+	{"pec account twice", func(c *Config) {
+		a := PECAccountConfig{Address: "a@pec.example.it", SMTP: "smtps.pec.example.it:465", IMAP: "imaps.pec.example.it:993"}
+		b := a
+		b.Address = "A@PEC.example.it"
+		c.PEC.Accounts = []PECAccountConfig{a, b}
+	}, "pec account A@PEC.example.it"},
+	{"pec endpoint", func(c *Config) {
+		c.PEC.Accounts = []PECAccountConfig{{Address: "a@pec.example.it", SMTP: "smtps.pec.example.it:465"}}
+	}, "imap"},
+	{"pec receipt", func(c *Config) {
+		c.PEC.Accounts = []PECAccountConfig{{Address: "a@pec.example.it", SMTP: "smtps.pec.example.it:465",
+			IMAP: "imaps.pec.example.it:993", Receipt: "lunga"}}
+	}, "receipt"},
+	{"plugin without path", func(c *Config) { c.Plugins = []PluginConfig{DefaultPlugin("")} }, "plugins[0]"},
+	{"plugin retry", func(c *Config) {
+		p := DefaultPlugin("/bin/true")
+		p.Retry.Max = Duration(time.Millisecond)
+		c.Plugins = []PluginConfig{p}
+	}, "retry.max"},
+	{"retention", func(c *Config) { c.Retention = 0 }, "retention"},
+	{"log format", func(c *Config) { c.Log.Format = "xml" }, "log.format"},
+}
+
+func TestCheckErrors(t *testing.T) {
+	for _, tt := range checkErrors {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tt.mutate(&c)
+			if err := c.Check(); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %v, want it to name %s", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestSecrets(t *testing.T) {
 	dir := t.TempDir()
 	pw := filepath.Join(dir, "pw")

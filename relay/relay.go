@@ -4,7 +4,6 @@ package relay
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,12 +64,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
-	if cfg.Hostname == "" {
-		cfg.Hostname, _ = os.Hostname()
-		if cfg.Hostname == "" {
-			cfg.Hostname = "localhost"
-		}
-	}
+	cfg.Hostname = hostname(cfg.Hostname)
 	r := &Relay{cfg: cfg, log: log}
 	defer func() {
 		if err != nil {
@@ -109,17 +103,13 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 
-	icfg, err := r.intakeConfig()
+	icfg, err := cfg.intakeConfig(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
 	routes, err := cfg.deliveryRoutes(os.Getenv)
 	if err != nil {
 		return nil, err
-	}
-	resolver := cfg.Resolver
-	if resolver == nil {
-		resolver = net.DefaultResolver
 	}
 	ring, err := cfg.DKIM.Keyring()
 	if err != nil {
@@ -128,18 +118,14 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	r.signer = dkim.NewSigner(ring, dkim.NewMetrics(reg))
 	logKeys(log, ring)
 	specs := cfg.pluginSpecs()
-	r.dispatcher = plugins.NewDispatcher(plugins.Config{Poll: time.Second, Lease: cfg.Delivery.Lease.D(), Owner: cfg.Hostname,
-		Concurrency: 64, Version: Version()}, r.outbox, specs, log, plugins.NewMetrics(reg))
-	dcfg := cfg.deliveryConfig(cfg.Hostname)
+	r.dispatcher = plugins.NewDispatcher(cfg.dispatcherConfig(), r.outbox, specs, log, plugins.NewMetrics(reg))
+	dcfg := cfg.deliveryConfig()
 	// Without plugins, outcomes are acknowledged in the commit that records
 	// them: nobody is waiting to be told.
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
-	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, resolver, log, dm, r.dispatcher.Wake)
-	r.worker = intake.NewWorker(intake.WorkerConfig{
-		Concurrency: cfg.Intake.Workers, Lease: cfg.Intake.Lease.D(), Poll: cfg.Intake.Poll.D(), Owner: cfg.Hostname,
-		Ready: r.engine.Wake,
-	}, r.outbox, r.spool, routes.Choose, log)
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.spool, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
 
 	r.admin = &http.Server{
@@ -223,41 +209,6 @@ func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) 
 		return nil, false, err
 	}
 	return s, true, nil
-}
-
-func (r *Relay) intakeConfig() (intake.Config, error) {
-	cfg := r.cfg
-	nets, err := cfg.allowNetworks()
-	if err != nil {
-		return intake.Config{}, err
-	}
-	accounts, err := cfg.accounts(os.Getenv)
-	if err != nil {
-		return intake.Config{}, err
-	}
-	var tlsCfg *tls.Config
-	if cfg.SMTP.TLS.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.SMTP.TLS.CertFile, cfg.SMTP.TLS.KeyFile)
-		if err != nil {
-			return intake.Config{}, fmt.Errorf("smtp.tls: %w", err)
-		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	}
-	return intake.Config{
-		Hostname:           cfg.Hostname,
-		MaxMessageSize:     int64(cfg.SMTP.MaxMessageSize),
-		MaxRecipients:      cfg.SMTP.MaxRecipients,
-		MaxLineLength:      cfg.SMTP.MaxLineLength,
-		RejectBareNewlines: cfg.SMTP.BareNewlines == "reject",
-		AllowNetworks:      nets,
-		Accounts:           accounts,
-		AllowInsecureAuth:  cfg.SMTP.Auth.AllowInsecure,
-		TLS:                tlsCfg,
-		ReadTimeout:        cfg.SMTP.ReadTimeout.D(),
-		WriteTimeout:       cfg.SMTP.WriteTimeout.D(),
-		CommitTimeout:      30 * time.Second,
-		PEC:                cfg.PEC.intakeAccounts(),
-	}, nil
 }
 
 // SMTPAddr is the address the SMTP listener is bound to.
