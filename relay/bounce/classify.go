@@ -372,12 +372,7 @@ func (r *Recipient) assess(extra string) {
 	if code < 400 {
 		code = 0
 	}
-	i := classify(status, code, r.Diagnostic)
-	if (i < 0 || weak(i)) && strings.TrimSpace(extra) != "" {
-		if j := classify(status, code, r.Diagnostic+"\n"+extra); j >= 0 && !weak(j) {
-			i = j
-		}
-	}
+	i := classifyWith(status, code, r.Diagnostic, extra)
 	r.Type, r.Reason = verdict(i, status, code)
 
 	switch {
@@ -394,6 +389,19 @@ func (r *Recipient) assess(extra string) {
 		// up: the failure is final because time ran out.
 		r.Reason = ReasonExpired
 	}
+}
+
+// classifyWith returns the index of the rule that explains diagnostic, or
+// -1. When the diagnostic alone says no more than the class of its code,
+// the rule that explains it together with extra wins, if that says more.
+func classifyWith(status string, code int, diagnostic, extra string) int {
+	i := classify(status, code, diagnostic)
+	if (i < 0 || weak(i)) && strings.TrimSpace(extra) != "" {
+		if j := classify(status, code, diagnostic+"\n"+extra); j >= 0 && !weak(j) {
+			return j
+		}
+	}
+	return i
 }
 
 // noAnswerRe is wording that the receiver did not answer at all, as

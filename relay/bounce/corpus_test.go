@@ -98,13 +98,12 @@ var delayNotices = map[string]bool{
 }
 
 type expectedRow struct {
-	file     string
-	pos      int // 1-based position in Report.Recipients
-	status   string
-	code     int
-	reason   string
-	hard     bool
-	fileRows int
+	file   string
+	pos    int // 1-based position in Report.Recipients
+	status string
+	code   int
+	reason string
+	hard   bool
 }
 
 func readExpected(t *testing.T, path string) []expectedRow {

@@ -108,46 +108,65 @@ type dsn struct {
 func readDSN(s string) dsn {
 	var d dsn
 	for _, g := range readFields(s) {
-		var cur, pending fields
-		open := false
-		flush := func() {
-			if open {
-				d.recipients = append(d.recipients, cur)
-			}
-			cur, open = nil, false
-		}
+		var rs recipientSplit
 		for _, f := range g {
 			name := strings.ToLower(f.name)
 			switch {
 			case perMessageFields[name]:
 				d.message = append(d.message, f)
-			case name == "final-recipient", name == "x-actual-recipient" && !open:
-				if open && cur.has("final-recipient") {
-					flush()
-				}
-				if !open {
-					cur, open = pending, true
-					pending = nil
-				}
-				cur = append(cur, f)
+			case name == "final-recipient", name == "x-actual-recipient" && !rs.open:
+				rs.start(f, rs.cur.has("final-recipient"))
 			case name == "original-recipient":
-				if open && (cur.has("original-recipient") || cur.has("final-recipient") && cur.has("status")) {
-					flush()
-				}
-				if !open {
-					cur, open = pending, true
-					pending = nil
-				}
-				cur = append(cur, f)
-			case open:
-				cur = append(cur, f)
+				rs.start(f, rs.cur.has("original-recipient") || rs.cur.has("final-recipient") && rs.cur.has("status"))
 			default:
-				pending = append(pending, f)
+				rs.add(f)
 			}
 		}
-		flush()
+		rs.flush()
+		d.recipients = append(d.recipients, rs.done...)
 	}
 	return d
+}
+
+// recipientSplit splits the per-recipient fields of one field group into
+// recipients.
+type recipientSplit struct {
+	done    []fields // the recipients complete
+	cur     fields   // the open recipient's fields
+	open    bool
+	pending fields // fields met while none is open: they are the next one's
+}
+
+// start adds f, a field that names a recipient. It closes the open
+// recipient first when closes says f is another one's, and opens one with
+// the pending fields when none is open.
+func (rs *recipientSplit) start(f field, closes bool) {
+	if rs.open && closes {
+		rs.flush()
+	}
+	if !rs.open {
+		rs.cur, rs.open = rs.pending, true
+		rs.pending = nil
+	}
+	rs.cur = append(rs.cur, f)
+}
+
+// add adds a field of a recipient to the open one, or keeps it for the
+// next.
+func (rs *recipientSplit) add(f field) {
+	if rs.open {
+		rs.cur = append(rs.cur, f)
+	} else {
+		rs.pending = append(rs.pending, f)
+	}
+}
+
+// flush closes the open recipient.
+func (rs *recipientSplit) flush() {
+	if rs.open {
+		rs.done = append(rs.done, rs.cur)
+	}
+	rs.cur, rs.open = nil, false
 }
 
 // typedValue strips the type of a typed DSN value: "rfc822; a@b" is "a@b".

@@ -108,10 +108,18 @@ func readBounceText(s string, skip func(string) bool) bounceText {
 	lines := strings.Split(s, "\n")
 	cut := returnedStart(lines)
 	bt := bounceText{returned: strings.Join(lines[cut:], "\n")}
-
 	// The sender of a quoted original is no failed recipient either.
+	senders := quotedSenders(bt.returned)
+	found := recipientLines(lines[:cut], func(a string) bool { return skip(a) || senders[strings.ToLower(a)] })
+	bt.group(lines[:cut], found)
+	return bt
+}
+
+// quotedSenders returns the sender addresses, in lower case, of the
+// header quoted at the start of returned.
+func quotedSenders(returned string) map[string]bool {
 	senders := map[string]bool{}
-	for _, f := range firstFieldGroup(bt.returned) {
+	for _, f := range firstFieldGroup(returned) {
 		switch strings.ToLower(f.name) {
 		case "from", "return-path", "sender":
 			for _, a := range headerAddresses(f.value) {
@@ -119,24 +127,30 @@ func readBounceText(s string, skip func(string) bool) bounceText {
 			}
 		}
 	}
+	return senders
+}
 
-	// Find the recipient lines first: phrases count only when no line
-	// has an address leading or labelled.
-	type found struct{ addr, rest string }
-	strong := make([]found, len(lines[:cut]))
-	weak := make([]found, len(lines[:cut]))
+// foundRecipient is a recipient line: the address and what the line says
+// of it besides.
+type foundRecipient struct{ addr, rest string }
+
+// recipientLines returns, for each line, the recipient it names, if any.
+// Phrases count only when no line has an address leading or labelled.
+func recipientLines(lines []string, skip func(string) bool) []foundRecipient {
+	strong := make([]foundRecipient, len(lines))
+	weak := make([]foundRecipient, len(lines))
 	anyStrong := false
 	prev := ""
-	for i, l := range lines[:cut] {
+	for i, l := range lines {
 		// "A message sent by\n  <a@b>\ncould not be delivered": the
 		// address after a line ending in "sent by" or "from" is the
 		// sender's.
 		if !senderLeadRe.MatchString(prev) {
-			if a, rest, ok := recipientLine(l); a != "" && !skip(a) && !senders[strings.ToLower(a)] {
+			if a, rest, ok := recipientLine(l); a != "" && !skip(a) {
 				if ok {
-					strong[i], anyStrong = found{a, rest}, true
+					strong[i], anyStrong = foundRecipient{a, rest}, true
 				} else {
-					weak[i] = found{a, rest}
+					weak[i] = foundRecipient{a, rest}
 				}
 			}
 		}
@@ -145,26 +159,26 @@ func readBounceText(s string, skip func(string) bool) bounceText {
 		}
 	}
 	if !anyStrong {
-		strong = weak
+		return weak
 	}
+	return strong
+}
 
+// group sorts lines into the preamble and one block per recipient, in the
+// order recipients first appear; found says which lines name one. A line
+// that starts a new context holds its lines back until the next recipient
+// line, which they are about.
+func (bt *bounceText) group(lines []string, found []foundRecipient) {
 	index := map[string]int{}
 	cur := -1 // the block lines go to; -1 before the first, -2 between contexts
 	var pending []string
-	for i, l := range lines[:cut] {
-		if f := strong[i]; f.addr != "" {
-			key := strings.ToLower(f.addr)
-			j, seen := index[key]
-			if !seen {
-				j = len(bt.blocks)
-				index[key] = j
-				bt.blocks = append(bt.blocks, textBlock{addr: f.addr})
-			}
-			cur = j
-			bt.blocks[j].lines = append(bt.blocks[j].lines, pending...)
+	for i, l := range lines {
+		if f := found[i]; f.addr != "" {
+			cur = bt.blockOf(f.addr, index)
+			bt.blocks[cur].lines = append(bt.blocks[cur].lines, pending...)
 			pending = nil
 			if f.rest != "" {
-				bt.blocks[j].lines = append(bt.blocks[j].lines, f.rest)
+				bt.blocks[cur].lines = append(bt.blocks[cur].lines, f.rest)
 			}
 			continue
 		}
@@ -179,7 +193,19 @@ func readBounceText(s string, skip func(string) bool) bounceText {
 			bt.blocks[cur].lines = append(bt.blocks[cur].lines, l)
 		}
 	}
-	return bt
+}
+
+// blockOf returns the index of addr's block, adding one at its first
+// mention; index maps lower-case addresses to blocks.
+func (bt *bounceText) blockOf(addr string, index map[string]int) int {
+	key := strings.ToLower(addr)
+	j, seen := index[key]
+	if !seen {
+		j = len(bt.blocks)
+		index[key] = j
+		bt.blocks = append(bt.blocks, textBlock{addr: addr})
+	}
+	return j
 }
 
 // recipientLine returns the recipient a line names and what the line says
@@ -241,29 +267,14 @@ func (bt bounceText) explanation() string {
 // textBounce reads a bounce that is not RFC 3464 from its text.
 func (m *msg) textBounce(rep *Report, bt bounceText) bool {
 	explanation := truncate(bt.explanation(), maxContext)
-	from := m.header.Get("From")
-	signal := daemonFromRe.MatchString(from) || bounceSubjectRe.MatchString(m.subject) ||
+	daemon := daemonFromRe.MatchString(m.header.Get("From"))
+	signal := daemon || bounceSubjectRe.MatchString(m.subject) ||
 		m.header.Has("X-Failed-Recipients") || bounceBodyRe.MatchString(explanation)
 	if !signal {
 		return false
 	}
-
-	blocks := bt.blocks
-	if len(blocks) == 0 {
-		for _, v := range m.header.Values("X-Failed-Recipients") {
-			for _, a := range headerAddresses(v) {
-				blocks = append(blocks, textBlock{addr: a, lines: bt.preamble})
-			}
-		}
-	}
-	if len(blocks) == 0 {
-		// Last resort: whom the returned message was for, when it was for
-		// one recipient only.
-		if as := m.returnedRecipients(bt.returned); len(as) == 1 {
-			blocks = append(blocks, textBlock{addr: as[0], lines: bt.preamble})
-		}
-	}
-	if len(blocks) == 0 && !(daemonFromRe.MatchString(from) && bounceSubjectRe.MatchString(m.subject)) {
+	blocks := m.failedBlocks(bt)
+	if len(blocks) == 0 && !(daemon && bounceSubjectRe.MatchString(m.subject)) {
 		return false
 	}
 
@@ -273,17 +284,9 @@ func (m *msg) textBounce(rep *Report, bt bounceText) bool {
 		delayRe.MatchString(explanation) && !permanentRe.MatchString(explanation)
 	preamble := truncate(joinDiagnostic(bt.preamble), maxContext)
 	for _, b := range blocks {
-		r := Recipient{FinalRecipient: b.addr, Action: "failed"}
+		r := textRecipient(b, bt.preamble, preamble)
 		if delayed {
 			r.Action = "delayed"
-		}
-		r.SMTPCode, r.Status = replyCodes(strings.Join(b.lines, "\n"))
-		r.Diagnostic = b.diagnostic()
-		if r.Diagnostic == "" {
-			r.Diagnostic = truncate(preamble, maxDiagnostic)
-			if r.SMTPCode == 0 && r.Status == "" {
-				r.SMTPCode, r.Status = replyCodes(strings.Join(bt.preamble, "\n"))
-			}
 		}
 		r.assess(preamble)
 		rep.Recipients = append(rep.Recipients, r)
@@ -293,6 +296,45 @@ func (m *msg) textBounce(rep *Report, bt bounceText) bool {
 		rep.Kind = KindDelay
 	}
 	return true
+}
+
+// failedBlocks returns the recipients of a bounce's text; when the text
+// names none, those of X-Failed-Recipients, else whom the returned
+// message was for when it was for one recipient only. Those have the
+// preamble for their lines.
+func (m *msg) failedBlocks(bt bounceText) []textBlock {
+	if len(bt.blocks) > 0 {
+		return bt.blocks
+	}
+	var blocks []textBlock
+	for _, v := range m.header.Values("X-Failed-Recipients") {
+		for _, a := range headerAddresses(v) {
+			blocks = append(blocks, textBlock{addr: a, lines: bt.preamble})
+		}
+	}
+	if len(blocks) > 0 {
+		return blocks
+	}
+	if as := m.returnedRecipients(bt.returned); len(as) == 1 {
+		return []textBlock{{addr: as[0], lines: bt.preamble}}
+	}
+	return nil
+}
+
+// textRecipient is the failed recipient of block b. A block that says
+// nothing has the preamble for its diagnostic (joined, in preamble) and
+// the codes the preamble's lines carry.
+func textRecipient(b textBlock, preambleLines []string, preamble string) Recipient {
+	r := Recipient{FinalRecipient: b.addr, Action: "failed"}
+	r.SMTPCode, r.Status = replyCodes(strings.Join(b.lines, "\n"))
+	r.Diagnostic = b.diagnostic()
+	if r.Diagnostic == "" {
+		r.Diagnostic = truncate(preamble, maxDiagnostic)
+		if r.SMTPCode == 0 && r.Status == "" {
+			r.SMTPCode, r.Status = replyCodes(strings.Join(preambleLines, "\n"))
+		}
+	}
+	return r
 }
 
 // permanentRe is wording that a failure is final.

@@ -164,22 +164,23 @@ func (m *msg) walk(e *message.Entity, depth int) {
 		return
 	}
 	mediaType, params := contentType(e.Header)
-	limit := int64(maxPartSize)
-	if strings.HasPrefix(mediaType, "multipart/") {
-		limit = maxMessageSize
-	}
-	body, _ := io.ReadAll(io.LimitReader(e.Body, limit))
-
-	if strings.HasPrefix(mediaType, "multipart/") {
-		if mediaType == "multipart/report" && m.reportType == "" {
-			m.reportType = strings.ToLower(params["report-type"])
-		}
-		if !m.walkMultipart(body, params["boundary"], depth) {
-			m.addText(mediaType, body)
-		}
+	if !strings.HasPrefix(mediaType, "multipart/") {
+		body, _ := io.ReadAll(io.LimitReader(e.Body, maxPartSize))
+		m.addPart(e.Header, mediaType, body)
 		return
 	}
+	body, _ := io.ReadAll(io.LimitReader(e.Body, maxMessageSize))
+	if mediaType == "multipart/report" && m.reportType == "" {
+		m.reportType = strings.ToLower(params["report-type"])
+	}
+	if !m.walkMultipart(body, params["boundary"], depth) {
+		m.addText(mediaType, body)
+	}
+}
 
+// addPart keeps what a part that is not multipart says, by its media type.
+// An attachment is kept only when it is text.
+func (m *msg) addPart(h message.Header, mediaType string, body []byte) {
 	switch mediaType {
 	case "message/delivery-status", "message/global-delivery-status":
 		m.status = append(m.status, toText(body))
@@ -188,23 +189,30 @@ func (m *msg) walk(e *message.Entity, depth int) {
 			m.feedback = toText(body)
 		}
 	case "message/rfc822", "message/global":
-		if m.returned == nil {
-			if h, ok := readHeader(body); ok {
-				m.returned = &h
-				m.inner = body
-			}
-		}
+		m.setReturned(body, true)
 	case "text/rfc822-headers", "message/rfc822-headers", "message/global-headers":
-		if m.returned == nil {
-			if h, ok := readHeader(body); ok {
-				m.returned = &h
-			}
-		}
+		m.setReturned(body, false)
 	default:
-		if disp, _, _ := e.Header.ContentDisposition(); disp == "attachment" && !strings.HasPrefix(mediaType, "text/") {
+		if disp, _, _ := h.ContentDisposition(); disp == "attachment" && !strings.HasPrefix(mediaType, "text/") {
 			return
 		}
 		m.addText(mediaType, body)
+	}
+}
+
+// setReturned keeps the header of the first returned message, and the
+// message whole when it is attached whole.
+func (m *msg) setReturned(body []byte, whole bool) {
+	if m.returned != nil {
+		return
+	}
+	h, ok := readHeader(body)
+	if !ok {
+		return
+	}
+	m.returned = &h
+	if whole {
+		m.inner = body
 	}
 }
 

@@ -159,26 +159,33 @@ func TestParse(t *testing.T) {
 			if rep.FeedbackType != tt.feedback {
 				t.Errorf("FeedbackType = %q, want %q", rep.FeedbackType, tt.feedback)
 			}
-			if len(rep.Recipients) != len(tt.rcpts) {
-				t.Fatalf("got %d recipients %+v, want %d", len(rep.Recipients), rep.Recipients, len(tt.rcpts))
-			}
-			for i, w := range tt.rcpts {
-				r := rep.Recipients[i]
-				check := func(field, got, want string) {
-					if want != "" && got != want {
-						t.Errorf("recipient %d %s = %q, want %q", i, field, got, want)
-					}
-				}
-				check("FinalRecipient", r.FinalRecipient, w.addr)
-				check("Action", r.Action, w.action)
-				check("Status", r.Status, w.status)
-				check("Type", r.Type, w.typ)
-				check("Reason", string(r.Reason), string(w.reason))
-				if w.code != 0 && r.SMTPCode != w.code {
-					t.Errorf("recipient %d SMTPCode = %d, want %d", i, r.SMTPCode, w.code)
-				}
-			}
+			checkRecipients(t, rep.Recipients, tt.rcpts)
 		})
+	}
+}
+
+// checkRecipients checks the recipients of a report against what a test
+// expects of each, in order.
+func checkRecipients(t *testing.T, rs []Recipient, ws []want) {
+	t.Helper()
+	if len(rs) != len(ws) {
+		t.Fatalf("got %d recipients %+v, want %d", len(rs), rs, len(ws))
+	}
+	for i, w := range ws {
+		r := rs[i]
+		check := func(field, got, want string) {
+			if want != "" && got != want {
+				t.Errorf("recipient %d %s = %q, want %q", i, field, got, want)
+			}
+		}
+		check("FinalRecipient", r.FinalRecipient, w.addr)
+		check("Action", r.Action, w.action)
+		check("Status", r.Status, w.status)
+		check("Type", r.Type, w.typ)
+		check("Reason", string(r.Reason), string(w.reason))
+		if w.code != 0 && r.SMTPCode != w.code {
+			t.Errorf("recipient %d SMTPCode = %d, want %d", i, r.SMTPCode, w.code)
+		}
 	}
 }
 

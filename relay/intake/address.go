@@ -38,39 +38,67 @@ func checkAddress(addr string, smtputf8 bool, code smtp.EnhancedCode) error {
 	return nil
 }
 
+// checkDomain says what is wrong with the domain of an envelope address,
+// or "" when nothing is. It is an address literal, or a name of labels
+// and at most 253 octets: the most a name can have in the DNS, whose 255
+// octets (RFC 1035 section 2.3.4) count a length octet before the first
+// label and the root's after the last.
 func checkDomain(d string) string {
-	if d == "" {
+	switch {
+	case d == "":
 		return "the domain is empty"
-	}
-	if strings.HasPrefix(d, "[") && strings.HasSuffix(d, "]") {
-		lit := d[1 : len(d)-1]
-		if v6, ok := strings.CutPrefix(lit, "IPv6:"); ok {
-			if a, err := netip.ParseAddr(v6); err == nil && a.Is6() {
-				return ""
-			}
-		} else if a, err := netip.ParseAddr(lit); err == nil && a.Is4() {
-			return ""
-		}
-		return "the address literal " + d + " is not an IP address"
-	}
-	if len(d) > 253 {
+	case strings.HasPrefix(d, "[") && strings.HasSuffix(d, "]"):
+		return checkAddressLiteral(d)
+	case len(d) > 253:
 		return "the domain is longer than 253 octets"
 	}
 	for _, label := range strings.Split(d, ".") {
-		if label == "" || len(label) > 63 {
-			return "each label of the domain must be 1 to 63 octets long"
-		}
-		if label[0] == '-' || label[len(label)-1] == '-' {
-			return "a label of the domain starts or ends with '-'"
-		}
-		for _, r := range label {
-			ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r >= 0x80
-			if !ok {
-				return fmt.Sprintf("the domain holds %q", r)
-			}
+		if why := checkLabel(label); why != "" {
+			return why
 		}
 	}
 	return ""
+}
+
+// checkAddressLiteral checks a domain in brackets: an IPv4 address, or an
+// IPv6 one tagged "IPv6:" (RFC 5321 section 4.1.3). A literal of any
+// other tag is refused.
+func checkAddressLiteral(d string) string {
+	lit := d[1 : len(d)-1]
+	if v6, ok := strings.CutPrefix(lit, "IPv6:"); ok {
+		if a, err := netip.ParseAddr(v6); err == nil && a.Is6() {
+			return ""
+		}
+	} else if a, err := netip.ParseAddr(lit); err == nil && a.Is4() {
+		return ""
+	}
+	return "the address literal " + d + " is not an IP address"
+}
+
+// checkLabel checks one label of a domain name: 1 to 63 octets (RFC 1035
+// section 2.3.4) of letters, digits and hyphens, with no hyphen at either
+// end (RFC 5321 section 4.1.2). Non-ASCII characters pass unchecked: the
+// U-labels of an internationalised name (RFC 5890) are not validated
+// here, and whether the address may hold them at all is SMTPUTF8's
+// matter, checked by checkAddress.
+func checkLabel(label string) string {
+	if label == "" || len(label) > 63 {
+		return "each label of the domain must be 1 to 63 octets long"
+	}
+	if label[0] == '-' || label[len(label)-1] == '-' {
+		return "a label of the domain starts or ends with '-'"
+	}
+	for _, r := range label {
+		if !letDigHyp(r) && r < 0x80 {
+			return fmt.Sprintf("the domain holds %q", r)
+		}
+	}
+	return ""
+}
+
+// letDigHyp reports whether r is an ASCII letter, digit or hyphen.
+func letDigHyp(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-'
 }
 
 func isASCII(s string) bool {

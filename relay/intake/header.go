@@ -2,6 +2,7 @@ package intake
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -42,24 +43,8 @@ type control struct {
 func readControl(h *textproto.Header, now time.Time) (control, error) {
 	c := control{priority: backends.PriorityNormal}
 	known := controlHeaders()
-	var unknown []string
-	for f := h.Fields(); f.Next(); {
-		k := f.Key()
-		if len(k) < len(controlPrefix) || !strings.EqualFold(k[:len(controlPrefix)], controlPrefix) {
-			continue
-		}
-		found := false
-		for _, name := range known {
-			if strings.EqualFold(k, name) {
-				found = true
-			}
-		}
-		if !found {
-			unknown = append(unknown, k)
-		}
-	}
-	if len(unknown) > 0 {
-		return c, contentError("unknown control header %s; the relay reads only %s", unknown[0], strings.Join(known, ", "))
+	if k := unknownControl(h, known); k != "" {
+		return c, contentError("unknown control header %s; the relay reads only %s", k, strings.Join(known, ", "))
 	}
 	for _, name := range known {
 		vals := h.Values(name)
@@ -75,27 +60,51 @@ func readControl(h *textproto.Header, now time.Time) (control, error) {
 		}
 		c.raw[name] = v
 		h.Del(name)
-		switch name {
-		case HeaderPriority:
-			p, err := parsePriority(v)
-			if err != nil {
-				return c, err
-			}
-			c.priority = p
-		case HeaderBatch:
-			if err := backends.CheckBatch(v); err != nil {
-				return c, contentError("%s: %v", HeaderBatch, err)
-			}
-			c.batch = v
-		case HeaderSendAfter:
-			t, err := parseSendAfter(v, now)
-			if err != nil {
-				return c, err
-			}
-			c.sendAfter = t
+		if err := c.set(name, v, now); err != nil {
+			return c, err
 		}
 	}
 	return c, nil
+}
+
+// unknownControl returns the first field of h with the control prefix
+// that is none of known, or "".
+func unknownControl(h *textproto.Header, known []string) string {
+	for f := h.Fields(); f.Next(); {
+		k := f.Key()
+		if len(k) < len(controlPrefix) || !strings.EqualFold(k[:len(controlPrefix)], controlPrefix) {
+			continue
+		}
+		if !slices.ContainsFunc(known, func(name string) bool { return strings.EqualFold(k, name) }) {
+			return k
+		}
+	}
+	return ""
+}
+
+// set reads the value v of the control header name into c. The PEC
+// receipt header is read from raw when the message is checked as PEC.
+func (c *control) set(name, v string, now time.Time) error {
+	switch name {
+	case HeaderPriority:
+		p, err := parsePriority(v)
+		if err != nil {
+			return err
+		}
+		c.priority = p
+	case HeaderBatch:
+		if err := backends.CheckBatch(v); err != nil {
+			return contentError("%s: %v", HeaderBatch, err)
+		}
+		c.batch = v
+	case HeaderSendAfter:
+		t, err := parseSendAfter(v, now)
+		if err != nil {
+			return err
+		}
+		c.sendAfter = t
+	}
+	return nil
 }
 
 func parsePriority(v string) (int, error) {

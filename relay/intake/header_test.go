@@ -3,6 +3,7 @@ package intake
 import (
 	"bufio"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -41,6 +42,9 @@ func TestReadControl(t *testing.T) {
 		{name: "milliseconds", header: "X-Postino-Send-After: 1795345200000\r\n", wantErr: "milliseconds"},
 		{name: "twice", header: "X-Postino-Priority: 1\r\nX-Postino-Priority: 2\r\n", wantErr: "appears 2 times"},
 		{name: "unknown", header: "X-Postino-Prority: 1\r\n", wantErr: "unknown control header X-Postino-Prority"},
+		{name: "first unknown named", header: "X-Postino-Priority: 1\r\nX-Postino-Zed: 1\r\nX-Postino-Alpha: 1\r\n", wantErr: "unknown control header X-Postino-Zed"},
+		// Only fields that start with "X-Postino-" are control headers.
+		{name: "prefix only in part", header: "X-Postino: 1\r\nX-Postinos-Priority: 0\r\n", priority: 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +69,29 @@ func TestReadControl(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReadControlRaw checks that every control header is recorded as
+// given, trimmed, and removed from the message, the PEC receipt's too,
+// which checkPEC reads later.
+func TestReadControlRaw(t *testing.T) {
+	h := readHeader(t, "From: a@example.com\r\nx-postino-pec-receipt:  breve \r\nX-Postino-Batch: b1\r\nX-Postino-Priority: high\r\n")
+	c, err := readControl(&h, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{HeaderPECReceipt: "breve", HeaderBatch: "b1", HeaderPriority: "high"}
+	if !maps.Equal(c.raw, want) {
+		t.Errorf("raw = %v, want %v", c.raw, want)
+	}
+	if c.priority != 1 || c.batch != "b1" {
+		t.Errorf("got priority %d batch %q", c.priority, c.batch)
+	}
+	for f := h.Fields(); f.Next(); {
+		if f.Key() != "From" {
+			t.Errorf("field %s left in the message", f.Key())
+		}
 	}
 }
 
@@ -107,37 +134,5 @@ func TestReadIdentity(t *testing.T) {
 				t.Errorf("got id %q message-id %q", got.id, got.messageID)
 			}
 		})
-	}
-}
-
-func TestCheckAddress(t *testing.T) {
-	rcpt := smtp.EnhancedCode{5, 1, 3}
-	tests := []struct {
-		addr string
-		utf8 bool
-		code smtp.EnhancedCode // zero: valid
-	}{
-		{addr: "user@example.com"},
-		{addr: "user@[192.0.2.1]"},
-		{addr: "user@[IPv6:2001:db8::1]"},
-		{addr: "user", code: rcpt},
-		{addr: "@example.com", code: rcpt},
-		{addr: "user@-bad.example", code: rcpt},
-		{addr: "user@exa_mple.com", code: rcpt},
-		{addr: "user@[300.1.1.1]", code: rcpt},
-		{addr: "user@example..com", code: rcpt},
-		{addr: "josé@example.com", code: smtp.EnhancedCode{5, 6, 7}},
-		{addr: "josé@exämple.com", utf8: true},
-		{addr: strings.Repeat("a", 65) + "@example.com", code: rcpt},
-	}
-	for _, tt := range tests {
-		err := checkAddress(tt.addr, tt.utf8, rcpt)
-		var se *smtp.SMTPError
-		switch {
-		case tt.code == (smtp.EnhancedCode{}) && err != nil:
-			t.Errorf("%s: %v, want valid", tt.addr, err)
-		case tt.code != (smtp.EnhancedCode{}) && (!errors.As(err, &se) || se.EnhancedCode != tt.code):
-			t.Errorf("%s: %v, want %v", tt.addr, err, tt.code)
-		}
 	}
 }

@@ -270,23 +270,11 @@ func tempFailure(format string, args ...any) error {
 // data reads, checks and stores one message. It returns the message id when
 // it knows it, and the reply.
 func (s *session) data(r io.Reader, now time.Time) (string, error) {
-	cfg := &s.srv.cfg
 	allow8bit := s.opts.Body == smtp.Body8BitMIME || s.opts.Body == smtp.BodyBinaryMIME || s.opts.UTF8
-	rd, _ := s.srv.readers.Get().(*reader)
-	if rd == nil {
-		rd = &reader{sc: newScanner(nil, false, false, 0)}
-		rd.br = bufio.NewReaderSize(rd.sc, 32<<10)
-	}
-	rd.sc.reset(r, cfg.RejectBareNewlines, allow8bit, cfg.MaxLineLength)
-	rd.br.Reset(rd.sc)
-	defer func() {
-		rd.sc.reset(nil, false, false, 0)
-		rd.br.Reset(nil)
-		s.srv.readers.Put(rd)
-	}()
-	sc, br := rd.sc, rd.br
+	rd := s.srv.getReader(r, allow8bit)
+	defer s.srv.putReader(rd)
 
-	h, err := textproto.ReadHeader(br)
+	h, err := textproto.ReadHeader(rd.br)
 	if err != nil {
 		return "", readError(err, "the header section is malformed: %v")
 	}
@@ -299,44 +287,89 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 		return ident.id, err
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.CommitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
 	defer cancel()
 	if ident.id == "" {
 		ident.id = newID()
 		addField(&h, HeaderMailID, ident.id)
-	} else {
-		switch _, err := s.srv.outbox.Get(ctx, ident.id); {
-		case err == nil:
-			// An app retrying a message it already handed over.
-			if _, err := io.Copy(io.Discard, br); err != nil {
-				return ident.id, readError(err, "%v")
-			}
-			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
-			return ident.id, queued(ident.id)
-		case !errors.Is(err, backends.ErrNotFound):
-			return ident.id, tempFailure("Outbox unavailable, try again later: %v", err)
-		}
+	} else if reply, done := s.resubmitted(ctx, ident.id, rd.br); done {
+		return ident.id, reply
 	}
 	if err := s.checkPEC(ctx, &h, ctrl, ident); err != nil {
 		return ident.id, err
 	}
+	s.addTrace(&h, &ident, now)
+	f, err := s.spoolMessage(ident.id, h, rd.br, now)
+	if err != nil {
+		return ident.id, err
+	}
+	return ident.id, s.record(ctx, f, ident, ctrl, rd.sc.eightBit, now)
+}
+
+// getReader takes a reader from the pool, or makes one, and sets it to
+// read r.
+func (s *Server) getReader(r io.Reader, allow8bit bool) *reader {
+	rd, _ := s.readers.Get().(*reader)
+	if rd == nil {
+		rd = &reader{sc: newScanner(nil, false, false, 0)}
+		rd.br = bufio.NewReaderSize(rd.sc, 32<<10)
+	}
+	rd.sc.reset(r, s.cfg.RejectBareNewlines, allow8bit, s.cfg.MaxLineLength)
+	rd.br.Reset(rd.sc)
+	return rd
+}
+
+// putReader gives rd back to the pool, holding on to no connection.
+func (s *Server) putReader(rd *reader) {
+	rd.sc.reset(nil, false, false, 0)
+	rd.br.Reset(nil)
+	s.readers.Put(rd)
+}
+
+// resubmitted answers an app that hands over again a message the outbox
+// holds under id: the rest of the message is read and dropped, and the
+// reply says it is queued. done is false when the outbox has no such
+// message, and the message is new.
+func (s *session) resubmitted(ctx context.Context, id string, body io.Reader) (reply error, done bool) {
+	switch _, err := s.srv.outbox.Get(ctx, id); {
+	case err == nil:
+		if _, err := io.Copy(io.Discard, body); err != nil {
+			return readError(err, "%v"), true
+		}
+		s.srv.log.Info("duplicate submission answered with the queued message", "id", id, "client", s.clientIP)
+		return queued(id), true
+	case !errors.Is(err, backends.ErrNotFound):
+		return tempFailure("Outbox unavailable, try again later: %v", err), true
+	}
+	return nil, false
+}
+
+// addTrace adds the fields the relay stamps on a message: a Message-ID and
+// a Date when the app gave none (ident gets the Message-ID), and Received.
+func (s *session) addTrace(h *textproto.Header, ident *identity, now time.Time) {
+	cfg := &s.srv.cfg
 	if ident.messageID == "" {
 		ident.messageID = newID() + "@" + cfg.Hostname
-		addField(&h, "Message-ID", "<"+ident.messageID+">")
+		addField(h, "Message-ID", "<"+ident.messageID+">")
 	}
 	if !h.Has("Date") {
-		addField(&h, "Date", now.Format(time.RFC1123Z))
+		addField(h, "Date", now.Format(time.RFC1123Z))
 	}
-	addField(&h, "Received", receivedField(s.conn.Hostname(), s.clientIP.String(), cfg.Hostname, s.protocol(), ident.id, s.rcpts, now))
+	addField(h, "Received", receivedField(s.conn.Hostname(), s.clientIP.String(), cfg.Hostname, s.protocol(), ident.id, s.rcpts, now))
+}
 
-	f, err := s.srv.spool.Create(ident.id, now)
+// spoolMessage writes the header h and the rest of the message, read from
+// body, to the spool and commits it. A write that fails is a temporary
+// failure; a read that fails is the client's, replied as readError says.
+func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (*spool.File, error) {
+	f, err := s.srv.spool.Create(id, now)
 	if err != nil {
-		return ident.id, tempFailure("Cannot write the message to the spool, try again later: %v", err)
+		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
 	}
 	ew := &errWriter{w: f}
 	err = textproto.WriteHeader(ew, h)
 	if err == nil {
-		_, err = io.Copy(ew, br)
+		_, err = io.Copy(ew, body)
 	}
 	if err == nil {
 		err = f.Commit()
@@ -345,11 +378,17 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 	if err != nil {
 		f.Abort()
 		if ew.err != nil {
-			return ident.id, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
+			return nil, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
 		}
-		return ident.id, readError(err, "%v")
+		return nil, readError(err, "%v")
 	}
+	return f, nil
+}
 
+// record records the spooled message f in the outbox and returns the
+// reply: queued, also when the outbox has the message already (an app's
+// retry that raced with the first submission).
+func (s *session) record(ctx context.Context, f *spool.File, ident identity, ctrl control, eightBit bool, now time.Time) error {
 	m := &backends.Message{
 		ID:        ident.id,
 		MessageID: ident.messageID,
@@ -368,7 +407,7 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 			TLS:        s.tls,
 			ReceivedAt: now,
 			SMTPUTF8:   s.opts.UTF8,
-			EightBit:   sc.eightBit,
+			EightBit:   eightBit,
 			Size:       f.Size(),
 			Control:    ctrl.raw,
 		},
@@ -377,16 +416,16 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 		s.srv.spool.Remove(f.Path())
 		if errors.Is(err, backends.ErrDuplicate) {
 			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
-			return ident.id, queued(ident.id)
+			return queued(ident.id)
 		}
-		return ident.id, tempFailure("Cannot record the message in the outbox, try again later: %v", err)
+		return tempFailure("Cannot record the message in the outbox, try again later: %v", err)
 	}
 	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,
 		"rcpts", len(s.rcpts), "size", f.Size(), "client", s.clientIP, "user", s.authUser)
 	if s.srv.accepted != nil {
 		s.srv.accepted()
 	}
-	return ident.id, queued(ident.id)
+	return queued(ident.id)
 }
 
 // protocol is the WITH clause of the Received field (RFC 3848, RFC 6531).
