@@ -1,6 +1,7 @@
 // Command testplugin is a status-callback plugin for the relay's tests. It
-// appends every event it gets to $TESTPLUGIN_OUT (JSON lines) and behaves as
-// $TESTPLUGIN_MODE says:
+// appends every event it gets to $TESTPLUGIN_OUT (JSON lines, with its
+// process id and the time it got the event) and behaves as $TESTPLUGIN_MODE
+// says:
 //
 //	ok           acknowledge
 //	fail-twice   fail the first two tries of each event
@@ -9,6 +10,8 @@
 //	fail-while   fail while the file $TESTPLUGIN_GATE exists
 //	slow         take $TESTPLUGIN_DELAY before acknowledging
 //	old          speak another version of the plugin contract
+//	refuse-while exit at start, saying why on standard error, while the
+//	             file $TESTPLUGIN_GATE exists
 package main
 
 import (
@@ -60,8 +63,9 @@ func (p *testPlugin) record(e *sdk.Event) {
 	defer f.Close()
 	b, _ := json.Marshal(struct {
 		*sdk.Event
-		PID int `json:"pid"`
-	}{e, os.Getpid()})
+		PID        int       `json:"pid"`
+		ReceivedAt time.Time `json:"received_at"`
+	}{e, os.Getpid(), time.Now()})
 	f.Write(append(b, '\n'))
 }
 
@@ -95,6 +99,10 @@ func (p *testPlugin) Deliver(ctx context.Context, e *sdk.Event) error {
 
 func main() {
 	p := &testPlugin{mode: os.Getenv("TESTPLUGIN_MODE"), out: os.Getenv("TESTPLUGIN_OUT"), state: os.Getenv("TESTPLUGIN_STATE")}
+	if _, err := os.Stat(os.Getenv("TESTPLUGIN_GATE")); p.mode == "refuse-while" && err == nil {
+		fmt.Fprintln(os.Stderr, "cannot start: the gate is closed")
+		os.Exit(1)
+	}
 	if p.mode == "old" {
 		hs := sdk.Handshake()
 		hs.ProtocolVersion = sdk.ProtocolVersion + 98
