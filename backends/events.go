@@ -133,6 +133,14 @@ type EventClaim struct {
 	Reason     string
 }
 
+// Check validates a claim before the store looks at anything.
+func (c *EventClaim) Check() error {
+	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
+		return fmt.Errorf("claim events: a lease and a limit are required")
+	}
+	return nil
+}
+
 // EventUpdate moves one event from one state to another, conditionally on
 // its current state.
 type EventUpdate struct {
@@ -175,6 +183,18 @@ func (u *EventUpdate) Check() error {
 	return nil
 }
 
+// Prepare checks u before a store looks at anything, and dates it now
+// unless the caller said when.
+func (u *EventUpdate) Prepare(now time.Time) error {
+	if err := u.Check(); err != nil {
+		return err
+	}
+	if u.At.IsZero() {
+		u.At = now
+	}
+	return nil
+}
+
 // Apply makes the update to e, which the store has read in state u.From.
 func (u *EventUpdate) Apply(e *Event) {
 	e.State, e.UpdatedAt, e.LeaseUntil = u.To, u.At, time.Time{}
@@ -197,6 +217,13 @@ func (u *EventUpdate) Apply(e *Event) {
 	}
 }
 
+// RestoreEvent returns e, calling when its lease ran out, to pending and
+// due at once; its message returns on its own lease (RestoreTransition).
+func RestoreEvent(e *Event, now time.Time) {
+	u := EventUpdate{ID: e.ID, From: EventCalling, To: EventPending, At: now}
+	u.Apply(e)
+}
+
 // EventMessageMove is the move an event update makes its message do, if
 // any: from the calling status to the acknowledged one on acked, back to the
 // outcome's status on pending or parked.
@@ -212,4 +239,70 @@ func EventMessageMove(outcome string, to EventState) (from, dest Status, ok bool
 		return calling, Status(outcome), true
 	}
 	return "", "", false
+}
+
+// EventTx is a store's transaction as the event rules below see it: every
+// store updates and claims events through them, so that what an event's
+// move does to its message is written once.
+type EventTx interface {
+	// Event reads an event; an error wrapping ErrNotFound when none has
+	// that id.
+	Event(id string) (*Event, error)
+	// PutEvent stores after, the new state of the event read as before.
+	PutEvent(before, after *Event) error
+	// Status reads the status of a message.
+	Status(messageID string) (Status, error)
+	// Move applies t to a message that Status found in t.From.
+	Move(t Transition) error
+}
+
+// UpdateEvent applies u in tx: ErrLockNotAcquired when the event is not in
+// u.From. When the event's outcome is a status, its message moves as
+// EventMessageMove says, if it is where that move starts.
+func UpdateEvent(tx EventTx, u EventUpdate) (*Event, error) {
+	before, err := tx.Event(u.ID)
+	if err != nil {
+		return nil, err
+	}
+	if before.State != u.From {
+		return nil, ErrLockNotAcquired
+	}
+	e := *before
+	u.Apply(&e)
+	if err := tx.PutEvent(before, &e); err != nil {
+		return nil, err
+	}
+	from, dest, ok := EventMessageMove(e.Outcome, u.To)
+	if !ok {
+		return &e, nil
+	}
+	st, err := tx.Status(e.MessageID)
+	if err != nil || st != from {
+		return &e, err
+	}
+	return &e, tx.Move(Transition{ID: e.MessageID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason})
+}
+
+// ClaimEvent moves e, pending and first in line for its message, to
+// calling under c's lease, and its message along CallingPath to the
+// outcome's calling status, in tx. It returns the claimed event.
+func ClaimEvent(tx EventTx, e *Event, c EventClaim) (*Event, error) {
+	after := *e
+	after.State, after.LeaseUntil, after.UpdatedAt = EventCalling, c.LeaseUntil, c.Now
+	if err := tx.PutEvent(e, &after); err != nil {
+		return nil, err
+	}
+	st, err := tx.Status(e.MessageID)
+	if err != nil {
+		return nil, err
+	}
+	steps := CallingPath(st, e.Outcome)
+	if len(steps) == 0 {
+		return &after, nil
+	}
+	t := Path(e.MessageID, st, steps, c.Now, c.LeaseUntil, c.Reason)
+	if err := t.Check(); err != nil {
+		return nil, err
+	}
+	return &after, tx.Move(t)
 }

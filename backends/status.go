@@ -124,6 +124,43 @@ func (s Status) Acknowledged() bool {
 	return false
 }
 
+// QueueClock says which of a message's times orders it within its status
+// (Message.QueueTime).
+type QueueClock int
+
+const (
+	ByLastChange QueueClock = iota // when the message reached the status
+	ByDueTime                      // READY: when it may be sent
+	ByCreation                     // ACCEPTED: its age, even when restored
+)
+
+// QueueClock is the time the status orders its messages by.
+func (s Status) QueueClock() QueueClock {
+	switch s {
+	case StatusReady:
+		return ByDueTime
+	case StatusAccepted:
+		return ByCreation
+	}
+	return ByLastChange
+}
+
+// WorkingStatuses lists the statuses held under a lease.
+func WorkingStatuses() []Status { return statusesWhere(Status.Working) }
+
+// AcknowledgedStatuses lists the statuses retention may remove.
+func AcknowledgedStatuses() []Status { return statusesWhere(Status.Acknowledged) }
+
+func statusesWhere(keep func(Status) bool) []Status {
+	var out []Status
+	for _, s := range Statuses() {
+		if keep(s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // Undelivered reports whether the message has not left the relay yet, so its
 // spool file is still needed to send it.
 func (s Status) Undelivered() bool {

@@ -12,9 +12,10 @@ import (
 	"time"
 
 	"github.com/emersion/go-message"
+	"github.com/smallstep/pkcs7"
+
 	"github.com/genropy/postino/internal/corpus"
 	"github.com/genropy/postino/pec"
-	"github.com/smallstep/pkcs7"
 )
 
 func TestRealCorpus(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/plugins/sdk"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/mailbox"
 )
 
@@ -216,8 +216,8 @@ func receiptKey(rec *Receipt, raw []byte) string {
 }
 
 // fields are what plugins read of a receipt: the contract's PEC fields.
-func fields(rec *Receipt) sdk.PEC {
-	p := sdk.PEC{ReceiptType: string(rec.Type), Source: string(rec.Source), Signature: string(rec.Signature.Status), Signer: rec.Signature.Signer,
+func fields(rec *Receipt) outcome.PEC {
+	p := outcome.PEC{ReceiptType: string(rec.Type), Source: string(rec.Source), Signature: string(rec.Signature.Status), Signer: rec.Signature.Signer,
 		MsgID: rec.Keys.MessageID, Identifier: rec.Keys.Identificativo, Subject: rec.Subject}
 	if d := rec.Daticert; d != nil {
 		p.Sender, p.Subject, p.Issuer, p.Delivery, p.Error, p.ErrorDetail = d.Mittente, d.Oggetto, d.GestoreEmittente, d.Consegna, d.Errore, d.ErroreEsteso
@@ -225,7 +225,7 @@ func fields(rec *Receipt) sdk.PEC {
 			p.Date = d.Data.Format(time.RFC3339)
 		}
 		for _, rc := range d.Destinatari {
-			p.Recipients = append(p.Recipients, sdk.PECRecipient{Address: rc.Address, Type: rc.Type})
+			p.Recipients = append(p.Recipients, outcome.PECRecipient{Address: rc.Address, Type: rc.Type})
 		}
 	}
 	if p.Error == "nessuno" {
@@ -286,7 +286,7 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 
 // completes tells whether the delivery receipt p makes every certified
 // recipient of m delivered, with no delivery error on record.
-func (r *Recorder) completes(ctx context.Context, m *backends.Message, p sdk.PEC) (bool, error) {
+func (r *Recorder) completes(ctx context.Context, m *backends.Message, p outcome.PEC) (bool, error) {
 	events, err := r.store.Events(ctx, m.ID)
 	if err != nil {
 		return false, fmt.Errorf("events of %s: %w", m.ID, err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/plugins/sdk"
+	"github.com/genropy/postino/outcome"
 )
 
 // receipts is what the events of a message say of its receipts so far.
@@ -26,7 +26,7 @@ type receipts struct {
 
 // eventPEC is the part of an event's details the recorder reads back.
 type eventPEC struct {
-	PEC sdk.PEC `json:"pec"`
+	PEC outcome.PEC `json:"pec"`
 }
 
 func readReceipts(events []*backends.Event) *receipts {
@@ -62,7 +62,7 @@ func readReceipts(events []*backends.Event) *receipts {
 }
 
 // note records the recipients a receipt lists.
-func (s *receipts) note(rcpts []sdk.PECRecipient) {
+func (s *receipts) note(rcpts []outcome.PECRecipient) {
 	for _, rc := range rcpts {
 		if rc.Type == "esterno" {
 			s.external[strings.ToLower(rc.Address)] = true

@@ -210,11 +210,7 @@ func eventFor(e *backends.Event, m *backends.Message) *sdk.Event {
 	out := &sdk.Event{
 		EventID: e.ID, MessageID: e.MessageID, RFC822MessageID: m.MessageID, Outcome: e.Outcome, Reason: e.Reason,
 		At: e.At.UTC().Format(time.RFC3339Nano), Attempts: m.Attempts, Sender: m.Envelope.Sender, Batch: m.Batch,
-		Priority: m.Priority, Route: m.Route, DeliveryAttempt: e.Attempts + 1,
-	}
-	for _, r := range m.RecipientResults() {
-		out.Recipients = append(out.Recipients, sdk.Recipient{Address: r.Address, Status: r.Status, Code: r.Code,
-			EnhancedCode: r.Enhanced, Text: r.Text, Host: r.Host})
+		Priority: m.Priority, Route: m.Route, DeliveryAttempt: e.Attempts + 1, Recipients: m.RecipientResults(),
 	}
 	if len(e.Details) > 0 {
 		json.Unmarshal(e.Details, out)

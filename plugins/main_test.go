@@ -20,6 +20,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/plugins/sdk"
 )
@@ -100,9 +101,9 @@ func calls(t *testing.T, out string) []call {
 }
 
 // seed records message id as delivery or intake does when it reaches
-// outcome (SENT, FAILED or INVALID): its one recipient's result and the
+// reached (SENT, FAILED or INVALID): its one recipient's result and the
 // pending event of the outcome, whose id it returns.
-func seed(t *testing.T, store *bolt.Store, id string, outcome backends.Status) string {
+func seed(t *testing.T, store *bolt.Store, id string, reached backends.Status) string {
 	t.Helper()
 	ctx := context.Background()
 	m := &backends.Message{ID: id, MessageID: id + "@example.com", Priority: backends.PriorityNormal, Batch: "b1", EmlPath: id + ".eml",
@@ -113,21 +114,21 @@ func seed(t *testing.T, store *bolt.Store, id string, outcome backends.Status) s
 	lease := time.Now().Add(time.Hour)
 	steps := []backends.Transition{{From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease}}
 	last := backends.StatusIntaking
-	if outcome != backends.StatusInvalid {
+	if reached != backends.StatusInvalid {
 		steps = append(steps,
 			backends.Transition{From: backends.StatusIntaking, To: backends.StatusReady, Route: "default"},
 			backends.Transition{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease})
 		last = backends.StatusProcessing
 	}
-	ev := backends.OutcomeEvent(last, outcome, "seeded "+string(outcome), nil)
-	final := backends.Transition{From: last, To: outcome, Reason: ev.Reason, Event: ev}
-	if outcome != backends.StatusInvalid {
-		code, status := 250, backends.RecipientSent
-		if outcome == backends.StatusFailed {
-			code, status = 550, backends.RecipientFailed
+	ev := backends.OutcomeEvent(last, reached, "seeded "+string(reached), nil)
+	final := backends.Transition{From: last, To: reached, Reason: ev.Reason, Event: ev}
+	if reached != backends.StatusInvalid {
+		code, status := 250, outcome.RecipientSent
+		if reached == backends.StatusFailed {
+			code, status = 550, outcome.RecipientFailed
 		}
 		final.AddAttempt = true
-		final.Results = []backends.RecipientResult{{Address: "user@example.net", Status: status, Code: code, Host: "mx.example.net"}}
+		final.Results = []outcome.Recipient{{Address: "user@example.net", Status: status, Code: code, Host: "mx.example.net"}}
 	}
 	for _, tr := range append(steps, final) {
 		tr.ID = id

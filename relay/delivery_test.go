@@ -13,6 +13,7 @@ import (
 
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 )
@@ -40,13 +41,13 @@ func refuseNobody(up *smtptest.Server) {
 	})
 }
 
-func recipient(m admin.Message, addr string) admin.Recipient {
+func recipient(m admin.Message, addr string) outcome.Recipient {
 	for _, r := range m.Recipients {
 		if r.Address == addr {
 			return r
 		}
 	}
-	return admin.Recipient{}
+	return outcome.Recipient{}
 }
 
 func TestDeliverySuccess(t *testing.T) {
@@ -100,7 +101,7 @@ func TestDeliveryRecipientRefused(t *testing.T) {
 	rl := start(t, cfg)
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net", "someone@example.net"}, "", "x\r\n")
 	m := waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")
-	if r := recipient(m, "nobody@example.net"); r.Status != "failed" || r.Code != 550 || r.Enhanced != "5.1.1" || r.Text != "no such user" {
+	if r := recipient(m, "nobody@example.net"); r.Status != "failed" || r.Code != 550 || r.EnhancedCode != "5.1.1" || r.Text != "no such user" {
 		t.Errorf("refused recipient %+v", r)
 	}
 	if r := recipient(m, "someone@example.net"); r.Status != "sent" {
@@ -167,7 +168,7 @@ func TestDeliveryRefusedAfterData(t *testing.T) {
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"a@example.net", "b@example.net"}, "", "spam\r\n")
 	m := waitStatus(t, rl.client, id, "FAILED-ACKNOWLEDGED")
 	for _, r := range m.Recipients {
-		if r.Status != "failed" || r.Code != 554 || r.Enhanced != "5.7.1" {
+		if r.Status != "failed" || r.Code != 554 || r.EnhancedCode != "5.7.1" {
 			t.Errorf("recipient %+v", r)
 		}
 	}
@@ -290,7 +291,7 @@ func TestDeliveryNeedsSMTPUTF8(t *testing.T) {
 	}
 	_, id, _ := strings.Cut(resp.StatusText, "queued as ")
 	m := waitStatus(t, rl.client, id, "FAILED-ACKNOWLEDGED")
-	if r := m.Recipients[0]; r.Code != 554 || r.Enhanced != "5.6.7" || !strings.Contains(r.Text, "SMTPUTF8") {
+	if r := m.Recipients[0]; r.Code != 554 || r.EnhancedCode != "5.6.7" || !strings.Contains(r.Text, "SMTPUTF8") {
 		t.Errorf("recipient %+v", r)
 	}
 	if len(up.Messages()) != 0 {
@@ -305,7 +306,7 @@ func TestDeliveryTooLarge(t *testing.T) {
 	rl := start(t, cfg)
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"a@example.net"}, "", strings.Repeat("0123456789\r\n", 300))
 	m := waitStatus(t, rl.client, id, "FAILED-ACKNOWLEDGED")
-	if r := m.Recipients[0]; r.Code != 552 || r.Enhanced != "5.3.4" || !strings.Contains(r.Text, "larger than the 2000 octets") {
+	if r := m.Recipients[0]; r.Code != 552 || r.EnhancedCode != "5.3.4" || !strings.Contains(r.Text, "larger than the 2000 octets") {
 		t.Errorf("recipient %+v", r)
 	}
 }
@@ -490,7 +491,7 @@ func TestDeliveryMX(t *testing.T) {
 			m := waitStatus(t, rl.client, id, tt.status)
 			r := m.Recipients[0]
 			if tt.up == nil {
-				if got := fmt.Sprintf("%d %s", r.Code, r.Enhanced); got != tt.want {
+				if got := fmt.Sprintf("%d %s", r.Code, r.EnhancedCode); got != tt.want {
 					t.Errorf("recipient %+v, want %s", r, tt.want)
 				}
 				return

@@ -164,7 +164,7 @@ func TestDKIMDomains(t *testing.T) {
 				t.Errorf("reason %q, want %q", m.Reason, tt.reason)
 			}
 			if tt.status == "FAILED-ACKNOWLEDGED" {
-				if r := recipient(m, "user@example.net"); r.Code != 550 || r.Enhanced != "5.7.0" {
+				if r := recipient(m, "user@example.net"); r.Code != 550 || r.EnhancedCode != "5.7.0" {
 					t.Errorf("recipient %+v", r)
 				}
 				if len(up.Messages()) != 0 {

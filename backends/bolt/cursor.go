@@ -42,14 +42,15 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 		if err != nil {
 			return err
 		}
-		if c.Owner != "" && c.Owner != owner && time.Now().Before(c.LeaseUntil) {
-			return backends.ErrLockNotAcquired
+		if out, err = c.Claim(owner, until, time.Now()); err != nil {
+			return err
 		}
-		c.Owner, c.LeaseUntil = owner, until.UTC()
-		out = c
-		return putCursor(tx, name, c)
+		return putCursor(tx, name, out)
 	})
-	return out, err
+	if err != nil {
+		return backends.Cursor{}, err
+	}
+	return out, nil
 }
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
@@ -58,10 +59,9 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 		if err != nil {
 			return err
 		}
-		if cur.Owner != owner {
-			return backends.ErrLockNotAcquired
+		if cur, err = cur.Save(owner, c); err != nil {
+			return err
 		}
-		cur.UIDValidity, cur.LastUID = c.UIDValidity, c.LastUID
 		return putCursor(tx, name, cur)
 	})
 }

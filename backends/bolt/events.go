@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -102,7 +103,7 @@ func insertEvent(tx *bbolt.Tx, id string, e *backends.Event, at time.Time) error
 
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
-	err := s.write(func(tx *bbolt.Tx) error {
+	err := s.write(ctx, func(tx *bbolt.Tx) error {
 		if tx.Bucket(bucketMessages).Get([]byte(e.MessageID)) == nil {
 			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
 		}
@@ -179,51 +180,14 @@ func firstInLine(tx *bbolt.Tx, e *backends.Event) (bool, error) {
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
-	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
-		return nil, fmt.Errorf("claim events: a lease and a limit are required")
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	var out []*backends.Event
-	err := s.write(func(tx *bbolt.Tx) error {
-		out = out[:0]
-		now := u64(unixNano(c.Now))
-		var ids []string
-		cur := tx.Bucket(bucketEvQueue).Cursor()
-		for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], now) <= 0 && len(ids) < c.Limit; k, _ = cur.Next() {
-			ids = append(ids, timeIDKeyID(k))
-		}
-		taken := map[string]bool{} // one event per message at a time
-		for _, id := range ids {
-			e, err := getEvent(tx, id)
-			if err != nil {
-				return err
-			}
-			if taken[e.MessageID] {
-				continue
-			}
-			first, err := firstInLine(tx, e)
-			if err != nil {
-				return err
-			}
-			if !first {
-				continue
-			}
-			taken[e.MessageID] = true
-			if err := unindexEvent(tx, e); err != nil {
-				return err
-			}
-			e.State, e.LeaseUntil, e.UpdatedAt = backends.EventCalling, c.LeaseUntil, c.Now
-			if err := indexEvent(tx, e); err != nil {
-				return err
-			}
-			if err := putEvent(tx, e); err != nil {
-				return err
-			}
-			if err := moveForEvent(tx, e.MessageID, backends.CallingPath, e.Outcome, c.Now, c.LeaseUntil, c.Reason); err != nil {
-				return err
-			}
-			out = append(out, e)
-		}
-		return nil
+	err := s.write(ctx, func(tx *bbolt.Tx) error {
+		var err error
+		out, err = claimEvents(tx, c)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)
@@ -231,74 +195,66 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	return out, nil
 }
 
-// moveForEvent walks a message along the path an event asks for, when
-// there is one from where the message stands.
-func moveForEvent(tx *bbolt.Tx, id string, path func(backends.Status, string) []backends.Status,
-	outcome string, at, lease time.Time, reason string) error {
-	m, err := get(tx, id)
-	if err != nil {
-		return err
+// claimEvents walks the due events in order and claims those first in
+// line for their message, one per message, until c.Limit are claimed. The
+// events that wait behind an earlier one are passed over, however many:
+// stopping at the first c.Limit due events would let waiting ones fill
+// every claim and keep the first in line, due later, from ever being
+// claimed.
+func claimEvents(tx *bbolt.Tx, c backends.EventClaim) ([]*backends.Event, error) {
+	var due []string
+	now := u64(unixNano(c.Now))
+	cur := tx.Bucket(bucketEvQueue).Cursor()
+	for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], now) <= 0; k, _ = cur.Next() {
+		due = append(due, timeIDKeyID(k)) // claiming changes the bucket: collect first
 	}
-	steps := path(m.Status, outcome)
-	if len(steps) == 0 {
-		return nil
+	var out []*backends.Event
+	taken := map[string]bool{} // one event per message at a time
+	etx := &eventTx{tx: tx}
+	for _, id := range due {
+		if len(out) == c.Limit {
+			break
+		}
+		e, err := getEvent(tx, id)
+		if err != nil {
+			return nil, err
+		}
+		if taken[e.MessageID] {
+			continue
+		}
+		first, err := firstInLine(tx, e)
+		if err != nil {
+			return nil, err
+		}
+		if !first {
+			continue
+		}
+		taken[e.MessageID] = true
+		claimed, err := backends.ClaimEvent(etx, e, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, claimed)
 	}
-	t := backends.Transition{ID: id, From: m.Status, To: steps[0], At: at, KeepReason: true, Reason: reason, LeaseUntil: lease}
-	for _, st := range steps[1:] {
-		t.Then = append(t.Then, backends.Step{To: st, Reason: reason})
-	}
-	if err := t.Check(); err != nil {
-		return err
-	}
-	return apply(tx, m, t)
+	return out, nil
 }
 
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
-	if err := u.Check(); err != nil {
+	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
-	}
-	if u.At.IsZero() {
-		u.At = time.Now().UTC()
 	}
 	var out *backends.Event
 	var refused error
-	err := s.write(func(tx *bbolt.Tx) error {
-		out, refused = nil, nil
-		if tx.Bucket(bucketEvents).Get([]byte(u.ID)) == nil {
-			refused = backends.ErrNotFound
-			return nil
+	err := s.write(ctx, func(tx *bbolt.Tx) error {
+		var err error
+		out, err = backends.UpdateEvent(&eventTx{tx: tx}, u)
+		refused = nil
+		if errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired) {
+			// A refusal is not an error for the group: the others in it
+			// must still commit, so it is reported beside.
+			refused, err = err, nil
 		}
-		e, err := getEvent(tx, u.ID)
-		if err != nil {
-			return err
-		}
-		if e.State != u.From {
-			refused = backends.ErrLockNotAcquired
-			return nil
-		}
-		if err := unindexEvent(tx, e); err != nil {
-			return err
-		}
-		u.Apply(e)
-		if err := indexEvent(tx, e); err != nil {
-			return err
-		}
-		if err := putEvent(tx, e); err != nil {
-			return err
-		}
-		if from, dest, ok := backends.EventMessageMove(e.Outcome, u.To); ok {
-			m, err := get(tx, e.MessageID)
-			if err != nil {
-				return err
-			}
-			if m.Status == from {
-				if err := apply(tx, m, backends.Transition{ID: m.ID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason}); err != nil {
-					return err
-				}
-			}
-		}
-		out = e
-		return nil
+		return err
 	})
 	if err == nil {
 		err = refused
@@ -307,6 +263,45 @@ func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backe
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 	}
 	return out, nil
+}
+
+// eventTx is a bbolt transaction as backends' event rules see it.
+type eventTx struct {
+	tx *bbolt.Tx
+	m  *backends.Message // the message Status read last, for Move
+}
+
+func (t *eventTx) Event(id string) (*backends.Event, error) { return getEvent(t.tx, id) }
+
+func (t *eventTx) PutEvent(before, after *backends.Event) error {
+	if err := unindexEvent(t.tx, before); err != nil {
+		return err
+	}
+	if err := indexEvent(t.tx, after); err != nil {
+		return err
+	}
+	return putEvent(t.tx, after)
+}
+
+func (t *eventTx) Status(id string) (backends.Status, error) {
+	m, err := get(t.tx, id)
+	if err != nil {
+		return "", err
+	}
+	t.m = m
+	return m.Status, nil
+}
+
+func (t *eventTx) Move(tr backends.Transition) error {
+	m := t.m
+	if m == nil || m.ID != tr.ID {
+		var err error
+		if m, err = get(t.tx, tr.ID); err != nil {
+			return err
+		}
+	}
+	t.m = nil // apply changes m
+	return apply(t.tx, m, tr)
 }
 
 // restoreEvents returns calling events whose lease ran out to pending.
@@ -325,7 +320,7 @@ func restoreEvents(tx *bbolt.Tx, expiredBefore, now time.Time, limit int) (int, 
 		if err := unindexEvent(tx, e); err != nil {
 			return 0, err
 		}
-		e.State, e.LeaseUntil, e.DueAt, e.UpdatedAt = backends.EventPending, time.Time{}, now, now
+		backends.RestoreEvent(e, now)
 		if err := indexEvent(tx, e); err != nil {
 			return 0, err
 		}

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -29,27 +30,50 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 	if err := backends.CheckCursorName(name); err != nil {
 		return backends.Cursor{}, err
 	}
-	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	held, found, err := s.getCursor(ctx, name)
+	if err != nil {
+		return backends.Cursor{}, err
+	}
+	c, err := held.Claim(owner, until, time.Now())
+	if err != nil {
+		return backends.Cursor{}, err
+	}
+	// Written on condition that nobody claimed it since it was read.
+	in := &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      cursorKey(name),
 		UpdateExpression:         aws.String("SET #owner = :owner, LeaseUntil = :until"),
-		ConditionExpression:      aws.String("attribute_not_exists(Id) OR #owner = :owner OR LeaseUntil < :now"),
+		ConditionExpression:      aws.String("attribute_not_exists(Id)"),
 		ExpressionAttributeNames: map[string]string{"#owner": "Owner"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":owner": str(owner), ":until": num(until.UnixNano()), ":now": num(time.Now().UnixNano()),
+			":owner": str(owner), ":until": num(c.LeaseUntil.UnixNano()),
 		},
-		ReturnValues: types.ReturnValueAllNew,
-	})
-	if err := cursorErr(err); err != nil {
-		return backends.Cursor{}, err
 	}
-	a := out.Attributes
-	return backends.Cursor{UIDValidity: uint32(getN(a, "UIDValidity")), LastUID: uint32(getN(a, "LastUID")),
-		Owner: getS(a, "Owner"), LeaseUntil: time.Unix(0, getN(a, "LeaseUntil")).UTC()}, nil
+	if found {
+		in.ConditionExpression = aws.String("#owner = :held AND LeaseUntil = :heldUntil")
+		in.ExpressionAttributeValues[":held"] = str(held.Owner)
+		in.ExpressionAttributeValues[":heldUntil"] = num(held.LeaseUntil.UnixNano())
+	}
+	if _, err := s.db.UpdateItem(ctx, in); err != nil {
+		return backends.Cursor{}, cursorErr(err)
+	}
+	return c, nil
 }
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	held, found, err := s.getCursor(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fmt.Errorf("cursor %s was never claimed: %w", name, backends.ErrLockNotAcquired)
+	}
+	next, err := held.Save(owner, c)
+	if err != nil {
+		return err
+	}
+	// Written on condition that owner still holds it.
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                aws.String(s.table),
 		Key:                      cursorKey(name),
 		UpdateExpression:         aws.String("SET UIDValidity = :v, LastUID = :l"),
@@ -57,17 +81,30 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 		ExpressionAttributeNames: map[string]string{"#owner": "Owner"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner": str(owner),
-			":v":     &types.AttributeValueMemberN{Value: strconv.FormatUint(uint64(c.UIDValidity), 10)},
-			":l":     &types.AttributeValueMemberN{Value: strconv.FormatUint(uint64(c.LastUID), 10)},
+			":v":     &types.AttributeValueMemberN{Value: strconv.FormatUint(uint64(next.UIDValidity), 10)},
+			":l":     &types.AttributeValueMemberN{Value: strconv.FormatUint(uint64(next.LastUID), 10)},
 		},
 	})
 	return cursorErr(err)
 }
 
+// getCursor reads a cursor; found is false when it was never claimed.
+func (s *Store) getCursor(ctx context.Context, name string) (c backends.Cursor, found bool, err error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: cursorKey(name), ConsistentRead: aws.Bool(true)})
+	if err != nil || out.Item == nil {
+		return c, false, err
+	}
+	a := out.Item
+	return backends.Cursor{UIDValidity: uint32(getN(a, "UIDValidity")), LastUID: uint32(getN(a, "LastUID")),
+		Owner: getS(a, "Owner"), LeaseUntil: time.Unix(0, getN(a, "LeaseUntil")).UTC()}, true, nil
+}
+
+// cursorErr tells a cursor that moved since it was read (another relay
+// claimed it) from a failure of the store.
 func cursorErr(err error) error {
 	var cf *types.ConditionalCheckFailedException
 	if errors.As(err, &cf) {
-		return backends.ErrLockNotAcquired
+		return fmt.Errorf("cursor claimed by another relay meanwhile: %w", backends.ErrLockNotAcquired)
 	}
 	return err
 }

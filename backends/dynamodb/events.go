@@ -155,127 +155,129 @@ func (s *Store) firstInLine(ctx context.Context, e *backends.Event) (bool, error
 	return true, nil
 }
 
+// ClaimEvents reads the due pending events page by page and claims those
+// first in line for their message, until c.Limit are claimed. The events
+// waiting behind an earlier one are passed over, however many: stopping
+// after a fixed number of candidates would let waiting ones fill every
+// claim and keep the first in line, due later, from ever being claimed.
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
-	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
-		return nil, fmt.Errorf("claim events: a lease and a limit are required")
-	}
-	items, err := s.queued(ctx, eventQueue+string(backends.EventPending), lowKey, keyTime(c.Now)+"~", 4*c.Limit+16)
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	var out []*backends.Event
 	taken := map[string]bool{}
-	for _, it := range items {
-		if len(out) == c.Limit {
-			break
-		}
+	claim := func(it map[string]types.AttributeValue) error {
 		e := eventFromItem(it)
 		if taken[e.MessageID] || e.DueAt.After(c.Now) {
-			continue
+			return nil
 		}
 		first, err := s.firstInLine(ctx, e)
-		if err != nil {
-			return out, fmt.Errorf("claim events: %w", err)
+		if err != nil || !first {
+			return err
 		}
-		if !first {
-			continue
+		claimed, err := s.claimEvent(ctx, e, c)
+		if err != nil || claimed == nil {
+			return err
 		}
-		ok, err := s.claimEvent(ctx, e, c)
-		if err != nil {
-			return out, fmt.Errorf("claim events: %w", err)
-		}
-		if ok {
-			taken[e.MessageID] = true
-			out = append(out, e)
-		}
+		taken[e.MessageID] = true
+		out = append(out, claimed)
+		return nil
+	}
+	err := s.queryEach(ctx, s.queuedStmt(), queuedParams(eventQueue+string(backends.EventPending), lowKey, keyTime(c.Now)+"~"),
+		func(page []map[string]types.AttributeValue) (bool, error) {
+			for _, it := range page {
+				if len(out) == c.Limit {
+					return false, nil
+				}
+				if err := claim(it); err != nil {
+					return false, err
+				}
+			}
+			return len(out) < c.Limit, nil
+		})
+	if err != nil {
+		return out, fmt.Errorf("claim events: %w", err)
 	}
 	return out, nil
 }
 
-// claimEvent moves one event to calling and its message to the outcome's
-// calling status, in one transaction; false when another relay was faster.
-func (s *Store) claimEvent(ctx context.Context, e *backends.Event, c backends.EventClaim) (bool, error) {
+// claimEvent claims e as backends.ClaimEvent does, in one transaction; nil
+// when another relay was faster.
+func (s *Store) claimEvent(ctx context.Context, e *backends.Event, c backends.EventClaim) (*backends.Event, error) {
 	for attempt := 1; ; attempt++ {
-		m, err := s.getMeta(ctx, e.MessageID)
+		etx := &eventTx{ctx: ctx, s: s}
+		claimed, err := backends.ClaimEvent(etx, e, c)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		ev := *e
-		ev.State, ev.LeaseUntil, ev.UpdatedAt = backends.EventCalling, c.LeaseUntil, c.Now
-		stmts := []types.ParameterizedStatement{s.eventUpdate(&ev, backends.EventPending)}
-		if steps := backends.CallingPath(m.msg.Status, e.Outcome); len(steps) > 0 {
-			t := backends.Transition{ID: m.msg.ID, From: m.msg.Status, To: steps[0], At: c.Now, KeepReason: true, Reason: c.Reason, LeaseUntil: c.LeaseUntil}
-			for _, st := range steps[1:] {
-				t.Then = append(t.Then, backends.Step{To: st, Reason: c.Reason})
-			}
-			if err := t.Check(); err != nil {
-				return false, err
-			}
-			ch, err := s.prepare(m, t)
-			if err != nil {
-				return false, err
-			}
-			stmts = append(stmts, ch.stmts...)
-		}
-		i, err := s.txn(ctx, stmts)
+		i, err := s.txn(ctx, etx.stmts)
 		if errors.Is(err, errCondition) {
 			if i == 0 {
-				return false, nil // the event was taken
+				return nil, nil // the event was taken
 			}
 			if attempt < 10 {
 				continue // the message moved meanwhile: read it again
 			}
 		}
 		if err != nil {
-			return false, err
+			return nil, err
 		}
-		*e = ev
-		return true, nil
+		return claimed, nil
 	}
 }
 
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
-	if err := u.Check(); err != nil {
+	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
 	}
-	if u.At.IsZero() {
-		u.At = time.Now().UTC()
-	}
 	for attempt := 1; ; attempt++ {
-		e, err := s.getEvent(ctx, u.ID)
-		if err != nil {
-			return nil, err
-		}
-		if e.State != u.From {
-			return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, backends.ErrLockNotAcquired)
-		}
-		u.Apply(e)
-		stmts := []types.ParameterizedStatement{s.eventUpdate(e, u.From)}
-		if from, dest, ok := backends.EventMessageMove(e.Outcome, u.To); ok {
-			m, err := s.getMeta(ctx, e.MessageID)
-			if err != nil {
-				return nil, err
+		etx := &eventTx{ctx: ctx, s: s}
+		e, err := backends.UpdateEvent(etx, u)
+		if err == nil {
+			_, err = s.txn(ctx, etx.stmts)
+			if errors.Is(err, errCondition) && attempt < 10 {
+				continue // the event or its message moved meanwhile: read them again
 			}
-			if m.msg.Status == from {
-				ch, err := s.prepare(m, backends.Transition{ID: m.msg.ID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason})
-				if err != nil {
-					return nil, err
-				}
-				stmts = append(stmts, ch.stmts...)
-			}
-		}
-		i, err := s.txn(ctx, stmts)
-		if errors.Is(err, errCondition) && attempt < 10 {
-			if i == 0 {
-				continue // read the event again: its state decides
-			}
-			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 		}
 		return e, nil
 	}
+}
+
+// eventTx gathers the statements of an event rule, to run them as one
+// transaction, each conditional on the item as it was read.
+type eventTx struct {
+	ctx   context.Context
+	s     *Store
+	m     *meta // the message Status read, for Move
+	stmts []types.ParameterizedStatement
+}
+
+func (t *eventTx) Event(id string) (*backends.Event, error) { return t.s.getEvent(t.ctx, id) }
+
+func (t *eventTx) PutEvent(before, after *backends.Event) error {
+	t.stmts = append(t.stmts, t.s.eventUpdate(after, before.State))
+	return nil
+}
+
+func (t *eventTx) Status(id string) (backends.Status, error) {
+	m, err := t.s.getMeta(t.ctx, id)
+	if err != nil {
+		return "", err
+	}
+	t.m = m
+	return m.msg.Status, nil
+}
+
+func (t *eventTx) Move(tr backends.Transition) error {
+	ch, err := t.s.prepare(t.m, tr)
+	if err != nil {
+		return err
+	}
+	t.stmts = append(t.stmts, ch.stmts...)
+	return nil
 }
 
 // restoreEvents returns calling events whose lease ran out to pending.
@@ -290,7 +292,7 @@ func (s *Store) restoreEvents(ctx context.Context, expiredBefore, now time.Time)
 		if !e.LeaseUntil.Before(expiredBefore) {
 			continue
 		}
-		e.State, e.LeaseUntil, e.DueAt, e.UpdatedAt = backends.EventPending, time.Time{}, now, now
+		backends.RestoreEvent(e, now)
 		_, err := s.txn(ctx, []types.ParameterizedStatement{s.eventUpdate(e, backends.EventCalling)})
 		if errors.Is(err, errCondition) {
 			continue

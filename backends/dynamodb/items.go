@@ -188,19 +188,20 @@ func (m *meta) attributes() map[string]types.AttributeValue {
 	return a
 }
 
-// queueKey orders the messages of one status in QueueIndex, as the bbolt
-// store's queue does: priority and due time for READY, priority and age for
-// ACCEPTED, the lease for working statuses, the last change otherwise.
+// queueKey orders the messages of one status in QueueIndex. The statuses
+// claims take from (ACCEPTED, READY) go by priority, queue time
+// (backends.Message.QueueTime), age and id; a working status goes by its
+// lease, which restore walks; the others by their queue time, which
+// retention walks.
 func queueKey(msg *backends.Message) string {
-	switch {
-	case msg.Status == backends.StatusReady:
-		return fmt.Sprintf("%d#%s#%s#%s", msg.Priority, keyTime(msg.DueAt), keyTime(msg.CreatedAt), msg.ID)
-	case msg.Status == backends.StatusAccepted:
-		return fmt.Sprintf("%d#%s#%s#%s", msg.Priority, keyTime(msg.CreatedAt), keyTime(msg.CreatedAt), msg.ID)
-	case msg.Status.Working():
+	switch msg.Status {
+	case backends.StatusAccepted, backends.StatusReady:
+		return fmt.Sprintf("%d#%s#%s#%s", msg.Priority, keyTime(msg.QueueTime()), keyTime(msg.CreatedAt), msg.ID)
+	}
+	if msg.Status.Working() {
 		return keyTime(msg.LeaseUntil) + "#" + msg.ID
 	}
-	return keyTime(msg.UpdatedAt) + "#" + msg.ID
+	return keyTime(msg.QueueTime()) + "#" + msg.ID
 }
 
 // statusSortKey is the sort key of the item of a status reached for the

@@ -3,6 +3,8 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -18,36 +20,46 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO mailbox_cursors (name, updated_at) VALUES (?, ?)", name, now); err != nil {
 			return err
 		}
-		var lease sql.NullTime
-		err := tx.QueryRowContext(ctx, "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE", name).
-			Scan(&c.UIDValidity, &c.LastUID, &c.Owner, &lease)
+		held, err := lockCursor(ctx, tx, name)
 		if err != nil {
 			return err
 		}
-		if c.Owner != "" && c.Owner != owner && lease.Valid && now.Before(lease.Time) {
-			return backends.ErrLockNotAcquired
+		if c, err = held.Claim(owner, until, now); err != nil {
+			return err
 		}
-		c.Owner, c.LeaseUntil = owner, until.UTC()
 		_, err = tx.ExecContext(ctx, "UPDATE mailbox_cursors SET owner = ?, lease_until = ?, updated_at = ? WHERE name = ?", owner, c.LeaseUntil, now, name)
 		return err
 	})
-	return c, err
+	if err != nil {
+		return backends.Cursor{}, err
+	}
+	return c, nil
 }
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
-	res, err := s.db.ExecContext(ctx, "UPDATE mailbox_cursors SET uid_validity = ?, last_uid = ?, updated_at = ? WHERE name = ? AND owner = ?",
-		c.UIDValidity, c.LastUID, time.Now().UTC(), name, owner)
-	if err != nil {
-		return err
-	}
-	// MySQL counts changed rows: a save of the same values changes none,
-	// so a miss is told apart by asking.
-	if n, _ := res.RowsAffected(); n == 0 {
-		var held string
-		err := s.db.QueryRowContext(ctx, "SELECT owner FROM mailbox_cursors WHERE name = ?", name).Scan(&held)
-		if err != nil || held != owner {
-			return backends.ErrLockNotAcquired
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		held, err := lockCursor(ctx, tx, name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("cursor %s was never claimed: %w", name, backends.ErrLockNotAcquired)
 		}
-	}
-	return nil
+		if err != nil {
+			return err
+		}
+		if held, err = held.Save(owner, c); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, "UPDATE mailbox_cursors SET uid_validity = ?, last_uid = ?, updated_at = ? WHERE name = ?",
+			held.UIDValidity, held.LastUID, time.Now().UTC(), name)
+		return err
+	})
+}
+
+// lockCursor reads a cursor, locking its row until the commit.
+func lockCursor(ctx context.Context, tx *sql.Tx, name string) (backends.Cursor, error) {
+	var c backends.Cursor
+	var lease sql.NullTime
+	err := tx.QueryRowContext(ctx, "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE", name).
+		Scan(&c.UIDValidity, &c.LastUID, &c.Owner, &lease)
+	c.LeaseUntil = lease.Time
+	return c, err
 }

@@ -111,8 +111,8 @@ func (s *Store) EventsByState(ctx context.Context, state backends.EventState, li
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
-	if c.LeaseUntil.IsZero() || c.Limit <= 0 {
-		return nil, fmt.Errorf("claim events: a lease and a limit are required")
+	if err := c.Check(); err != nil {
+		return nil, err
 	}
 	var out []*backends.Event
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -127,17 +127,8 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		if err != nil {
 			return err
 		}
-		var ids []any
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(ids) == 0 {
+		ids, err := scanIDs(rows)
+		if err != nil || len(ids) == 0 {
 			return err
 		}
 		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id IN ("+inList(len(ids))+
@@ -145,22 +136,18 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		if err != nil {
 			return err
 		}
+		etx := eventTx{ctx, tx}
 		taken := map[string]bool{}
 		for _, e := range events {
 			if taken[e.MessageID] {
 				continue
 			}
 			taken[e.MessageID] = true
-			_, err := tx.ExecContext(ctx, "UPDATE email_events SET state = 'calling', lease_until = ?, updated_at = ? WHERE event_id = ?",
-				c.LeaseUntil.UTC(), c.Now.UTC(), e.ID)
+			claimed, err := backends.ClaimEvent(etx, e, c)
 			if err != nil {
 				return err
 			}
-			e.State, e.LeaseUntil, e.UpdatedAt = backends.EventCalling, c.LeaseUntil, c.Now
-			if err := moveForEvent(ctx, tx, e.MessageID, e.Outcome, c.Now, c.LeaseUntil, c.Reason); err != nil {
-				return err
-			}
-			out = append(out, e)
+			out = append(out, claimed)
 		}
 		return nil
 	})
@@ -170,76 +157,73 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	return out, nil
 }
 
-// statusOf reads a message's status, locking its row.
-func statusOf(ctx context.Context, tx *sql.Tx, id string) backends.Status {
-	var st backends.Status
-	tx.QueryRowContext(ctx, "SELECT status FROM emails WHERE id = ? FOR UPDATE", id).Scan(&st)
-	return st
-}
-
-// moveForEvent moves a message to the calling status of an event's
-// outcome, when there is a way from where it stands.
-func moveForEvent(ctx context.Context, tx *sql.Tx, id, outcome string, at, lease time.Time, reason string) error {
-	from := statusOf(ctx, tx, id)
-	steps := backends.CallingPath(from, outcome)
-	if len(steps) == 0 {
-		return nil
+func scanIDs(rows *sql.Rows) ([]any, error) {
+	defer rows.Close()
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
 	}
-	t := backends.Transition{ID: id, From: from, To: steps[0], At: at, KeepReason: true, Reason: reason, LeaseUntil: lease}
-	for _, st := range steps[1:] {
-		t.Then = append(t.Then, backends.Step{To: st, Reason: reason})
-	}
-	if err := t.Check(); err != nil {
-		return err
-	}
-	var h history
-	if err := transition(ctx, tx, t, &h); err != nil {
-		return err
-	}
-	return h.flush(ctx, tx)
+	return ids, rows.Err()
 }
 
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
-	if err := u.Check(); err != nil {
+	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
-	}
-	if u.At.IsZero() {
-		u.At = time.Now().UTC()
 	}
 	var out *backends.Event
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id = ? FOR UPDATE", u.ID)
-		if err != nil {
-			return err
-		}
-		if len(events) == 0 {
-			return backends.ErrNotFound
-		}
-		e := events[0]
-		if e.State != u.From {
-			return backends.ErrLockNotAcquired
-		}
-		u.Apply(e)
-		_, err = tx.ExecContext(ctx, `UPDATE email_events SET state = ?, updated_at = ?, lease_until = ?, acked = ?,
-			attempts = ?, due_at = ?, last_error = ? WHERE event_id = ?`,
-			e.State, e.UpdatedAt.UTC(), nullTime(e.LeaseUntil), nullJSON(e.Acked), e.Attempts, e.DueAt.UTC(), null(e.LastError), e.ID)
-		if err != nil {
-			return err
-		}
-		if from, dest, ok := backends.EventMessageMove(e.Outcome, u.To); ok && statusOf(ctx, tx, e.MessageID) == from {
-			var h history
-			if err := transition(ctx, tx, backends.Transition{ID: e.MessageID, From: from, To: dest, At: u.At, KeepReason: true, Reason: u.Reason}, &h); err != nil {
-				return err
-			}
-			if err := h.flush(ctx, tx); err != nil {
-				return err
-			}
-		}
-		out = e
-		return nil
+		var err error
+		out, err = backends.UpdateEvent(eventTx{ctx, tx}, u)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 	}
 	return out, nil
+}
+
+// eventTx is a MySQL transaction as backends' event rules see it; the rows
+// it reads stay locked until the commit.
+type eventTx struct {
+	ctx context.Context
+	tx  *sql.Tx
+}
+
+func (t eventTx) Event(id string) (*backends.Event, error) {
+	events, err := queryEvents(t.ctx, t.tx, "SELECT "+eventCols+" FROM email_events WHERE event_id = ? FOR UPDATE", id)
+	if err != nil {
+		return nil, err
+	}
+	if len(events) == 0 {
+		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
+	}
+	return events[0], nil
+}
+
+func (t eventTx) PutEvent(_, e *backends.Event) error {
+	_, err := t.tx.ExecContext(t.ctx, `UPDATE email_events SET state = ?, updated_at = ?, lease_until = ?, acked = ?,
+		attempts = ?, due_at = ?, last_error = ? WHERE event_id = ?`,
+		e.State, e.UpdatedAt.UTC(), nullTime(e.LeaseUntil), nullJSON(e.Acked), e.Attempts, e.DueAt.UTC(), null(e.LastError), e.ID)
+	return err
+}
+
+func (t eventTx) Status(id string) (backends.Status, error) {
+	var st backends.Status
+	err := t.tx.QueryRowContext(t.ctx, "SELECT status FROM emails WHERE id = ? FOR UPDATE", id).Scan(&st)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
+	}
+	return st, err
+}
+
+func (t eventTx) Move(tr backends.Transition) error {
+	var h history
+	if err := transition(t.ctx, t.tx, tr, &h); err != nil {
+		return err
+	}
+	return h.flush(t.ctx, t.tx)
 }

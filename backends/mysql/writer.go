@@ -4,97 +4,51 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write waiting for the writer: a create or a transition.
+// op is one write of the group commit: a create or a transition.
 type op struct {
 	create *backends.Message
 	t      *backends.Transition
-	err    error
-	done   chan struct{}
+	err    error // the write's own refusal, beside the group's outcome
 }
 
-const (
-	maxGroup    = 256
-	groupWindow = time.Millisecond
-)
+// commitConfig shapes the writer's groups: under load a group waits a
+// millisecond for more (one commit, one log flush and one history insert
+// for a whole group of sessions), and holds at most 256 writes so that its
+// statements stay within max_allowed_packet.
+var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 
-var errStoreClosed = errors.New("outbox is closed")
-
-// submit hands a write to the writer and waits for its commit.
+// submit hands a write to the group commit and waits for its commit.
 func (s *Store) submit(ctx context.Context, o *op) error {
-	o.done = make(chan struct{})
-	select {
-	case s.ops <- o:
-	case <-s.quit:
-		return errStoreClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := s.commits.Do(ctx, o); err != nil {
+		return err
 	}
-	<-o.done
 	return o.err
 }
 
-// writer runs the writes that wait in groups; under load it lingers a moment
-// for more, as a group of sessions comes at once.
-func (s *Store) writer() {
-	defer close(s.done)
-	timer := time.NewTimer(0)
-	<-timer.C
-	last := 0
-	for {
-		var group []*op
-		select {
-		case <-s.quit:
-			return
-		case o := <-s.ops:
-			group = append(group, o)
-		}
-		window := groupWindow
-		if last <= 1 {
-			window = 0
-		}
-		timer.Reset(window)
-	gather:
-		for len(group) < maxGroup {
-			select {
-			case o := <-s.ops:
-				group = append(group, o)
-			case <-timer.C:
-				break gather
-			}
-		}
-		if !timer.Stop() && len(group) == maxGroup {
-			<-timer.C
-		}
-		last = len(group)
-		s.run(group)
-	}
-}
-
-// run commits a group in one transaction. When the database fails it, each
+// commit runs a group in one transaction. When the database fails it, each
 // write runs again alone, so that one bad write fails only itself.
-func (s *Store) run(group []*op) {
+func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
 	err := s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, group) })
-	if err != nil && len(group) > 1 {
-		for _, o := range group {
-			o.err = s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, []*op{o}) })
-			close(o.done)
-		}
-		return
+	if err == nil {
+		return nil
 	}
-	for _, o := range group {
-		if err != nil {
-			o.err = err
-		}
-		close(o.done)
+	errs := make([]error, len(group))
+	if len(group) == 1 {
+		errs[0] = err
+		return errs
 	}
+	for i, o := range group {
+		errs[i] = s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, []*op{o}) })
+	}
+	return errs
 }
 
 // apply writes a group inside tx. Refusals (a duplicate id, a message not in
@@ -142,7 +96,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 			return err
 		}
 		args = append(args, m.ID, m.Status, null(m.EmlPath), null(m.PayloadPath), null(m.Reason), m.CreatedAt.UTC(), m.UpdatedAt.UTC(),
-			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.CreatedAt.UTC(), null(m.Route), env)
+			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), null(m.Route), env)
 		ids = append(ids, m.ID)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,

@@ -243,7 +243,7 @@ func printMessage(w io.Writer, m admin.Message) {
 	for _, r := range m.Recipients {
 		reply := ""
 		if r.Code != 0 {
-			reply = strings.TrimSpace(fmt.Sprintf("%d %s %s", r.Code, r.Enhanced, r.Text))
+			reply = strings.TrimSpace(fmt.Sprintf("%d %s %s", r.Code, r.EnhancedCode, r.Text))
 		} else {
 			reply = r.Text
 		}

@@ -15,8 +15,9 @@ import (
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
 	"github.com/emersion/go-message/textproto"
-	"github.com/genropy/postino/pec"
 	"github.com/smallstep/pkcs7"
+
+	"github.com/genropy/postino/pec"
 )
 
 // ReceiptOptions say what receipt to build. Only Type is required.

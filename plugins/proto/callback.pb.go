@@ -344,11 +344,13 @@ type Recipient struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
 	// pending, sent or failed.
-	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
-	Code          int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
-	EnhancedCode  string `protobuf:"bytes,4,opt,name=enhanced_code,json=enhancedCode,proto3" json:"enhanced_code,omitempty"`
-	Text          string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
-	Host          string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	Status       string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	Code         int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
+	EnhancedCode string `protobuf:"bytes,4,opt,name=enhanced_code,json=enhancedCode,proto3" json:"enhanced_code,omitempty"`
+	Text         string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	Host         string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	// When the reply came, RFC 3339; empty before any attempt.
+	At            string `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -421,6 +423,13 @@ func (x *Recipient) GetText() string {
 func (x *Recipient) GetHost() string {
 	if x != nil {
 		return x.Host
+	}
+	return ""
+}
+
+func (x *Recipient) GetAt() string {
+	if x != nil {
+		return x.At
 	}
 	return ""
 }
@@ -861,14 +870,15 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"recipients\x121\n" +
 	"\x06bounce\x18\x0e \x01(\v2\x19.postino.plugin.v1.BounceR\x06bounce\x12(\n" +
 	"\x03pec\x18\x0f \x01(\v2\x16.postino.plugin.v1.PecR\x03pec\x12)\n" +
-	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\"\x9e\x01\n" +
+	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\"\xae\x01\n" +
 	"\tRecipient\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
 	"\x04code\x18\x03 \x01(\x05R\x04code\x12#\n" +
 	"\renhanced_code\x18\x04 \x01(\tR\fenhancedCode\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
-	"\x04host\x18\x06 \x01(\tR\x04host\"\xdb\x01\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\x12\x0e\n" +
+	"\x02at\x18\a \x01(\tR\x02at\"\xdb\x01\n" +
 	"\x06Bounce\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +

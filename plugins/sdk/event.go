@@ -1,6 +1,9 @@
 package sdk
 
 import (
+	"time"
+
+	"github.com/genropy/postino/outcome"
 	pb "github.com/genropy/postino/plugins/proto"
 )
 
@@ -32,60 +35,20 @@ type Event struct {
 	DeliveryAttempt int `json:"delivery_attempt"`
 }
 
-// Recipient is what became of one envelope recipient.
-type Recipient struct {
-	Address      string `json:"address"`
-	Status       string `json:"status"`
-	Code         int    `json:"code,omitempty"`
-	EnhancedCode string `json:"enhanced_code,omitempty"`
-	Text         string `json:"text,omitempty"`
-	Host         string `json:"host,omitempty"`
-}
-
-// Bounce is a delivery status notification or a complaint.
-type Bounce struct {
-	Kind         string            `json:"kind"`
-	Type         string            `json:"type,omitempty"`
-	ReportingMTA string            `json:"reporting_mta,omitempty"`
-	ArrivalDate  string            `json:"arrival_date,omitempty"`
-	Recipients   []BounceRecipient `json:"recipients,omitempty"`
-	MatchedBy    string            `json:"matched_by,omitempty"`
-}
-
-type BounceRecipient struct {
-	FinalRecipient    string `json:"final_recipient,omitempty"`
-	OriginalRecipient string `json:"original_recipient,omitempty"`
-	Action            string `json:"action,omitempty"`
-	Status            string `json:"status,omitempty"`
-	SMTPCode          int    `json:"smtp_code,omitempty"`
-	Reason            string `json:"reason,omitempty"`
-	RemoteMTA         string `json:"remote_mta,omitempty"`
-	Diagnostic        string `json:"diagnostic,omitempty"`
-}
-
-// PEC is an Italian certified mail receipt.
-type PEC struct {
-	ReceiptType string         `json:"receipt_type"`
-	Transport   string         `json:"transport,omitempty"`
-	Source      string         `json:"source,omitempty"`
-	Sender      string         `json:"sender,omitempty"`
-	Recipients  []PECRecipient `json:"recipients,omitempty"`
-	Subject     string         `json:"subject,omitempty"`
-	Issuer      string         `json:"issuer,omitempty"`
-	Date        string         `json:"date,omitempty"`
-	Identifier  string         `json:"identifier,omitempty"`
-	MsgID       string         `json:"msgid,omitempty"`
-	Delivery    string         `json:"delivery,omitempty"`
-	Error       string         `json:"error,omitempty"`
-	ErrorDetail string         `json:"error_detail,omitempty"`
-	Signature   string         `json:"signature,omitempty"`
-	Signer      string         `json:"signer,omitempty"`
-}
-
-type PECRecipient struct {
-	Address string `json:"address"`
-	Type    string `json:"type,omitempty"`
-}
+// The details of an event, as the relay records them (package outcome
+// defines them once for the relay and for plugins).
+type (
+	// Recipient is what became of one envelope recipient.
+	Recipient = outcome.Recipient
+	// Bounce is a delivery status notification or a complaint.
+	Bounce = outcome.Bounce
+	// BounceRecipient is one recipient of a bounce.
+	BounceRecipient = outcome.BounceRecipient
+	// PEC is an Italian certified mail receipt.
+	PEC = outcome.PEC
+	// PECRecipient is one recipient a PEC receipt lists.
+	PECRecipient = outcome.PECRecipient
+)
 
 // FromProto converts the wire form.
 func FromProto(e *pb.Event) *Event {
@@ -96,7 +59,8 @@ func FromProto(e *pb.Event) *Event {
 		Recipients: make([]Recipient, len(e.Recipients)),
 	}
 	for i, r := range e.Recipients {
-		out.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Code: int(r.Code), EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host}
+		out.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Code: int(r.Code), EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host,
+			At: parseTime(r.At)}
 	}
 	if b := e.Bounce; b != nil {
 		out.Bounce = &Bounce{Kind: b.Kind, Type: b.Type, ReportingMTA: b.ReportingMta, ArrivalDate: b.ArrivalDate, MatchedBy: b.MatchedBy}
@@ -126,7 +90,7 @@ func ToProto(e *Event) *pb.Event {
 	}
 	for _, r := range e.Recipients {
 		out.Recipients = append(out.Recipients, &pb.Recipient{Address: r.Address, Status: r.Status, Code: int32(r.Code),
-			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host})
+			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: formatTime(r.At)})
 	}
 	if b := e.Bounce; b != nil {
 		out.Bounce = &pb.Bounce{Kind: b.Kind, Type: b.Type, ReportingMta: b.ReportingMTA, ArrivalDate: b.ArrivalDate, MatchedBy: b.MatchedBy}
@@ -145,4 +109,17 @@ func ToProto(e *Event) *pb.Event {
 		}
 	}
 	return out
+}
+
+// The wire carries times as RFC 3339 text, empty for none.
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
 }

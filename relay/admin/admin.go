@@ -9,29 +9,30 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/spool"
 )
 
 // Message is a message as the API shows it.
 type Message struct {
-	ID         string      `json:"id"`
-	MessageID  string      `json:"message_id"`
-	Status     string      `json:"status"`
-	Reason     string      `json:"reason,omitempty"`
-	Attempts   int         `json:"attempts"`
-	Priority   int         `json:"priority"`
-	Batch      string      `json:"batch,omitempty"`
-	Route      string      `json:"route,omitempty"`
-	DueAt      time.Time   `json:"due_at"`
-	LeaseUntil *time.Time  `json:"lease_until,omitempty"`
-	CreatedAt  time.Time   `json:"created_at"`
-	UpdatedAt  time.Time   `json:"updated_at"`
-	Sender     string      `json:"sender"`
-	Recipients []Recipient `json:"recipients"`
-	Size       int64       `json:"size"`
-	Client     string      `json:"client,omitempty"`
-	AuthUser   string      `json:"auth_user,omitempty"`
-	EmlPath    string      `json:"eml_path"`
+	ID         string              `json:"id"`
+	MessageID  string              `json:"message_id"`
+	Status     string              `json:"status"`
+	Reason     string              `json:"reason,omitempty"`
+	Attempts   int                 `json:"attempts"`
+	Priority   int                 `json:"priority"`
+	Batch      string              `json:"batch,omitempty"`
+	Route      string              `json:"route,omitempty"`
+	DueAt      time.Time           `json:"due_at"`
+	LeaseUntil *time.Time          `json:"lease_until,omitempty"`
+	CreatedAt  time.Time           `json:"created_at"`
+	UpdatedAt  time.Time           `json:"updated_at"`
+	Sender     string              `json:"sender"`
+	Recipients []outcome.Recipient `json:"recipients"`
+	Size       int64               `json:"size"`
+	Client     string              `json:"client,omitempty"`
+	AuthUser   string              `json:"auth_user,omitempty"`
+	EmlPath    string              `json:"eml_path"`
 	// History and Events are filled in for a single message, oldest first.
 	History []HistoryEntry `json:"history,omitempty"`
 	Events  []Event        `json:"events,omitempty"`
@@ -52,17 +53,6 @@ type Event struct {
 	// Details are what the outcome carries: a delivery attempt's
 	// recipients, a bounce's report, a PEC receipt's fields.
 	Details json.RawMessage `json:"details,omitempty"`
-}
-
-// Recipient is one envelope recipient and what became of it.
-type Recipient struct {
-	Address  string     `json:"address"`
-	Status   string     `json:"status"`
-	Code     int        `json:"code,omitempty"`
-	Enhanced string     `json:"enhanced_code,omitempty"`
-	Text     string     `json:"text,omitempty"`
-	Host     string     `json:"host,omitempty"`
-	At       *time.Time `json:"at,omitempty"`
 }
 
 // HistoryEntry is one status change.
@@ -128,18 +118,11 @@ func messageView(m *backends.Message) Message {
 		DueAt: m.DueAt, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		Sender: m.Envelope.Sender, Size: m.Envelope.Size, Client: m.Envelope.ClientAddr,
 		AuthUser: m.Envelope.AuthUser, EmlPath: m.EmlPath,
-		Recipients: make([]Recipient, len(m.Envelope.Recipients)),
+		Recipients: m.RecipientResults(),
 	}
 	if !m.LeaseUntil.IsZero() {
 		t := m.LeaseUntil
 		v.LeaseUntil = &t
-	}
-	for i, r := range m.RecipientResults() {
-		v.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Code: r.Code, Enhanced: r.Enhanced, Text: r.Text, Host: r.Host}
-		if !r.At.IsZero() {
-			at := r.At
-			v.Recipients[i].At = &at
-		}
 	}
 	return v
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/plugins/sdk"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/mailbox"
 )
 
@@ -162,12 +162,12 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 	}
 	// The details are the plugin contract's bounce, by its JSON names.
 	detail := func(kind, typ string, rcpts ...Recipient) map[string]any {
-		b := sdk.Bounce{Kind: kind, Type: typ, ReportingMTA: rep.ReportingMTA, MatchedBy: by}
+		b := outcome.Bounce{Kind: kind, Type: typ, ReportingMTA: rep.ReportingMTA, MatchedBy: by}
 		if !rep.ArrivalDate.IsZero() {
 			b.ArrivalDate = rep.ArrivalDate.UTC().Format(time.RFC3339)
 		}
 		for _, rc := range rcpts {
-			b.Recipients = append(b.Recipients, sdk.BounceRecipient{FinalRecipient: rc.FinalRecipient, OriginalRecipient: rc.OriginalRecipient,
+			b.Recipients = append(b.Recipients, outcome.BounceRecipient{FinalRecipient: rc.FinalRecipient, OriginalRecipient: rc.OriginalRecipient,
 				Action: rc.Action, Status: rc.Status, SMTPCode: rc.SMTPCode, Reason: string(rc.Reason), RemoteMTA: rc.RemoteMTA, Diagnostic: rc.Diagnostic})
 		}
 		return map[string]any{"bounce": b}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/outcome"
 )
 
 func TestDecide(t *testing.T) {
@@ -17,20 +18,20 @@ func TestDecide(t *testing.T) {
 		shutdown = "handed back at shutdown; the attempt does not count"
 		waited   = "handed back: it waited 3s for a session to billing, leaving less than half its lease (4s); the attempt does not count"
 	)
-	sent := backends.RecipientResult{Address: "a@example.net", Status: backends.RecipientSent,
-		Code: 250, Enhanced: "2.0.0", Text: "queued", Host: "mx.example.net", At: now}
-	refused := backends.RecipientResult{Address: "c@example.net", Status: backends.RecipientFailed,
-		Code: 550, Enhanced: "5.1.1", Text: "no such user", Host: "mx.example.net", At: now}
-	full := backends.RecipientResult{Address: "b@example.net", Status: backends.RecipientPending,
-		Code: 452, Enhanced: "4.2.2", Text: "mailbox full", Host: "mx.example.net", At: now}
-	noReply := backends.RecipientResult{Address: "d@example.net", Status: backends.RecipientPending,
+	sent := outcome.Recipient{Address: "a@example.net", Status: outcome.RecipientSent,
+		Code: 250, EnhancedCode: "2.0.0", Text: "queued", Host: "mx.example.net", At: now}
+	refused := outcome.Recipient{Address: "c@example.net", Status: outcome.RecipientFailed,
+		Code: 550, EnhancedCode: "5.1.1", Text: "no such user", Host: "mx.example.net", At: now}
+	full := outcome.Recipient{Address: "b@example.net", Status: outcome.RecipientPending,
+		Code: 452, EnhancedCode: "4.2.2", Text: "mailbox full", Host: "mx.example.net", At: now}
+	noReply := outcome.Recipient{Address: "d@example.net", Status: outcome.RecipientPending,
 		Text: "no reply: the session ended", Host: "mx.example.net", At: now}
-	expired := func(r backends.RecipientResult) backends.RecipientResult {
-		r.Status = backends.RecipientFailed
+	expired := func(r outcome.Recipient) outcome.Recipient {
+		r.Status = outcome.RecipientFailed
 		r.Text = "expired: not delivered within 1h0m0s; last: " + r.Text
 		return r
 	}
-	results := func(rs ...backends.RecipientResult) []backends.RecipientResult { return rs }
+	results := func(rs ...outcome.Recipient) []outcome.Recipient { return rs }
 
 	for _, tt := range []struct {
 		name string

@@ -14,6 +14,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/spool"
 )
@@ -83,9 +84,9 @@ type Engine struct {
 	resolver Resolver
 	log      *slog.Logger
 	metrics  *Metrics
-	// outcome is told when messages reach SENT or FAILED.
-	outcome func()
-	wake    chan struct{}
+	// onOutcome is told when messages reach SENT or FAILED.
+	onOutcome func()
+	wake      chan struct{}
 
 	mu       sync.Mutex
 	dests    map[string]*destination
@@ -100,10 +101,10 @@ type Engine struct {
 }
 
 // NewEngine builds the engine; Run starts it.
-func NewEngine(cfg Config, store Store, sp *spool.Spool, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, outcome func()) *Engine {
+func NewEngine(cfg Config, store Store, sp *spool.Spool, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
-		cfg: cfg, store: store, spool: sp, routes: routes, resolver: res, log: log, metrics: m, outcome: outcome,
+		cfg: cfg, store: store, spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
 		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
 		abort: abort, stop: stop,
 	}
@@ -216,7 +217,7 @@ type flight struct {
 	route   *Route
 	start   time.Time
 	mu      sync.Mutex
-	results []backends.RecipientResult
+	results []outcome.Recipient
 	tried   []int // the recipients of this attempt
 	jobs    int   // jobs not finished
 	// handedBack says why the attempt ends without counting, when a job
@@ -288,7 +289,7 @@ func (e *Engine) dispatch(m *backends.Message) {
 	byDest := map[string][]int{}
 	var order []string
 	for i, r := range f.results {
-		if r.Status != backends.RecipientPending {
+		if r.Status != outcome.RecipientPending {
 			continue
 		}
 		key := ""
@@ -321,7 +322,7 @@ func domainOf(addr string) string {
 }
 
 // record stores the replies of one job's recipients.
-func (j *job) record(host string, out outcome, lost error) {
+func (j *job) record(host string, out replies, lost error) {
 	f := j.f
 	now := time.Now().UTC()
 	f.mu.Lock()
@@ -336,17 +337,17 @@ func (j *job) record(host string, out outcome, lost error) {
 		r.At, r.Host = now, host
 		switch {
 		case rep.Code == 0:
-			r.Status, r.Code, r.Enhanced = backends.RecipientPending, 0, ""
+			r.Status, r.Code, r.EnhancedCode = outcome.RecipientPending, 0, ""
 			r.Text = "no reply: " + errText(lost)
 		case rep.ok():
-			r.Status = backends.RecipientSent
+			r.Status = outcome.RecipientSent
 		case rep.permanent():
-			r.Status = backends.RecipientFailed
+			r.Status = outcome.RecipientFailed
 		default:
-			r.Status = backends.RecipientPending
+			r.Status = outcome.RecipientPending
 		}
 		if rep.Code != 0 {
-			r.Code, r.Enhanced, r.Text = rep.Code, rep.Enhanced, rep.Text
+			r.Code, r.EnhancedCode, r.Text = rep.Code, rep.Enhanced, rep.Text
 		}
 	}
 }
@@ -354,7 +355,7 @@ func (j *job) record(host string, out outcome, lost error) {
 // fail gives every recipient of the job the same verdict, when no
 // transaction could take place.
 func (j *job) fail(host string, rep Reply) {
-	out := outcome{rcpts: make([]Reply, len(j.rcpts))}
+	out := replies{rcpts: make([]Reply, len(j.rcpts))}
 	for i := range out.rcpts {
 		out.rcpts[i] = rep
 	}
@@ -409,11 +410,11 @@ func errText(err error) string {
 
 // attempt is the history's account of one delivery attempt.
 type attempt struct {
-	Attempt    int                        `json:"attempt"`
-	Route      string                     `json:"route"`
-	DurationMS int64                      `json:"duration_ms"`
-	DKIM       string                     `json:"dkim,omitempty"`
-	Recipients []backends.RecipientResult `json:"recipients"`
+	Attempt    int                 `json:"attempt"`
+	Route      string              `json:"route"`
+	DurationMS int64               `json:"duration_ms"`
+	DKIM       string              `json:"dkim,omitempty"`
+	Recipients []outcome.Recipient `json:"recipients"`
 }
 
 // finish records the attempt and moves the message on: SENT when every
@@ -429,7 +430,7 @@ func (f *flight) finish() {
 		// message and lose that claim's outcome; left unrecorded, the
 		// recipients this attempt reached may get the message twice.
 		e.log.Warn("delivery: the lease ran out before every destination was tried; the attempt is not recorded and the next claim sends again what it does not know was sent",
-			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", addresses(f.results, backends.RecipientSent))
+			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", addresses(f.results, outcome.RecipientSent))
 		return
 	}
 	now := time.Now().UTC()
@@ -452,8 +453,8 @@ func (f *flight) finish() {
 	}
 	e.log.Log(context.Background(), level, strings.ToLower(string(t.To)), "id", m.ID, "route", f.route.Name,
 		"attempt", attemptNo, "reason", t.Reason)
-	if len(t.Then) == 0 && t.To != backends.StatusReady && e.outcome != nil {
-		e.outcome()
+	if len(t.Then) == 0 && t.To != backends.StatusReady && e.onOutcome != nil {
+		e.onOutcome()
 	}
 }
 
@@ -471,7 +472,7 @@ func (e *Engine) landed() {
 
 // attemptEnd is what is known of an attempt when its last job is done.
 type attemptEnd struct {
-	results []backends.RecipientResult
+	results []outcome.Recipient
 	now     time.Time
 	created time.Time // when the message was accepted
 	attempt int       // the number of this attempt, from 1
@@ -490,7 +491,7 @@ type decision struct {
 	dueAt      time.Time // zero: the due time does not change
 	keepReason bool      // the reason goes to the history only
 	addAttempt bool      // the attempt counts
-	results    []backends.RecipientResult
+	results    []outcome.Recipient
 }
 
 // decide moves the message on from an attempt: back to READY, without
@@ -509,8 +510,8 @@ func decide(a attemptEnd, retry Retry) decision {
 	expired := pending > 0 && a.now.Sub(a.created) >= retry.MaxAge
 	if expired {
 		for i := range d.results {
-			if r := &d.results[i]; r.Status == backends.RecipientPending {
-				r.Status = backends.RecipientFailed
+			if r := &d.results[i]; r.Status == outcome.RecipientPending {
+				r.Status = outcome.RecipientFailed
 				r.Text = fmt.Sprintf("expired: not delivered within %s; last: %s", retry.MaxAge, r.Text)
 			}
 		}
@@ -520,13 +521,13 @@ func decide(a attemptEnd, retry Retry) decision {
 	case pending > 0:
 		d.to = backends.StatusReady
 		d.dueAt = a.now.Add(retry.Delay(a.attempt))
-		d.reason = fmt.Sprintf("deferred: %s; next attempt at %s", firstText(d.results, backends.RecipientPending), d.dueAt.Format(time.RFC3339))
+		d.reason = fmt.Sprintf("deferred: %s; next attempt at %s", firstText(d.results, outcome.RecipientPending), d.dueAt.Format(time.RFC3339))
 	case sent > 0:
 		d.to = backends.StatusSent
 		d.reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed, a.route)
 	default:
 		d.to = backends.StatusFailed
-		d.reason = "no recipient accepted: " + firstText(d.results, backends.RecipientFailed)
+		d.reason = "no recipient accepted: " + firstText(d.results, outcome.RecipientFailed)
 	}
 	if expired {
 		d.reason = "expired: " + d.reason
@@ -559,7 +560,7 @@ func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.T
 	if f.e.cfg.Acknowledge {
 		t.Then = acknowledged(t.To)
 	}
-	tried := make([]backends.RecipientResult, len(f.tried))
+	tried := make([]outcome.Recipient, len(f.tried))
 	for k, i := range f.tried {
 		tried[k] = d.results[i]
 	}
@@ -599,12 +600,12 @@ func noPlugin(calling, acked backends.Status) []backends.Step {
 	return []backends.Step{{To: calling, Reason: why}, {To: acked, Reason: why}}
 }
 
-func count(results []backends.RecipientResult) (sent, failed, pending int) {
+func count(results []outcome.Recipient) (sent, failed, pending int) {
 	for _, r := range results {
 		switch r.Status {
-		case backends.RecipientSent:
+		case outcome.RecipientSent:
 			sent++
-		case backends.RecipientFailed:
+		case outcome.RecipientFailed:
 			failed++
 		default:
 			pending++
@@ -614,7 +615,7 @@ func count(results []backends.RecipientResult) (sent, failed, pending int) {
 }
 
 // addresses lists the recipients in a state.
-func addresses(results []backends.RecipientResult, status string) []string {
+func addresses(results []outcome.Recipient, status string) []string {
 	var out []string
 	for _, r := range results {
 		if r.Status == status {
@@ -625,12 +626,12 @@ func addresses(results []backends.RecipientResult, status string) []string {
 }
 
 // firstText explains the first recipient in a state.
-func firstText(results []backends.RecipientResult, status string) string {
+func firstText(results []outcome.Recipient, status string) string {
 	for _, r := range results {
 		if r.Status == status {
 			s := r.Address + ": "
 			if r.Code != 0 {
-				s += Reply{Code: r.Code, Enhanced: r.Enhanced, Text: r.Text}.String()
+				s += Reply{Code: r.Code, Enhanced: r.EnhancedCode, Text: r.Text}.String()
 			} else {
 				s += r.Text
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/outcome"
 )
 
 // A smarthost route's TLS and AUTH, against go-smtp upstreams: what the
@@ -103,8 +104,8 @@ func TestSmarthostTLSAndAuth(t *testing.T) {
 				t.Errorf("the upstream got %d messages", len(msgs))
 			}
 			r := m.Results[0]
-			if m.Status != backends.StatusReady || r.Status != backends.RecipientPending ||
-				r.Code != 451 || r.Enhanced != "4.4.1" || !strings.Contains(r.Text, tt.want) {
+			if m.Status != backends.StatusReady || r.Status != outcome.RecipientPending ||
+				r.Code != 451 || r.EnhancedCode != "4.4.1" || !strings.Contains(r.Text, tt.want) {
 				t.Errorf("%s (%s), recipient %+v; want READY and pending with 451 4.4.1 %q", m.Status, m.Reason, r, tt.want)
 			}
 		})

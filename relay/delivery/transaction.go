@@ -35,9 +35,9 @@ type transaction struct {
 	reset bool
 }
 
-// outcome is what the upstream said: a reply per recipient, and the reply
+// replies is what the upstream said: a reply per recipient, and the reply
 // to the content. A zero Reply means the session ended before that reply.
-type outcome struct {
+type replies struct {
 	rcpts []Reply
 	data  Reply
 }
@@ -62,9 +62,9 @@ func (c *client) precheck(t *transaction) (Reply, bool) {
 }
 
 // send runs one transaction. A non-nil error means the session is lost;
-// the replies received before that are in the outcome.
-func (c *client) send(t *transaction) (outcome, error) {
-	out := outcome{rcpts: make([]Reply, len(t.rcpts))}
+// the replies received before that are in the replies.
+func (c *client) send(t *transaction) (replies, error) {
+	out := replies{rcpts: make([]Reply, len(t.rcpts))}
 	if v, ok := c.precheck(t); !ok {
 		fill(out.rcpts, v)
 		return out, nil
@@ -135,7 +135,7 @@ func (c *client) expectOK(d time.Duration, step string) error {
 
 // sendPipelined writes every command up to DATA at once (RFC 2920), then
 // reads their replies in order.
-func (c *client) sendPipelined(t *transaction, out *outcome) error {
+func (c *client) sendPipelined(t *transaction, out *replies) error {
 	if err := c.pipeline(t); err != nil {
 		return err
 	}
@@ -185,7 +185,7 @@ func (c *client) pipeline(t *transaction) error {
 
 // sendSerial says one command at a time and reads its reply before the
 // next.
-func (c *client) sendSerial(t *transaction, out *outcome) error {
+func (c *client) sendSerial(t *transaction, out *replies) error {
 	if t.reset {
 		c.line("RSET")
 		if err := c.w.Flush(); err != nil {
@@ -221,7 +221,7 @@ func (c *client) sendSerial(t *transaction, out *outcome) error {
 
 // content sends the message once DATA was answered, and reads the reply to
 // it; a DATA refused is the reply to the content.
-func (c *client) content(t *transaction, out *outcome, dataRep Reply) error {
+func (c *client) content(t *transaction, out *replies, dataRep Reply) error {
 	if dataRep.Code != 354 {
 		out.data = dataRep
 		return nil

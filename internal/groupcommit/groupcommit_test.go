@@ -1,0 +1,163 @@
+package groupcommit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// gate is a commit function that records each group and, while held,
+// blocks the committer inside a commit so that requests pile up behind it.
+type gate struct {
+	mu      sync.Mutex
+	groups  [][]int
+	entered chan struct{} // a commit started
+	release chan struct{} // closed to let held commits finish
+	fail    map[int]error
+}
+
+func newGate() *gate {
+	return &gate{entered: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (g *gate) commit(group []int) []error {
+	g.entered <- struct{}{}
+	<-g.release
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.groups = append(g.groups, slices.Clone(group))
+	if g.fail == nil {
+		return nil
+	}
+	errs := make([]error, len(group))
+	for i, v := range group {
+		errs[i] = g.fail[v]
+	}
+	return errs
+}
+
+func (g *gate) committed() [][]int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Clone(g.groups)
+}
+
+// pileUp holds the committer in a commit of request 0, then submits the
+// others while it waits, and returns their pendings.
+func pileUp(t *testing.T, c *Committer[int], g *gate, n int) (first *Pending, rest []*Pending) {
+	t.Helper()
+	first = c.Submit(0)
+	<-g.entered
+	for i := 1; i <= n; i++ {
+		rest = append(rest, c.Submit(i))
+	}
+	return first, rest
+}
+
+func TestGroups(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		cfg     Config
+		waiting int
+		want    [][]int
+	}{
+		{"a lone request commits alone", Config{}, 0, [][]int{{0}}},
+		{"requests waiting behind a commit share the next", Config{}, 5, [][]int{{0}, {1, 2, 3, 4, 5}}},
+		{"max bounds a group", Config{Max: 2}, 5, [][]int{{0}, {1, 2}, {3, 4}, {5}}},
+		// Under load a group waits for more, but never past full.
+		{"a full group does not wait out its window", Config{Max: 3, Window: time.Hour}, 6, [][]int{{0}, {1, 2, 3}, {4, 5, 6}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGate()
+			c := New(tt.cfg, g.commit)
+			defer c.Close()
+			first, rest := pileUp(t, c, g, tt.waiting)
+			close(g.release)
+			for _, p := range append([]*Pending{first}, rest...) {
+				if err := p.Wait(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := g.committed(); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("groups %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestEachRequestGetsItsOwnError(t *testing.T) {
+	g := newGate()
+	bad := errors.New("refused")
+	g.fail = map[int]error{2: bad}
+	c := New(Config{}, g.commit)
+	defer c.Close()
+	first, rest := pileUp(t, c, g, 3)
+	close(g.release)
+	if err := first.Wait(context.Background()); err != nil {
+		t.Errorf("request 0: %v", err)
+	}
+	for i, p := range rest {
+		err := p.Wait(context.Background())
+		if want := g.fail[i+1]; !errors.Is(err, want) || (want == nil && err != nil) {
+			t.Errorf("request %d: %v, want %v", i+1, err, want)
+		}
+	}
+}
+
+func TestContext(t *testing.T) {
+	t.Run("withdrawn before a group takes it", func(t *testing.T) {
+		g := newGate()
+		c := New(Config{}, g.commit)
+		defer c.Close()
+		first, _ := pileUp(t, c, g, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := c.Do(ctx, 1); !errors.Is(err, context.Canceled) {
+			t.Errorf("Do with its context ended = %v, want context.Canceled", err)
+		}
+		after := c.Submit(2)
+		close(g.release)
+		first.Wait(context.Background())
+		after.Wait(context.Background())
+		if got := g.committed(); fmt.Sprint(got) != "[[0] [2]]" {
+			t.Errorf("groups %v: the withdrawn request 1 must not be committed", got)
+		}
+	})
+	t.Run("awaited once taken", func(t *testing.T) {
+		g := newGate()
+		c := New(Config{}, g.commit)
+		defer c.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		p := c.Submit(0)
+		<-g.entered // request 0 is in the commit now
+		cancel()
+		go close(g.release)
+		if err := p.Wait(ctx); err != nil {
+			t.Errorf("Wait after the commit took the request = %v, want its outcome (nil)", err)
+		}
+	})
+}
+
+func TestClose(t *testing.T) {
+	g := newGate()
+	c := New(Config{}, g.commit)
+	first, rest := pileUp(t, c, g, 2)
+	close(g.release)
+	c.Close()
+	for _, p := range append([]*Pending{first}, rest...) {
+		if err := p.Wait(context.Background()); err != nil {
+			t.Errorf("a request handed over before Close: %v", err)
+		}
+	}
+	if got := g.committed(); fmt.Sprint(got) != "[[0] [1 2]]" {
+		t.Errorf("groups %v, want every request handed over before Close committed", got)
+	}
+	if err := c.Do(context.Background(), 9); !errors.Is(err, ErrClosed) {
+		t.Errorf("Do after Close = %v, want ErrClosed", err)
+	}
+	c.Close() // a second Close is harmless
+}

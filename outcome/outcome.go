@@ -1,0 +1,86 @@
+// Package outcome holds what the relay reports about a message beyond its
+// status: the result for each recipient, the fields of a bounce, the fields
+// of a PEC receipt. The outbox stores them, the admin API shows them, and
+// plugins receive them (plugins/sdk re-exports these types), so they are
+// defined once, here, below everything that uses them.
+package outcome
+
+import "time"
+
+// Recipient states.
+const (
+	RecipientPending = "pending" // not tried yet, or deferred
+	RecipientSent    = "sent"    // accepted upstream
+	RecipientFailed  = "failed"  // refused for good, or expired
+)
+
+// Recipient is what became of one envelope recipient.
+type Recipient struct {
+	Address string `json:"address"`
+	// Status is RecipientPending, RecipientSent or RecipientFailed.
+	Status string `json:"status"`
+	// Code and EnhancedCode are the upstream's reply ("550", "5.1.1"),
+	// Text its words or the relay's own explanation; Host is the upstream
+	// host, At when the reply came.
+	Code         int       `json:"code,omitempty"`
+	EnhancedCode string    `json:"enhanced_code,omitempty"`
+	Text         string    `json:"text,omitempty"`
+	Host         string    `json:"host,omitempty"`
+	At           time.Time `json:"at,omitzero"`
+}
+
+// Bounce is a delivery status notification or a complaint.
+type Bounce struct {
+	// Kind is bounce, delay or complaint.
+	Kind         string            `json:"kind"`
+	Type         string            `json:"type,omitempty"`
+	ReportingMTA string            `json:"reporting_mta,omitempty"`
+	ArrivalDate  string            `json:"arrival_date,omitempty"`
+	Recipients   []BounceRecipient `json:"recipients,omitempty"`
+	// MatchedBy says how the bounce was tied to its message.
+	MatchedBy string `json:"matched_by,omitempty"`
+}
+
+// BounceRecipient is one recipient of a bounce, as the reporting server
+// described it.
+type BounceRecipient struct {
+	FinalRecipient    string `json:"final_recipient,omitempty"`
+	OriginalRecipient string `json:"original_recipient,omitempty"`
+	Action            string `json:"action,omitempty"`
+	Status            string `json:"status,omitempty"`
+	SMTPCode          int    `json:"smtp_code,omitempty"`
+	// Reason is the relay's classification: user_unknown, mailbox_full, …
+	Reason     string `json:"reason,omitempty"`
+	RemoteMTA  string `json:"remote_mta,omitempty"`
+	Diagnostic string `json:"diagnostic,omitempty"`
+}
+
+// PEC is an Italian certified mail receipt.
+type PEC struct {
+	ReceiptType string `json:"receipt_type"`
+	Transport   string `json:"transport,omitempty"`
+	// Source says where the fields were read: daticert, headers, both
+	// or body.
+	Source      string         `json:"source,omitempty"`
+	Sender      string         `json:"sender,omitempty"`
+	Recipients  []PECRecipient `json:"recipients,omitempty"`
+	Subject     string         `json:"subject,omitempty"`
+	Issuer      string         `json:"issuer,omitempty"`
+	Date        string         `json:"date,omitempty"`
+	Identifier  string         `json:"identifier,omitempty"`
+	MsgID       string         `json:"msgid,omitempty"`
+	Delivery    string         `json:"delivery,omitempty"`
+	Error       string         `json:"error,omitempty"`
+	ErrorDetail string         `json:"error_detail,omitempty"`
+	// Signature is valid, invalid or "not checked"; Signer names the
+	// signer.
+	Signature string `json:"signature,omitempty"`
+	Signer    string `json:"signer,omitempty"`
+}
+
+// PECRecipient is one recipient a receipt lists; Type is certificato for a
+// PEC mailbox, esterno for an ordinary one.
+type PECRecipient struct {
+	Address string `json:"address"`
+	Type    string `json:"type,omitempty"`
+}
