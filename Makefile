@@ -1,18 +1,35 @@
 # make test: what CI runs. It installs and starts what the tests need
-# (idempotent), then vets and runs every test with the race detector, the
-# MySQL (the machine's MariaDB) and DynamoDB (DynamoDB Local) suites included.
+# (idempotent), lints and vets, then runs every test with the race detector,
+# the MySQL (the machine's MariaDB) and DynamoDB (DynamoDB Local) suites
+# included.
 GO ?= go
+# staticcheck is pinned and run from the module cache, so that its own
+# dependencies stay out of the project's go.mod.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_DYNAMODB_ENDPOINT ?= http://127.0.0.1:$(DYNAMODB_PORT)
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 
-.PHONY: test deps vet build proto bench-accept bench-relay bench-stores
+.PHONY: test deps lint vet build proto bench-accept bench-relay bench-stores
 
-test: deps vet
+test: deps lint vet
 	$(GO) test -race -count=1 -timeout 14m ./...
 
 deps:
 	@TEST_POSTINO_DYNAMODB_PORT=$(DYNAMODB_PORT) .ci/deps
+
+# lint: staticcheck (its checks in staticcheck.conf) and gofmt; both run, so
+# that one failure does not hide the other.
+lint:
+	@rc=0; \
+	unformatted=$$($(GOFMT) -l .); \
+	if [ -n "$$unformatted" ]; then \
+		echo "gofmt: these files are not formatted (gofmt -w FILE fixes them):" >&2; \
+		echo "$$unformatted" >&2; rc=1; \
+	fi; \
+	$(GO) run $(STATICCHECK) ./... || rc=1; \
+	exit $$rc
 
 vet:
 	$(GO) vet ./...

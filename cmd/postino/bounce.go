@@ -15,7 +15,7 @@ import (
 
 func bounceCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "parse" {
-		return fmt.Errorf("%w: postino bounce needs parse FILE...", errUsage)
+		return fmt.Errorf("%w: postino bounce needs parse and one or more FILEs", errUsage)
 	}
 	fs := newFlagSet("bounce parse", stdout)
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")

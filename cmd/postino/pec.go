@@ -16,7 +16,7 @@ import (
 
 func pecCmd(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "parse" {
-		return fmt.Errorf("%w: postino pec needs parse FILE...", errUsage)
+		return fmt.Errorf("%w: postino pec needs parse and one or more FILEs", errUsage)
 	}
 	fs := newFlagSet("pec parse", stdout)
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")
