@@ -6,6 +6,7 @@ GO ?= go
 # staticcheck is pinned and run from the module cache, so that its own
 # dependencies stay out of the project's go.mod.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_DYNAMODB_ENDPOINT ?= http://127.0.0.1:$(DYNAMODB_PORT)
@@ -19,8 +20,10 @@ test: deps lint vet
 deps:
 	@TEST_POSTINO_DYNAMODB_PORT=$(DYNAMODB_PORT) .ci/deps
 
-# lint: staticcheck (its checks in staticcheck.conf) and gofmt; both run, so
-# that one failure does not hide the other.
+# lint: gofmt, staticcheck (its checks in staticcheck.conf), and no
+# function outside the tests above cyclomatic complexity 20 (gocyclo): one a
+# reader cannot hold in their head gets split. All run, so that one failure
+# does not hide another.
 lint:
 	@rc=0; \
 	unformatted=$$($(GOFMT) -l .); \
@@ -29,6 +32,11 @@ lint:
 		echo "$$unformatted" >&2; rc=1; \
 	fi; \
 	$(GO) run $(STATICCHECK) ./... || rc=1; \
+	complex=$$($(GO) run $(GOCYCLO) -over 20 -ignore '_test\.go$$' .); \
+	if [ -n "$$complex" ]; then \
+		echo "gocyclo: these functions are over 20; split them:" >&2; \
+		echo "$$complex" >&2; rc=1; \
+	fi; \
 	exit $$rc
 
 vet:

@@ -168,12 +168,18 @@ const parkedScrapeLimit = 10000
 // queueCollector reports the queue depth by status and the parked events at
 // scrape time, so that the figures come from the store every relay shares.
 type queueCollector struct {
-	outbox backends.Outbox
+	outbox queueCounts
 	desc   *prometheus.Desc
 	parked *prometheus.Desc
 }
 
-func newQueueCollector(o backends.Outbox) *queueCollector {
+// queueCounts is what the collector reads of the outbox.
+type queueCounts interface {
+	Counts(ctx context.Context) (map[backends.Status]int, error)
+	EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error)
+}
+
+func newQueueCollector(o queueCounts) *queueCollector {
 	return &queueCollector{outbox: o,
 		desc: prometheus.NewDesc("postino_queue_messages",
 			"Messages in the outbox, by status.", []string{"status"}, nil),

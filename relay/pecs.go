@@ -8,8 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/pec"
 )
 
 // overdueEvery is how often late PEC receipts are looked for: every

@@ -16,9 +16,9 @@ import (
 	"github.com/genropy/postino/internal/imaptest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 const pecAccount = "ufficio@pec.example.it"

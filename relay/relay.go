@@ -22,7 +22,6 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/bounce"
@@ -30,6 +29,7 @@ import (
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/spool"
 )
 

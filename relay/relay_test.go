@@ -19,11 +19,11 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
+	"github.com/genropy/postino/relay/relaytest"
 	"github.com/genropy/postino/spool"
 )
 

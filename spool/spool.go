@@ -11,6 +11,7 @@ package spool
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/genropy/postino/internal/groupcommit"
 )
 
 const (
@@ -31,9 +34,11 @@ const (
 
 // Spool is a directory of message files.
 type Spool struct {
-	dir  string
-	reqs chan dirSync
-	done chan struct{}
+	dir string
+	// dirSyncs is the group commit of directory entries: every directory
+	// asked for by the files created while the last fsync ran is synced
+	// once for all of them.
+	dirSyncs *groupcommit.Committer[string]
 
 	mu      sync.Mutex
 	buckets map[string]bool // bucket directories known to exist durably
@@ -47,13 +52,8 @@ func Open(dir string) (*Spool, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("spool: create %s: %w", dir, err)
 	}
-	s := &Spool{
-		dir:     dir,
-		reqs:    make(chan dirSync, 1024),
-		done:    make(chan struct{}),
-		buckets: make(map[string]bool),
-	}
-	go s.syncLoop()
+	s := &Spool{dir: dir, buckets: make(map[string]bool)}
+	s.dirSyncs = groupcommit.New(groupcommit.Config{}, syncDirs)
 	return s, nil
 }
 
@@ -63,8 +63,7 @@ func (s *Spool) Dir() string { return s.dir }
 // Close stops the spool once the commits in progress are done. No File may
 // be committed after Close.
 func (s *Spool) Close() error {
-	close(s.reqs)
-	<-s.done
+	s.dirSyncs.Close()
 	return nil
 }
 
@@ -76,7 +75,7 @@ type File struct {
 	rel string
 	n   int64
 	// dirSynced reports the directory fsync asked for at creation.
-	dirSynced chan error
+	dirSynced *groupcommit.Pending
 }
 
 // Create starts the file of a new message received at t.
@@ -100,9 +99,8 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	// The directory entry exists from the open on, so any directory fsync
 	// that starts now covers it: asking at once lets it run while the
 	// message is received and its data synced, instead of after.
-	req := dirSync{dir: filepath.Join(s.dir, bucket), done: make(chan error, 1)}
-	s.reqs <- req
-	return &File{s: s, f: f, w: w, rel: rel, dirSynced: req.done}, nil
+	synced := s.dirSyncs.Submit(filepath.Join(s.dir, bucket))
+	return &File{s: s, f: f, w: w, rel: rel, dirSynced: synced}, nil
 }
 
 // ensureBucket creates a bucket directory and makes its entry durable in
@@ -161,7 +159,7 @@ func (f *File) Commit() error {
 	if err := syncData(f.f); err != nil {
 		return fmt.Errorf("spool: sync %s: %w", f.rel, err)
 	}
-	if err := <-f.dirSynced; err != nil {
+	if err := f.dirSynced.Wait(context.Background()); err != nil {
 		return fmt.Errorf("spool: sync directory of %s: %w", f.rel, err)
 	}
 	err := f.f.Close()
@@ -192,40 +190,19 @@ func (f *File) Abort() {
 	os.Remove(filepath.Join(f.s.dir, f.rel))
 }
 
-type dirSync struct {
-	dir  string
-	done chan error
-}
-
-// syncLoop is the group commit of directory entries: it takes every request
-// waiting and fsyncs each directory involved once for all of them.
-func (s *Spool) syncLoop() {
-	defer close(s.done)
-	var group []dirSync
-	for first := range s.reqs {
-		group = append(group[:0], first)
-	drain:
-		for {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break drain
-				}
-				group = append(group, r)
-			default:
-				break drain
-			}
+// syncDirs fsyncs each directory of a group once.
+func syncDirs(dirs []string) []error {
+	synced := make(map[string]error, 1)
+	errs := make([]error, len(dirs))
+	for i, d := range dirs {
+		err, done := synced[d]
+		if !done {
+			err = syncDir(d)
+			synced[d] = err
 		}
-		dirs := make(map[string]error, 1)
-		for _, r := range group {
-			if _, done := dirs[r.dir]; !done {
-				dirs[r.dir] = syncDir(r.dir)
-			}
-		}
-		for _, r := range group {
-			r.done <- dirs[r.dir]
-		}
+		errs[i] = err
 	}
+	return errs
 }
 
 func syncDir(dir string) error {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/relaytest"
 )
 
 // startRelay runs a relay in this process for the client commands to talk to.

@@ -10,8 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/genropy/postino/pec"
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/pec"
 )
 
 func pecCmd(args []string, stdout, stderr io.Writer) error {

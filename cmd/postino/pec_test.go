@@ -13,7 +13,7 @@ import (
 )
 
 func TestPECParse(t *testing.T) {
-	dir := filepath.Join("..", "..", "pec", "testdata")
+	dir := filepath.Join("..", "..", "relay", "pec", "testdata")
 	bundle := filepath.Join(dir, "provider-ca.pem")
 	out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", bundle, filepath.Join(dir, "errore-consegna-no-dest.eml"))
 	if code != 0 {
@@ -67,7 +67,7 @@ func TestQueueReceipts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, _ := os.ReadFile(filepath.Join("..", "..", "pec", "testdata", "accettazione.eml"))
+	raw, _ := os.ReadFile(filepath.Join("..", "..", "relay", "pec", "testdata", "accettazione.eml"))
 	err = sp.Walk(func(e spool.Entry) error {
 		if e.ID == "cli-pec" {
 			return sp.SaveReceipt(e.Path, "accettazione-0123456789ab.eml", raw)
@@ -105,7 +105,7 @@ func TestQueueReceipts(t *testing.T) {
 // TestPECParseRealReceipt reads a real provider's receipt, signed by a CA
 // that the test bundle does not hold.
 func TestPECParseRealReceipt(t *testing.T) {
-	out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", filepath.Join("..", "..", "pec", "testdata", "provider-ca.pem"),
+	out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", filepath.Join("..", "..", "relay", "pec", "testdata", "provider-ca.pem"),
 		filepath.Join(corpus.Dir(t, "pec-real"), "aruba-accettazione.eml"))
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

@@ -19,8 +19,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/genropy/postino/internal/relaytest"
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/relaytest"
 )
 
 // metricName finds the relay's series in PromQL and in Go sources.
@@ -159,7 +159,7 @@ func sourceMetrics(t *testing.T) map[string]bool {
 	t.Helper()
 	quoted := regexp.MustCompile(`"(postino_[a-z_]+)"`)
 	names := map[string]bool{}
-	for _, dir := range []string{"../../relay", "../../plugins", "../../pec"} {
+	for _, dir := range []string{"../../relay", "../../plugins"} {
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 const signerName = "Posta Certificata Provider Test <" + pectest.ProviderAddress + ">"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 // checkAt is when signatures are checked in these tests: fixed, so that

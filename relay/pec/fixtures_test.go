@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 var update = flag.Bool("update", false, "rewrite the signed receipts in testdata/ with a new test CA")

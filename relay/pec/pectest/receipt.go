@@ -17,7 +17,7 @@ import (
 	"github.com/emersion/go-message/textproto"
 	"github.com/smallstep/pkcs7"
 
-	"github.com/genropy/postino/pec"
+	"github.com/genropy/postino/relay/pec"
 )
 
 // ReceiptOptions say what receipt to build. Only Type is required.

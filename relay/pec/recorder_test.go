@@ -19,9 +19,9 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 // kept is the evidence the recorder saves, by message file and name.

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/pec"
-	"github.com/genropy/postino/pec/pectest"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 // parseAnything calls Parse the way a mailbox reader would, with and

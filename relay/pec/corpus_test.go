@@ -15,7 +15,7 @@ import (
 	"github.com/smallstep/pkcs7"
 
 	"github.com/genropy/postino/internal/corpus"
-	"github.com/genropy/postino/pec"
+	"github.com/genropy/postino/relay/pec"
 )
 
 func TestRealCorpus(t *testing.T) {
