@@ -172,7 +172,7 @@ func (s Status) Undelivered() bool {
 }
 
 // transitions lists, for each status, the statuses it may move to. Beyond the
-// happy path of DESIGN.md it holds the moves of the housekeeping (restore,
+// happy path of ARCHITECTURE.md it holds the moves of the housekeeping (restore,
 // missing spool files) and of operators (cancel, retry).
 func transitions(from Status) []Status {
 	switch from {

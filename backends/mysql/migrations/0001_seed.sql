@@ -1,5 +1,5 @@
--- The layout Postino comes from (seeds/000): kept as it is, so that an
--- existing outbox of that shape is migrated in place.
+-- The layout Postino comes from (mailculator's emails and email_statuses):
+-- kept as it is, so that an existing outbox of that shape is migrated in place.
 CREATE TABLE IF NOT EXISTS emails (
     id CHAR(36) PRIMARY KEY,
     status ENUM(
