@@ -267,7 +267,7 @@ func TestDashboard(t *testing.T) {
 // waitMessage waits until the message is as ok says.
 func waitMessage(t *testing.T, c *admin.Client, id string, ok func(admin.Message) bool) admin.Message {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		m, err := c.Get(context.Background(), id)
 		if err == nil && ok(m) {

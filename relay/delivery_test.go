@@ -253,7 +253,7 @@ func TestDeliveryGreetingTimeout(t *testing.T) {
 	cfg.Delivery.Timeouts.Greeting = relay.Duration(200 * time.Millisecond)
 	rl := start(t, cfg)
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"a@example.net"}, "", "x\r\n")
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		m, _ := rl.client.Get(context.Background(), id)
 		if m.Status == "READY" && m.Attempts == 1 {
@@ -384,7 +384,7 @@ func TestDeliverySmarthostTLS(t *testing.T) {
 // waitAttempt waits for a first attempt to be recorded.
 func waitAttempt(t *testing.T, c *admin.Client, id string) admin.Message {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		m, err := c.Get(context.Background(), id)
 		if err == nil && m.Attempts > 0 {

@@ -74,7 +74,7 @@ func sendRaw(t *testing.T, addr, from string, to []string, msg []byte) string {
 // X-Genro-Mail-ID is id.
 func receivedByUpstream(t *testing.T, up *smtptest.Server, id string) smtptest.Message {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		for _, m := range up.Messages() {
 			if m.Header("X-Genro-Mail-ID") == id {

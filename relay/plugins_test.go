@@ -154,7 +154,7 @@ func TestPluginParkAndReplay(t *testing.T) {
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"user@example.net"}, "", "x\r\n")
 	ctx := context.Background()
 	var parked string
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for parked == "" {
 		list, err := rl.client.Events(ctx, "parked", 10)
 		if err != nil {

@@ -392,7 +392,7 @@ func TestRetention(t *testing.T) {
 	})
 	rl := start(t, cfg)
 	// The row goes first, then the file: wait for both.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, err := rl.client.Get(context.Background(), "old")
 		_, statErr := os.Stat(filepath.Join(cfg.DataDir, "spool", oldPath))

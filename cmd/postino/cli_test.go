@@ -73,7 +73,7 @@ func TestQueueCommands(t *testing.T) {
 	sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: cli-1\r\nX-Postino-Batch: b1\r\nX-Postino-Send-After: "+
 		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+"\r\n")
 
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	var show map[string]any
 	for {
 		show = nil

@@ -195,7 +195,7 @@ func TestDKIMSighup(t *testing.T) {
 		if err := c.SendMail("app@example.com", []string{"user@example.net"}, strings.NewReader(msg)); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for time.Now().Before(deadline) {
 			for _, m := range up.Messages() {
 				if m.Header("X-Genro-Mail-ID") == id {
@@ -215,7 +215,7 @@ func TestDKIMSighup(t *testing.T) {
 		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for {
 			log, _ := os.ReadFile(p.logPath)
 			if bytes.Count(log, []byte("SIGHUP")) > 0 && strings.Contains(string(log), want) {

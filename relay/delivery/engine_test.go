@@ -31,7 +31,7 @@ type slowOutcomes struct {
 
 func (s *slowOutcomes) Transition(ctx context.Context, t backends.Transition) error {
 	if t.From == backends.StatusProcessing {
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(60 * time.Second)
 		for !s.gaveUp.Load() && len(s.upstream.Messages()) < s.want {
 			if time.Now().After(deadline) {
 				s.gaveUp.Store(true)
