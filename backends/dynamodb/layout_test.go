@@ -2,6 +2,8 @@ package dynamodb_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -168,7 +170,8 @@ func TestLegacyItems(t *testing.T) {
 
 func TestCreateTableUpgradesSeedTable(t *testing.T) {
 	ctx := context.Background()
-	opts := dynamodb.Options{Table: "seed_shaped_" + strings.ReplaceAll(t.Name(), "/", "_"), Endpoint: endpoint()}
+	// A name of its own, so that test runs side by side do not share it.
+	opts := dynamodb.Options{Table: fmt.Sprintf("seed_shaped_%d_%d", os.Getpid(), tables.Add(1)), Endpoint: endpoint()}
 	freshTable(t, 0) // skips or fails without DynamoDB Local
 	client, table, _ := dynamodb.Client(ctx, opts)
 	client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
