@@ -99,7 +99,7 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	// The directory entry exists from the open on, so any directory fsync
 	// that starts now covers it: asking at once lets it run while the
 	// message is received and its data synced, instead of after.
-	synced := s.dirSyncs.Submit(filepath.Join(s.dir, bucket))
+	synced := s.dirSyncs.Submit(context.Background(), filepath.Join(s.dir, bucket))
 	return &File{s: s, f: f, w: w, rel: rel, dirSynced: synced}, nil
 }
 

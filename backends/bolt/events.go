@@ -159,24 +159,21 @@ func (s *Store) EventsByState(ctx context.Context, state backends.EventState, li
 	return out, err
 }
 
-// firstInLine reports whether e is the earliest unacknowledged event of its
-// message.
-func firstInLine(tx *bbolt.Tx, e *backends.Event) (bool, error) {
-	prefix := pairKey(e.MessageID, "")
+// head is the id of the earliest unacknowledged event of a message, the
+// only one that may be called; empty when all are acknowledged.
+func head(tx *bbolt.Tx, messageID string) (string, error) {
+	prefix := pairKey(messageID, "")
 	c := tx.Bucket(bucketMsgEvents).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-		if string(v) == e.ID {
-			return true, nil
-		}
-		other, err := getEvent(tx, string(v))
+		e, err := getEvent(tx, string(v))
 		if err != nil {
-			return false, err
+			return "", err
 		}
-		if other.State != backends.EventAcked {
-			return false, nil
+		if e.State != backends.EventAcked {
+			return e.ID, nil
 		}
 	}
-	return false, nil
+	return "", nil
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
@@ -200,43 +197,68 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 // events that wait behind an earlier one are passed over, however many:
 // stopping at the first c.Limit due events would let waiting ones fill
 // every claim and keep the first in line, due later, from ever being
-// claimed.
+// claimed. Each message's events are read once.
 func claimEvents(tx *bbolt.Tx, c backends.EventClaim) ([]*backends.Event, error) {
-	var due []string
-	now := u64(unixNano(c.Now))
-	cur := tx.Bucket(bucketEvQueue).Cursor()
-	for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], now) <= 0; k, _ = cur.Next() {
-		due = append(due, timeIDKeyID(k)) // claiming changes the bucket: collect first
-	}
 	var out []*backends.Event
-	taken := map[string]bool{} // one event per message at a time
+	heads := map[string]string{} // by message, once looked at; "" once claimed
 	etx := &eventTx{tx: tx}
-	for _, id := range due {
-		if len(out) == c.Limit {
-			break
+	now := u64(unixNano(c.Now))
+	for after := []byte(nil); len(out) < c.Limit; {
+		ids, last := dueEvents(tx, now, after, claimChunk)
+		if len(ids) == 0 {
+			return out, nil
 		}
-		e, err := getEvent(tx, id)
-		if err != nil {
-			return nil, err
+		for _, id := range ids {
+			if len(out) == c.Limit {
+				break
+			}
+			e, err := getEvent(tx, id)
+			if err != nil {
+				return nil, err
+			}
+			h, ok := heads[e.MessageID]
+			if !ok {
+				if h, err = head(tx, e.MessageID); err != nil {
+					return nil, err
+				}
+			}
+			if e.ID != h {
+				heads[e.MessageID] = h
+				continue
+			}
+			heads[e.MessageID] = "" // one event per message at a time
+			claimed, err := backends.ClaimEvent(etx, e, c)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, claimed)
 		}
-		if taken[e.MessageID] {
-			continue
-		}
-		first, err := firstInLine(tx, e)
-		if err != nil {
-			return nil, err
-		}
-		if !first {
-			continue
-		}
-		taken[e.MessageID] = true
-		claimed, err := backends.ClaimEvent(etx, e, c)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, claimed)
+		after = last
 	}
 	return out, nil
+}
+
+// claimChunk bounds the due events read at a time: claiming changes the
+// queue, so they are read before, a chunk at a time.
+const claimChunk = 256
+
+// dueEvents lists up to n ids of pending events due at or before now, in
+// queue order after the key after (nil: from the start), and the last key.
+func dueEvents(tx *bbolt.Tx, now, after []byte, n int) ([]string, []byte) {
+	cur := tx.Bucket(bucketEvQueue).Cursor()
+	k, _ := cur.First()
+	if after != nil {
+		if k, _ = cur.Seek(after); bytes.Equal(k, after) {
+			k, _ = cur.Next()
+		}
+	}
+	var ids []string
+	var last []byte
+	for ; k != nil && bytes.Compare(k[:8], now) <= 0 && len(ids) < n; k, _ = cur.Next() {
+		ids = append(ids, timeIDKeyID(k))
+		last = bytes.Clone(k)
+	}
+	return ids, last
 }
 
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
@@ -249,8 +271,9 @@ func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backe
 		var err error
 		out, err = backends.UpdateEvent(&eventTx{tx: tx}, u)
 		refused = nil
-		if errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired) {
-			// A refusal is not an error for the group: the others in it
+		if out == nil && (errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired)) {
+			// A refusal (nothing written: the event is not there, or not
+			// in u.From) is not an error for the group: the others in it
 			// must still commit, so it is reported beside.
 			refused, err = err, nil
 		}

@@ -48,16 +48,20 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":owner": str(owner), ":until": num(c.LeaseUntil.UnixNano()),
 		},
+		// The cursor as written: the previous owner may have saved since it
+		// was read, and where it got to must not be lost.
+		ReturnValues: types.ReturnValueAllNew,
 	}
 	if found {
 		in.ConditionExpression = aws.String("#owner = :held AND LeaseUntil = :heldUntil")
 		in.ExpressionAttributeValues[":held"] = str(held.Owner)
 		in.ExpressionAttributeValues[":heldUntil"] = num(held.LeaseUntil.UnixNano())
 	}
-	if _, err := s.db.UpdateItem(ctx, in); err != nil {
+	out, err := s.db.UpdateItem(ctx, in)
+	if err != nil {
 		return backends.Cursor{}, cursorErr(err)
 	}
-	return c, nil
+	return cursorOf(out.Attributes), nil
 }
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
@@ -94,9 +98,12 @@ func (s *Store) getCursor(ctx context.Context, name string) (c backends.Cursor, 
 	if err != nil || out.Item == nil {
 		return c, false, err
 	}
-	a := out.Item
+	return cursorOf(out.Item), true, nil
+}
+
+func cursorOf(a map[string]types.AttributeValue) backends.Cursor {
 	return backends.Cursor{UIDValidity: uint32(getN(a, "UIDValidity")), LastUID: uint32(getN(a, "LastUID")),
-		Owner: getS(a, "Owner"), LeaseUntil: time.Unix(0, getN(a, "LeaseUntil")).UTC()}, true, nil
+		Owner: getS(a, "Owner"), LeaseUntil: time.Unix(0, getN(a, "LeaseUntil")).UTC()}
 }
 
 // cursorErr tells a cursor that moved since it was read (another relay

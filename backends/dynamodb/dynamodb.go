@@ -222,6 +222,8 @@ func (s *Store) getMeta(ctx context.Context, id string) (*meta, error) {
 	return metaFromItem(items[0])
 }
 
+// metaUpdate writes a _META item's new state, conditionally on the state
+// it was read in: its status, and its revision, so that two writers never
 // both succeed.
 func (s *Store) metaUpdate(m *meta, readStatus backends.Status, readSeq int64, hadSeq bool, ttl *int64) types.ParameterizedStatement {
 	params := []types.AttributeValue{

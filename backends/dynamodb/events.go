@@ -140,19 +140,19 @@ func (s *Store) eventUpdate(e *backends.Event, readState backends.EventState) ty
 		str(e.MessageID), str(eventKey(e.Seq)), str(string(readState)))
 }
 
-// firstInLine reports whether no earlier event of e's message is
-// unacknowledged.
-func (s *Store) firstInLine(ctx context.Context, e *backends.Event) (bool, error) {
-	events, err := s.Events(ctx, e.MessageID)
+// head is the id of the earliest unacknowledged event of a message, the
+// only one that may be called; empty when all are acknowledged.
+func (s *Store) head(ctx context.Context, messageID string) (string, error) {
+	events, err := s.Events(ctx, messageID)
 	if err != nil {
-		return false, err
+		return "", err
 	}
-	for _, other := range events {
-		if other.Seq < e.Seq && other.State != backends.EventAcked {
-			return false, nil
+	for _, e := range events {
+		if e.State != backends.EventAcked {
+			return e.ID, nil
 		}
 	}
-	return true, nil
+	return "", nil
 }
 
 // ClaimEvents reads the due pending events page by page and claims those
@@ -160,26 +160,39 @@ func (s *Store) firstInLine(ctx context.Context, e *backends.Event) (bool, error
 // waiting behind an earlier one are passed over, however many: stopping
 // after a fixed number of candidates would let waiting ones fill every
 // claim and keep the first in line, due later, from ever being claimed.
+// Each message's events are read once.
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
 	var out []*backends.Event
-	taken := map[string]bool{}
+	heads := map[string]string{} // by message, once looked at; "" once claimed
 	claim := func(it map[string]types.AttributeValue) error {
 		e := eventFromItem(it)
-		if taken[e.MessageID] || e.DueAt.After(c.Now) {
+		if e.DueAt.After(c.Now) {
 			return nil
 		}
-		first, err := s.firstInLine(ctx, e)
-		if err != nil || !first {
-			return err
+		h, ok := heads[e.MessageID]
+		if !ok {
+			var err error
+			if h, err = s.head(ctx, e.MessageID); errors.Is(err, backends.ErrNotFound) {
+				h = "" // the message is being purged: its events go with it
+			} else if err != nil {
+				return err
+			}
+		}
+		if e.ID != h {
+			heads[e.MessageID] = h
+			return nil
 		}
 		claimed, err := s.claimEvent(ctx, e, c)
+		if errors.Is(err, backends.ErrNotFound) {
+			err = nil // as above
+		}
 		if err != nil || claimed == nil {
 			return err
 		}
-		taken[e.MessageID] = true
+		heads[e.MessageID] = "" // one event per message at a time
 		out = append(out, claimed)
 		return nil
 	}

@@ -24,8 +24,6 @@ func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
 	return &m.msg, nil
 }
 
-// metaUpdate writes a _META item's new state, conditionally on the state
-// it was read in: its status, and its revision, so that two writers never
 func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	if err := msg.PrepareCreate(time.Now().UTC()); err != nil {
 		return err

@@ -64,13 +64,14 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *histo
 	if t.AddAttempt {
 		add = 1
 	}
+	queue, queueArg := queueAt(final, t.DueAt, t.At)
 	res, err := tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1,
 		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
 		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
-		queue_at = `+queueAt(final)+`
+		queue_at = `+queue+`
 		WHERE id = ? AND status = ?`,
 		final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
-		add, null(t.Route), nullBytes(results), t.ID, t.From)
+		add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From)
 	if err != nil {
 		return err
 	}
@@ -96,17 +97,19 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *histo
 	return nil
 }
 
-// queueAt is the column that holds, once the SET clauses before it have
-// run (MySQL and MariaDB assign from left to right), the time a message in
-// status st waits by: backends.Message.QueueTime.
-func queueAt(st backends.Status) string {
+// queueAt is the SQL, and its argument, for the time a message in status
+// st waits by (backends.Message.QueueTime), given the due time and the time
+// of the change the statement makes (zero due: unchanged). It reads no
+// column the same statement sets, so the order of the SET clauses does not
+// matter (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+func queueAt(st backends.Status, due, at time.Time) (string, any) {
 	switch st.QueueClock() {
 	case backends.ByDueTime:
-		return "due_at"
+		return "COALESCE(?, due_at)", nullTime(due)
 	case backends.ByCreation:
-		return "created_at"
+		return "COALESCE(?, created_at)", nil
 	}
-	return "updated_at"
+	return "?", at.UTC()
 }
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
@@ -152,13 +155,14 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
+		queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
 		ids := make([]any, 0, len(msgs)+4)
-		ids = append(ids, c.To, c.LeaseUntil.UTC(), c.Now.UTC())
+		ids = append(ids, c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg)
 		for _, m := range msgs {
 			ids = append(ids, m.ID)
 		}
 		_, err = tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
-			queue_at = `+queueAt(c.To)+` WHERE id IN (`+inList(len(msgs))+`)`, ids...)
+			queue_at = `+queue+` WHERE id IN (`+inList(len(msgs))+`)`, ids...)
 		if err != nil {
 			return err
 		}
@@ -219,6 +223,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			if err := h.flush(ctx, tx); err != nil {
 				return err
 			}
+			// backends.RestoreEvent, for every expired event at once.
 			res, err := tx.ExecContext(ctx, `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
 				WHERE state = 'calling' AND lease_until < ? LIMIT ?`, now, now, clamp(expiredBefore), restoreChunk)
 			if err != nil {

@@ -75,22 +75,36 @@ const (
 
 // Submit hands v to the committer without waiting for its commit: the
 // spool asks for its directory fsync when a file is created and waits for
-// it when the message is complete. It blocks only while the queue is full.
-func (c *Committer[T]) Submit(v T) *Pending {
+// it when the message is complete. It waits only while the queue is full,
+// and not past ctx: a request whose context has ended is never handed over.
+func (c *Committer[T]) Submit(ctx context.Context, v T) *Pending {
 	p := &Pending{err: make(chan error, 1)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		p.err <- ErrClosed
-		return p
+	switch {
+	case c.closed:
+		p.withdraw(ErrClosed)
+	case ctx.Err() != nil:
+		p.withdraw(ctx.Err())
+	default:
+		select {
+		case c.reqs <- request[T]{p, v}:
+		case <-ctx.Done():
+			p.withdraw(ctx.Err())
+		}
 	}
-	c.reqs <- request[T]{p, v}
 	return p
+}
+
+// withdraw ends a request that no group will take.
+func (p *Pending) withdraw(err error) {
+	p.state.Store(cancelled)
+	p.err <- err
 }
 
 // Do submits v and waits for its commit.
 func (c *Committer[T]) Do(ctx context.Context, v T) error {
-	return c.Submit(v).Wait(ctx)
+	return c.Submit(ctx, v).Wait(ctx)
 }
 
 // Wait returns the outcome of the request's commit. When ctx ends before a
@@ -147,6 +161,7 @@ func (c *Committer[T]) loop() {
 		if len(reqs) > 0 {
 			c.run(reqs, vals)
 		}
+		clear(vals) // hold on to no value of a committed group
 	}
 }
 

@@ -50,10 +50,10 @@ func (g *gate) committed() [][]int {
 // others while it waits, and returns their pendings.
 func pileUp(t *testing.T, c *Committer[int], g *gate, n int) (first *Pending, rest []*Pending) {
 	t.Helper()
-	first = c.Submit(0)
+	first = c.Submit(context.Background(), 0)
 	<-g.entered
 	for i := 1; i <= n; i++ {
-		rest = append(rest, c.Submit(i))
+		rest = append(rest, c.Submit(context.Background(), i))
 	}
 	return first, rest
 }
@@ -119,7 +119,14 @@ func TestContext(t *testing.T) {
 		if err := c.Do(ctx, 1); !errors.Is(err, context.Canceled) {
 			t.Errorf("Do with its context ended = %v, want context.Canceled", err)
 		}
-		after := c.Submit(2)
+		// Queued, then withdrawn while the committer is busy.
+		ctx2, cancel2 := context.WithCancel(context.Background())
+		queued := c.Submit(ctx2, 3)
+		cancel2()
+		if err := queued.Wait(ctx2); !errors.Is(err, context.Canceled) {
+			t.Errorf("Wait withdrawn before a group took it = %v, want context.Canceled", err)
+		}
+		after := c.Submit(context.Background(), 2)
 		close(g.release)
 		first.Wait(context.Background())
 		after.Wait(context.Background())
@@ -132,7 +139,7 @@ func TestContext(t *testing.T) {
 		c := New(Config{}, g.commit)
 		defer c.Close()
 		ctx, cancel := context.WithCancel(context.Background())
-		p := c.Submit(0)
+		p := c.Submit(context.Background(), 0)
 		<-g.entered // request 0 is in the commit now
 		cancel()
 		go close(g.release)

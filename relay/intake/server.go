@@ -287,15 +287,15 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 		return ident.id, err
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
+	lookup, cancel := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
 	defer cancel()
 	if ident.id == "" {
 		ident.id = newID()
 		addField(&h, HeaderMailID, ident.id)
-	} else if reply, done := s.resubmitted(ctx, ident.id, rd.br); done {
+	} else if reply, done := s.resubmitted(lookup, ident.id, rd.br); done {
 		return ident.id, reply
 	}
-	if err := s.checkPEC(ctx, &h, ctrl, ident); err != nil {
+	if err := s.checkPEC(lookup, &h, ctrl, ident); err != nil {
 		return ident.id, err
 	}
 	s.addTrace(&h, &ident, now)
@@ -303,7 +303,11 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 	if err != nil {
 		return ident.id, err
 	}
-	return ident.id, s.record(ctx, f, ident, ctrl, rd.sc.eightBit, now)
+	// The body took as long as the client took to send it: the outbox's
+	// own time starts once the file is safe.
+	commit, cancelCommit := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
+	defer cancelCommit()
+	return ident.id, s.record(commit, f, ident, ctrl, rd.sc.eightBit, now)
 }
 
 // getReader takes a reader from the pool, or makes one, and sets it to

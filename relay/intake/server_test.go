@@ -241,6 +241,29 @@ func TestAcceptDurably(t *testing.T) {
 	}
 }
 
+// TestSlowUpload: a client slower than the commit timeout to send its
+// message still gets it accepted; the timeout bounds the outbox, not the
+// client.
+func TestSlowUpload(t *testing.T) {
+	const commit = 200 * time.Millisecond
+	e := newEnv(t, func(c *intake.Config) { c.CommitTimeout = commit })
+	r := dialEHLO(t, e.addr)
+	r.send("MAIL FROM:<app@example.com>\r\n")
+	r.expect("250")
+	r.send("RCPT TO:<user@example.net>\r\n")
+	r.expect("250")
+	r.send("DATA\r\n")
+	r.expect("354")
+	line := strings.Repeat("x", 76) + "\r\n"
+	r.send("From: <app@example.com>\r\nTo: <user@example.net>\r\nSubject: slow\r\n\r\n" + strings.Repeat(line, 400))
+	time.Sleep(3 * commit) // the client dawdles: the delay is the test's input, not a wait
+	r.send(strings.Repeat(line, 10) + ".\r\n")
+	id := queuedID(t, r.reply())
+	if _, err := e.store.Get(context.Background(), id); err != nil {
+		t.Errorf("the row of a slowly sent message: %v", err)
+	}
+}
+
 func TestCapabilities(t *testing.T) {
 	tests := []struct {
 		name   string
