@@ -116,6 +116,25 @@ type HistoryEntry struct {
 	Details json.RawMessage `json:"details,omitempty"`
 }
 
+// Alarm is a check owed to a message at a time (see Alarms); a message has
+// at most one alarm of each kind.
+type Alarm struct {
+	Kind      string    `json:"kind"`
+	MessageID string    `json:"message_id"`
+	At        time.Time `json:"at"`
+}
+
+// Check accepts an alarm before a store looks at anything.
+func (a Alarm) Check() error {
+	if err := checkToken("alarm kind", a.Kind, 32, "-_."); err != nil {
+		return err
+	}
+	if a.At.IsZero() {
+		return fmt.Errorf("alarm %s of %s has no time", a.Kind, a.MessageID)
+	}
+	return CheckID(a.MessageID)
+}
+
 // ListQuery selects messages for operators.
 type ListQuery struct {
 	// Status, when set, lists messages in that status in claim order;

@@ -34,6 +34,7 @@ type Outbox interface {
 	Batches
 	Cursors
 	Links
+	Alarms
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	Close() error
@@ -73,8 +74,8 @@ type Queue interface {
 	// events whose lease ran out to pending.
 	Restore(ctx context.Context, expiredBefore time.Time) (int, error)
 	// Purge deletes up to limit messages in an acknowledged status whose
-	// last change is before cutoff, with their history, events and links,
-	// and returns them so that their spool files can be removed.
+	// last change is before cutoff, with their history, events, links and
+	// alarms, and returns them so that their spool files can be removed.
 	Purge(ctx context.Context, cutoff time.Time, limit int) ([]*Message, error)
 }
 
@@ -126,4 +127,19 @@ type Links interface {
 	// Linked returns the id of the message linked under key; ErrNotFound
 	// when none.
 	Linked(ctx context.Context, key string) (string, error)
+}
+
+// Alarms holds the checks the relay owes messages at a time: a PEC
+// message's receipts are late if they are not in by their deadline, say.
+// A check reads only the alarms that are due, whatever the number of
+// messages in the outbox.
+type Alarms interface {
+	// SetAlarm sets the message's alarm of a.Kind to ring at a.At, or
+	// moves it; ErrNotFound when the message is not there.
+	SetAlarm(ctx context.Context, a Alarm) error
+	// ClearAlarm removes the message's alarm of kind; none is no error.
+	ClearAlarm(ctx context.Context, kind, messageID string) error
+	// DueAlarms lists up to limit alarms of kind that ring at or before
+	// now, earliest first.
+	DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]Alarm, error)
 }

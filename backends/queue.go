@@ -35,6 +35,9 @@ type Transition struct {
 	// Event, when set, is recorded in the same transaction (see Event for
 	// the fields the store fills in).
 	Event *Event
+	// Alarm, when set, is set on the message in the same transaction (its
+	// MessageID is the message's): a check owed to what the move starts.
+	Alarm *Alarm
 	// Then carries the message on through more statuses in the same
 	// transaction, each step with its history row; the message keeps the
 	// reason of the first move. With no plugin to call, SENT goes through
@@ -103,6 +106,10 @@ func (t *Transition) Check() error {
 	}
 	if prev.Working() && t.LeaseUntil.IsZero() {
 		return fmt.Errorf("moving to %s needs a lease", prev)
+	}
+	if t.Alarm != nil {
+		t.Alarm.MessageID = t.ID
+		return t.Alarm.Check()
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/mailbox"
@@ -41,12 +42,29 @@ func (r *Relay) runPollers(ctx context.Context, wg *sync.WaitGroup) {
 	}
 }
 
-// degraded lists the parts whose failure leaves mail flowing: plugins and
-// mailboxes.
+// degraded lists the parts whose failure leaves mail flowing: plugins,
+// mailboxes, and message files that could not be read.
 func (r *Relay) degraded() map[string]error {
 	out := r.dispatcher.Ready()
 	for _, p := range r.pollers {
 		out["mailbox "+p.Name()] = p.Ready()
 	}
+	out["message files"] = r.unreadableFiles(time.Now())
 	return out
+}
+
+// unreadableWindow is how long a message file that could not be read keeps
+// the relay degraded: the message waits meanwhile, and its next attempt
+// tells whether the file is back.
+const unreadableWindow = 10 * time.Minute
+
+// unreadableFiles says whether message files could not be read lately, and
+// where the relay looked for the last one.
+func (r *Relay) unreadableFiles(now time.Time) error {
+	n, last := r.spool.Unreadable()
+	if last == nil || now.Sub(last.At) > unreadableWindow {
+		return nil
+	}
+	return fmt.Errorf("%d message file reads failed since start, the last at %s: %v; the messages wait and are tried again: "+
+		"check that the spool's volume is mounted", n, last.At.UTC().Format(time.RFC3339), last.Err)
 }

@@ -21,12 +21,11 @@ const (
 	restoreEveryPart = 4 // restore runs this many times per lease
 )
 
-// recover repairs what a crash may have left: leases of the dead process,
-// spool files without a row (the crash came before the commit, so no 250 was
-// given), and rows whose file is gone.
+// recover returns the leases a dead process held, before the listeners
+// open: they are few (a relay holds at most its in-flight messages), and
+// the workers must find those messages where they were.
 func (r *Relay) recover(ctx context.Context) error {
-	now := time.Now().UTC()
-	expiredBefore := now
+	expiredBefore := r.started
 	if r.exclusive {
 		// Nobody else holds leases on this outbox: all are the dead
 		// process's, whatever their expiry.
@@ -39,17 +38,30 @@ func (r *Relay) recover(ctx context.Context) error {
 	if n > 0 {
 		r.log.Info("start-up: returned messages held by the previous run", "count", n)
 	}
-	if err := r.sweepSpool(ctx, now); err != nil {
-		return fmt.Errorf("start-up sweep of the spool: %w", err)
-	}
-	return r.sweepRows(ctx)
+	return nil
 }
 
-// sweepSpool removes the spool files no row points to.
-func (r *Relay) sweepSpool(ctx context.Context, now time.Time) error {
+// sweep removes, in the background, the spool files a crash left without
+// a row (the crash came before the commit, so no 250 was given). Mail is
+// accepted meanwhile: however many files the spool holds, the sweep never
+// keeps the SMTP listener closed. Rows are never changed because of a file
+// this relay cannot see: a missing mount looks the same as a lost file.
+func (r *Relay) sweep(ctx context.Context) {
+	if err := r.sweepSpool(ctx); err != nil && ctx.Err() == nil {
+		r.log.Error("start-up sweep of the spool stopped; the next start sweeps again", "error", err)
+	}
+}
+
+// sweepSpool removes the spool files no row points to. The files of this
+// run are left alone (their rows may be on their way), and on a shared
+// outbox those of the last hour too (other relays' may be).
+func (r *Relay) sweepSpool(ctx context.Context) error {
 	removed := 0
 	err := r.spool.Walk(func(e spool.Entry) error {
-		if !r.exclusive && now.Sub(e.ModTime) < orphanGrace {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !e.ModTime.Before(r.started) || !r.exclusive && r.started.Sub(e.ModTime) < orphanGrace {
 			return nil
 		}
 		m, err := r.outbox.Get(ctx, e.ID)
@@ -67,43 +79,9 @@ func (r *Relay) sweepSpool(ctx context.Context, now time.Time) error {
 		return nil
 	})
 	if removed > 0 {
-		r.log.Info("start-up: removed spool files of messages never acknowledged to the client", "count", removed)
+		r.log.Info("start-up sweep: removed spool files of messages never acknowledged to the client", "count", removed)
 	}
 	return err
-}
-
-// sweepRows marks INVALID the undelivered messages whose spool file is gone.
-func (r *Relay) sweepRows(ctx context.Context) error {
-	for _, st := range []backends.Status{backends.StatusAccepted, backends.StatusReady} {
-		after := ""
-		for {
-			page, next, err := r.outbox.List(ctx, backends.ListQuery{Status: st, After: after, Limit: 500})
-			if err != nil {
-				return err
-			}
-			for _, m := range page {
-				ok, err := r.spool.Exists(m.EmlPath)
-				if err != nil {
-					return err
-				}
-				if ok {
-					continue
-				}
-				reason := fmt.Sprintf("spool file %s is missing", m.EmlPath)
-				err = r.outbox.Transition(ctx, backends.Transition{ID: m.ID, From: st, To: backends.StatusInvalid, Reason: reason,
-					Event: backends.OutcomeEvent(st, backends.StatusInvalid, reason, nil)})
-				if err != nil && !errors.Is(err, backends.ErrLockNotAcquired) {
-					return err
-				}
-				r.log.Warn("invalid", "id", m.ID, "reason", reason)
-			}
-			if next == "" {
-				break
-			}
-			after = next
-		}
-	}
-	return nil
 }
 
 // housekeeping restores expired leases and applies retention until ctx ends.

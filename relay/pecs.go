@@ -47,8 +47,8 @@ func (r *Relay) pecMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake
 }
 
 // watchOverdue raises the events of late PEC receipts until ctx ends. It
-// runs apart from housekeeping: a check pages through the sent messages and
-// must not hold up the restore of expired leases.
+// runs apart from housekeeping, so that a slow store for one does not hold
+// up the other.
 func (r *Relay) watchOverdue(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.PEC.overdueEvery())
 	defer tick.Stop()
@@ -58,7 +58,7 @@ func (r *Relay) watchOverdue(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits, isPECRoute); err != nil {
+			if err := r.pecRecorder.CheckOverdue(ctx, time.Now().UTC(), limits); err != nil {
 				r.log.Error("pec: some late receipts could not be looked for; will retry", "error", err)
 			}
 		}

@@ -43,6 +43,9 @@ type Relay struct {
 	// exclusive is true when no other process can use the outbox (bbolt's
 	// file lock): then at start every lease belongs to a dead process.
 	exclusive bool
+	// started is when this run began: the start-up sweep leaves what is
+	// newer alone.
+	started time.Time
 
 	intake     *intake.Server
 	worker     *intake.Worker
@@ -58,14 +61,15 @@ type Relay struct {
 	adminLn     net.Listener
 }
 
-// New opens the spool and outbox, repairs what a crash may have left, and
-// binds the listeners. Run serves.
+// New opens the spool and outbox, returns the leases a dead process held,
+// and binds the listeners. Run serves, and sweeps in the background what
+// else a crash may have left.
 func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
 	cfg.Hostname = hostname(cfg.Hostname)
-	r := &Relay{cfg: cfg, log: log}
+	r := &Relay{cfg: cfg, log: log, started: time.Now().UTC()}
 	defer func() {
 		if err != nil {
 			r.close()
@@ -88,7 +92,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newQueueCollector(r.outbox))
+		newQueueCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
+			Help: "Times a message's file could not be read (missing, I/O error); the message waits and is tried again."},
+			func() float64 { n, _ := r.spool.Unreadable(); return float64(n) }))
 	im, dm, bm := intake.NewMetrics(reg), delivery.NewMetrics(reg), bounce.NewMetrics(reg)
 	r.throughput = newThroughput([]series{
 		{"ACCEPTED", im.Accepted(), nil},
@@ -235,6 +241,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.worker.Run(workCtx) })
 	wg.Go(func() { r.housekeeping(workCtx) })
+	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })
 	}

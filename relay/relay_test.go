@@ -307,13 +307,13 @@ func spoolFile(t *testing.T, sp *spool.Spool, id string, at time.Time) string {
 
 func TestStartupRecovery(t *testing.T) {
 	cfg, _ := testConfig(t)
-	ctx := context.Background()
 	var orphan, stale string
+	const lostPath = "20260101/0000/lost-file.000000000000.eml"
 	seed(t, cfg, func(store *bolt.Store, sp *spool.Spool) {
 		// A crash after the file was written, before the row: no 250 was given.
 		orphan = spoolFile(t, sp, "never-acked", time.Now())
-		// A row whose file is gone.
-		create(t, store, "lost-file", "20260101/0000/lost-file.000000000000.eml", backends.StatusReady)
+		// A row whose file this relay cannot see (a volume not mounted, say).
+		create(t, store, "lost-file", lostPath, backends.StatusReady)
 		// A message the dead process was preparing, its lease not yet expired.
 		create(t, store, "interrupted", spoolFile(t, sp, "interrupted", time.Now()), backends.StatusIntaking)
 		// A file of an id whose row points at another file (the race of two
@@ -323,20 +323,43 @@ func TestStartupRecovery(t *testing.T) {
 	rl := start(t, cfg)
 	sp, _ := spool.Open(filepath.Join(cfg.DataDir, "spool"))
 	defer sp.Close()
+	// The sweep runs in the background, mail flowing meanwhile.
 	for _, p := range []string{orphan, stale} {
-		if ok, _ := sp.Exists(p); ok {
-			t.Errorf("orphan spool file %s survived the start", p)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if ok, _ := sp.Exists(p); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("orphan spool file %s survived the start", p)
+			}
 		}
 	}
-	m := waitStatus(t, rl.client, "lost-file", "INVALID-ACKNOWLEDGED")
-	if !strings.Contains(m.Reason, "is missing") {
-		t.Errorf("reason %q", m.Reason)
-	}
-	m = waitStatus(t, rl.client, "interrupted", "SENT-ACKNOWLEDGED")
+	m := waitStatus(t, rl.client, "interrupted", "SENT-ACKNOWLEDGED")
 	if ok, _ := sp.Exists(m.EmlPath); !ok {
 		t.Errorf("the interrupted message lost its file")
 	}
-	_ = ctx
+
+	// The message whose file cannot be read waits, and says so; the relay
+	// is degraded, and counts it.
+	m = waitMessage(t, rl.client, "lost-file", func(m admin.Message) bool { return m.Attempts > 0 })
+	if m.Status != "READY" || !strings.Contains(m.Reason, "cannot be read") || !strings.Contains(m.Reason, "lost-file") {
+		t.Errorf("a message whose file cannot be read: %s %q, want READY saying so", m.Status, m.Reason)
+	}
+	if ready, err := rl.client.Ready(context.Background()); err != nil || ready.Status != "degraded" || !strings.Contains(ready.Checks["message files"], lostPath) {
+		t.Errorf("readiness %+v, %v: want degraded naming the file", ready, err)
+	}
+	scrapeUntil(t, rl, "postino_spool_unreadable_total 1")
+	// Once the file is back, the message is sent.
+	if err := os.MkdirAll(filepath.Join(cfg.DataDir, "spool", filepath.Dir(lostPath)), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.DataDir, "spool", lostPath), []byte("From: a@example.com\r\nSubject: back\r\n\r\nbody\r\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rl.client.Retry(context.Background(), "lost-file"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, rl.client, "lost-file", "SENT-ACKNOWLEDGED")
 }
 
 // create puts a message in the store and walks it to status.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/delivery"
@@ -121,7 +122,7 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 // messages become READY.
 func (c *Config) workerConfig(ready func()) intake.WorkerConfig {
 	return intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
-		Owner: c.Hostname, Ready: ready}
+		Owner: c.Hostname, Ready: ready, MaxAge: c.Delivery.Retry.MaxAge.D()}
 }
 
 // deliveryRoutes builds the routes and their rules, reading the passwords.
@@ -157,6 +158,7 @@ func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, e
 		if err != nil {
 			return nil, err
 		}
+		r.ReceiptsWithin = c.PEC.AcceptanceTimeout.D()
 		routes = append(routes, r)
 		rules = append(rules, delivery.Rule{Sender: a.Address, Route: name}, delivery.Rule{AuthUser: a.Address, Route: name})
 	}
@@ -179,14 +181,8 @@ func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, e
 	return rs, nil
 }
 
-// pecRoutePrefix starts the name of every PEC account's delivery route.
-const pecRoutePrefix = "pec:"
-
 // pecRouteName names the delivery route of a PEC account.
-func pecRouteName(address string) string { return pecRoutePrefix + strings.ToLower(address) }
-
-// isPECRoute tells whether a message went through a PEC account.
-func isPECRoute(route string) bool { return strings.HasPrefix(route, pecRoutePrefix) }
+func pecRouteName(address string) string { return backends.PECRoutePrefix + strings.ToLower(address) }
 
 // username is the login at the provider.
 func (a PECAccountConfig) username() string {

@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/genropy/postino/internal/groupcommit"
@@ -45,6 +46,24 @@ type Spool struct {
 
 	// writers keeps the write buffers of finished files for the next ones.
 	writers sync.Pool
+
+	// unreadable counts the message files that could not be opened, and
+	// keeps the last failure, for the metrics and readiness.
+	unreadable  atomic.Uint64
+	lastFailure atomic.Pointer[Failure]
+}
+
+// Failure is a message file that could not be read.
+type Failure struct {
+	Path string // as the spool looked for it
+	Err  error
+	At   time.Time
+}
+
+// Unreadable reports how many times a message file could not be opened,
+// and the last time.
+func (s *Spool) Unreadable() (uint64, *Failure) {
+	return s.unreadable.Load(), s.lastFailure.Load()
 }
 
 // Open uses dir as the spool, creating it if needed.
@@ -217,12 +236,23 @@ func syncDir(dir string) error {
 // Open opens a message file by the path the outbox recorded: relative to
 // the spool, or absolute for rows migrated from a layout that stored
 // absolute paths.
+// A file that cannot be opened is counted (Unreadable): the relay never
+// takes it for a message gone for good, since a missing mount or a
+// shared volume's hiccup looks the same.
 func (s *Spool) Open(path string) (*os.File, error) {
 	full, err := s.resolve(path)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var f *os.File
+		if f, err = openFile(full, os.O_RDONLY, 0); err == nil {
+			return f, nil
+		}
 	}
-	return openFile(full, os.O_RDONLY, 0)
+	if full == "" {
+		full = path
+	}
+	s.unreadable.Add(1)
+	s.lastFailure.Store(&Failure{Path: full, Err: err, At: time.Now()})
+	return nil, fmt.Errorf("spool: message file %s cannot be read: %w", path, err)
 }
 
 // Remove deletes a message file and the receipts kept with it; what is

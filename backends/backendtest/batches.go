@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 var batchTests = []test[batchStore]{
 	{"SuspendedBatches", testSuspendedBatches},
+	{"SuspendedBatchDoesNotStarve", testSuspendedBatchDoesNotStarve},
 }
 
 func testSuspendedBatches(t *testing.T, s batchStore) {
@@ -47,5 +49,27 @@ func testSuspendedBatches(t *testing.T, s batchStore) {
 	}
 	if err := s.SuspendBatch(ctx, "bad code!"); err == nil {
 		t.Error("SuspendBatch accepted an invalid code")
+	}
+}
+
+// testSuspendedBatchDoesNotStarve: however many messages of a suspended
+// batch come first in claim order, a claim finds the others behind them.
+func testSuspendedBatchDoesNotStarve(t *testing.T, s batchStore) {
+	ctx := context.Background()
+	if err := s.SuspendBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		ready(t, s, fmt.Sprintf("held-%03d", i), backends.PriorityNormal, at(0), at(time.Duration(i)*time.Millisecond), "held")
+	}
+	ready(t, s, "behind", backends.PriorityNormal, at(time.Minute), at(time.Second), "")
+	if got := claimIDs(t, s, at(2*time.Minute), 1); !slices.Equal(got, []string{"behind"}) {
+		t.Errorf("claim behind 100 messages of a suspended batch: %v, want [behind]", got)
+	}
+	if err := s.ActivateBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, s, at(2*time.Minute), 200); len(got) != 100 {
+		t.Errorf("claim after activation: %d messages, want the 100 of the batch", len(got))
 	}
 }

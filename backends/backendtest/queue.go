@@ -247,6 +247,27 @@ func testLeaseRestore(t *testing.T, s messageStore) {
 	if err != nil || n != len(leaseCases) {
 		t.Fatalf("Restore = %d, %v; want %d", n, err, len(leaseCases))
 	}
+	checkRestored(t, s, before)
+	if got := mustGet(t, s, "restore-fresh").Status; got != backends.StatusIntaking {
+		t.Errorf("a live lease was restored: %s", got)
+	}
+	n2, _ := s.Counts(ctx)
+	if n2[backends.StatusIntaking] != 1 || n2[backends.StatusProcessing] != 0 || n2[backends.StatusAccepted] != 1 || n2[backends.StatusReady] != 1 {
+		t.Errorf("counts after the restore: %v", n2)
+	}
+	// A restored message can be claimed again.
+	ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: at(2 * time.Minute),
+		LeaseUntil: at(3 * time.Minute), Limit: 10})
+	if err != nil || len(ms) != 1 || ms[0].ID != "restore-processing" || ms[0].Attempts != 1 {
+		t.Errorf("claim after restore = %v, %v", ms, err)
+	}
+}
+
+// checkRestored checks that each lease case went back to the status before
+// its working one, keeping its reason and attempts, with a history row saying so.
+func checkRestored(t *testing.T, s messageStore, before map[string]*backends.Message) {
+	t.Helper()
+	ctx := context.Background()
 	for _, c := range leaseCases {
 		got := mustGet(t, s, c.id)
 		if got.Status != c.previous {
@@ -259,15 +280,6 @@ func testLeaseRestore(t *testing.T, s messageStore) {
 		if last := h[len(h)-1]; last.Status != c.previous || last.Reason == "" {
 			t.Errorf("%s: restore history row %+v", c.id, last)
 		}
-	}
-	if got := mustGet(t, s, "restore-fresh").Status; got != backends.StatusIntaking {
-		t.Errorf("a live lease was restored: %s", got)
-	}
-	// A restored message can be claimed again.
-	ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: at(2 * time.Minute),
-		LeaseUntil: at(3 * time.Minute), Limit: 10})
-	if err != nil || len(ms) != 1 || ms[0].ID != "restore-processing" || ms[0].Attempts != 1 {
-		t.Errorf("claim after restore = %v, %v", ms, err)
 	}
 }
 
@@ -419,6 +431,9 @@ func testRetention(t *testing.T, s messageStore) {
 	}
 	for _, id := range []string{"old-sent", "old-ready", "young-ack"} {
 		mustGet(t, s, id)
+	}
+	if n, _ := s.Counts(ctx); n[backends.StatusSentAcknowledged] != 1 || n[backends.StatusFailedAcknowledged] != 0 || n[backends.StatusSent] != 1 {
+		t.Errorf("counts after the purge: %v", n)
 	}
 	// A purged id may be used again.
 	create(t, s, newMessage("old-ack"))

@@ -28,6 +28,7 @@ func Run(t *testing.T, open Opener) {
 	group(t, "Batches", batchTests, func(t *testing.T) batchStore { return open(t) })
 	group(t, "Cursors", cursorTests, func(t *testing.T) backends.Cursors { return open(t) })
 	group(t, "Links", linkTests, func(t *testing.T) linkStore { return open(t) })
+	group(t, "Alarms", alarmTests, func(t *testing.T) alarmStore { return open(t) })
 }
 
 // What each group of tests needs of a store: its part of the contract, and
@@ -48,6 +49,10 @@ type (
 	linkStore interface {
 		messageStore
 		backends.Links
+	}
+	alarmStore interface {
+		messageStore
+		backends.Alarms
 	}
 )
 

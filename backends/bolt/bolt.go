@@ -36,7 +36,9 @@ var (
 	bucketMeta      = []byte("meta")      // "schema" -> version
 )
 
-const schemaVersion = 1
+// schemaVersion is the layout this code writes; upgrade brings an older
+// file to it.
+const schemaVersion = 2
 
 // Options tune the store.
 type Options struct {
@@ -85,19 +87,13 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range append([][]byte{bucketMessages, bucketHistory, bucketQueue, bucketHeld, bucketLeases,
-			bucketMsgIDs, bucketCreated, bucketBatches, bucketBatchMsgs, bucketCounts, bucketMeta, bucketCursors, bucketLinks, bucketMsgLinks}, eventBuckets()...) {
+			bucketMsgIDs, bucketCreated, bucketBatches, bucketBatchMsgs, bucketCounts, bucketMeta, bucketCursors, bucketLinks, bucketMsgLinks,
+			bucketAlarms, bucketMsgAlarms}, eventBuckets()...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
 		}
-		meta := tx.Bucket(bucketMeta)
-		if v := meta.Get([]byte("schema")); v != nil {
-			if got := binary.BigEndian.Uint64(v); got > schemaVersion {
-				return fmt.Errorf("outbox schema version %d is newer than this postino understands (%d); run a newer postino", got, schemaVersion)
-			}
-			return nil
-		}
-		return meta.Put([]byte("schema"), u64(schemaVersion))
+		return upgrade(tx)
 	})
 	if err != nil {
 		db.Close()

@@ -18,7 +18,7 @@ import (
 var (
 	bucketEvents    = []byte("events")    // event id -> Event JSON
 	bucketMsgEvents = []byte("msgevents") // message id 0x00 seq -> event id
-	bucketEvQueue   = []byte("evqueue")   // due time, event id -> nil: pending events
+	bucketEvQueue   = []byte("evqueue")   // due time, event id -> nil: pending events first in line (queueHead)
 	bucketEvLeases  = []byte("evleases")  // lease time, event id -> nil: calling events
 	bucketEvStates  = []byte("evstates")  // state 0x00 updated time, event id -> nil
 )
@@ -51,19 +51,27 @@ func evStateKey(e *backends.Event) []byte {
 	return append(append([]byte(e.State), 0), timeIDKey(e.UpdatedAt, e.ID)...)
 }
 
-// indexEvent adds the entries of e's state.
+// indexEvent adds the entries of e's state but the claim queue's, which
+// holds only the events first in line (queueHead).
 func indexEvent(tx *bbolt.Tx, e *backends.Event) error {
-	switch e.State {
-	case backends.EventPending:
-		if err := tx.Bucket(bucketEvQueue).Put(timeIDKey(e.DueAt, e.ID), nil); err != nil {
-			return err
-		}
-	case backends.EventCalling:
+	if e.State == backends.EventCalling {
 		if err := tx.Bucket(bucketEvLeases).Put(timeIDKey(e.LeaseUntil, e.ID), nil); err != nil {
 			return err
 		}
 	}
 	return tx.Bucket(bucketEvStates).Put(evStateKey(e), nil)
+}
+
+// queueHead puts the message's first unacknowledged event in the claim
+// queue when it is pending: events wait behind it, out of the queue, so
+// that a claim reads only events it may take. Once the first is
+// acknowledged, the next takes its place.
+func queueHead(tx *bbolt.Tx, messageID string) error {
+	h, err := headEvent(tx, messageID)
+	if err != nil || h == nil || h.State != backends.EventPending {
+		return err
+	}
+	return tx.Bucket(bucketEvQueue).Put(timeIDKey(h.DueAt, h.ID), nil)
 }
 
 func unindexEvent(tx *bbolt.Tx, e *backends.Event) error {
@@ -98,7 +106,10 @@ func insertEvent(tx *bbolt.Tx, id string, e *backends.Event, at time.Time) error
 	if err := indexEvent(tx, e); err != nil {
 		return err
 	}
-	return putEvent(tx, e)
+	if err := putEvent(tx, e); err != nil {
+		return err
+	}
+	return queueHead(tx, id)
 }
 
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
@@ -159,21 +170,21 @@ func (s *Store) EventsByState(ctx context.Context, state backends.EventState, li
 	return out, err
 }
 
-// head is the id of the earliest unacknowledged event of a message, the
-// only one that may be called; empty when all are acknowledged.
-func head(tx *bbolt.Tx, messageID string) (string, error) {
+// headEvent is the earliest unacknowledged event of a message, the only
+// one that may be called; nil when all are acknowledged.
+func headEvent(tx *bbolt.Tx, messageID string) (*backends.Event, error) {
 	prefix := pairKey(messageID, "")
 	c := tx.Bucket(bucketMsgEvents).Cursor()
 	for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 		e, err := getEvent(tx, string(v))
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		if e.State != backends.EventAcked {
-			return e.ID, nil
+			return e, nil
 		}
 	}
-	return "", nil
+	return nil, nil
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
@@ -192,73 +203,36 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	return out, nil
 }
 
-// claimEvents walks the due events in order and claims those first in
-// line for their message, one per message, until c.Limit are claimed. The
-// events that wait behind an earlier one are passed over, however many:
-// stopping at the first c.Limit due events would let waiting ones fill
-// every claim and keep the first in line, due later, from ever being
-// claimed. Each message's events are read once.
+// claimEvents claims the due events of the queue in order, up to c.Limit.
+// The queue holds only the events first in line for their message, so it
+// reads only events it may take, however many wait behind them.
 func claimEvents(tx *bbolt.Tx, c backends.EventClaim) ([]*backends.Event, error) {
-	var out []*backends.Event
-	heads := map[string]string{} // by message, once looked at; "" once claimed
+	ids := dueEvents(tx, u64(unixNano(c.Now)), c.Limit)
+	out := make([]*backends.Event, 0, len(ids))
 	etx := &eventTx{tx: tx}
-	now := u64(unixNano(c.Now))
-	for after := []byte(nil); len(out) < c.Limit; {
-		ids, last := dueEvents(tx, now, after, claimChunk)
-		if len(ids) == 0 {
-			return out, nil
+	for _, id := range ids {
+		e, err := getEvent(tx, id)
+		if err != nil {
+			return nil, err
 		}
-		for _, id := range ids {
-			if len(out) == c.Limit {
-				break
-			}
-			e, err := getEvent(tx, id)
-			if err != nil {
-				return nil, err
-			}
-			h, ok := heads[e.MessageID]
-			if !ok {
-				if h, err = head(tx, e.MessageID); err != nil {
-					return nil, err
-				}
-			}
-			if e.ID != h {
-				heads[e.MessageID] = h
-				continue
-			}
-			heads[e.MessageID] = "" // one event per message at a time
-			claimed, err := backends.ClaimEvent(etx, e, c)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, claimed)
+		claimed, err := backends.ClaimEvent(etx, e, c)
+		if err != nil {
+			return nil, err
 		}
-		after = last
+		out = append(out, claimed)
 	}
 	return out, nil
 }
 
-// claimChunk bounds the due events read at a time: claiming changes the
-// queue, so they are read before, a chunk at a time.
-const claimChunk = 256
-
-// dueEvents lists up to n ids of pending events due at or before now, in
-// queue order after the key after (nil: from the start), and the last key.
-func dueEvents(tx *bbolt.Tx, now, after []byte, n int) ([]string, []byte) {
-	cur := tx.Bucket(bucketEvQueue).Cursor()
-	k, _ := cur.First()
-	if after != nil {
-		if k, _ = cur.Seek(after); bytes.Equal(k, after) {
-			k, _ = cur.Next()
-		}
-	}
+// dueEvents lists up to n ids of queued events due at or before now, in
+// queue order.
+func dueEvents(tx *bbolt.Tx, now []byte, n int) []string {
 	var ids []string
-	var last []byte
-	for ; k != nil && bytes.Compare(k[:8], now) <= 0 && len(ids) < n; k, _ = cur.Next() {
+	cur := tx.Bucket(bucketEvQueue).Cursor()
+	for k, _ := cur.First(); k != nil && bytes.Compare(k[:8], now) <= 0 && len(ids) < n; k, _ = cur.Next() {
 		ids = append(ids, timeIDKeyID(k))
-		last = bytes.Clone(k)
 	}
-	return ids, last
+	return ids
 }
 
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
@@ -303,7 +277,10 @@ func (t *eventTx) PutEvent(before, after *backends.Event) error {
 	if err := indexEvent(t.tx, after); err != nil {
 		return err
 	}
-	return putEvent(t.tx, after)
+	if err := putEvent(t.tx, after); err != nil {
+		return err
+	}
+	return queueHead(t.tx, after.MessageID)
 }
 
 func (t *eventTx) Status(id string) (backends.Status, error) {
@@ -348,6 +325,9 @@ func restoreEvents(tx *bbolt.Tx, expiredBefore, now time.Time, limit int) (int, 
 			return 0, err
 		}
 		if err := putEvent(tx, e); err != nil {
+			return 0, err
+		}
+		if err := queueHead(tx, e.MessageID); err != nil {
 			return 0, err
 		}
 	}

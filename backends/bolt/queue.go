@@ -40,6 +40,11 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 		if err := c.store(tx); err != nil {
 			return err
 		}
+		if t.Alarm != nil {
+			if err := setAlarm(tx, *t.Alarm); err != nil {
+				return err
+			}
+		}
 		if t.Event != nil {
 			e := *t.Event // a retried group must start from the caller's event
 			if err := insertEvent(tx, t.ID, &e, t.At); err != nil {
@@ -333,6 +338,9 @@ func remove(tx *bbolt.Tx, m *backends.Message) error {
 		return err
 	}
 	if err := removeLinks(tx, m.ID); err != nil {
+		return err
+	}
+	if err := removeAlarms(tx, m.ID); err != nil {
 		return err
 	}
 	prefix := pairKey(m.ID, "")

@@ -21,7 +21,10 @@ import (
 //     reached again gets "#n" for its n-th time (READY, READY#2, …), so
 //     that retries keep every step, and the first stays as the seed has it;
 //   - EVENT#000001 … for its events;
-//   - _BATCH items (Id "_BATCH#code") for suspended batches.
+//   - _BATCH items (Id "_BATCH#code") for suspended batches;
+//   - _ALARM#kind for each alarm of the message, in QueueIndex under
+//     ALARM:kind by the time it rings (its _META item keeps which alarms
+//     it has, since a PartiQL UPDATE cannot create an item).
 //
 // Beyond the seed's StatusIndex, two indexes serve the relay: QueueIndex
 // (Queue, QueueKey) orders each status for claims, leases and retention,
@@ -94,16 +97,17 @@ func ttlOf(item map[string]types.AttributeValue) *int64 {
 // store needs.
 type meta struct {
 	msg      backends.Message
-	seq      int64            // revision: one more with each write
-	hasSeq   bool             // false for a legacy item
-	eventSeq int64            // events recorded so far
-	reached  map[string]int64 // times each status was reached
+	seq      int64             // revision: one more with each write
+	hasSeq   bool              // false for a legacy item
+	eventSeq int64             // events recorded so far
+	reached  map[string]int64  // times each status was reached
+	alarms   map[string]string // the message's alarms: kind -> QueueKey of its item
 	ttl      *int64
 }
 
 func metaFromItem(item map[string]types.AttributeValue) (*meta, error) {
 	a := getM(item, "Attributes")
-	m := &meta{reached: map[string]int64{}, ttl: ttlOf(item)}
+	m := &meta{reached: map[string]int64{}, alarms: map[string]string{}, ttl: ttlOf(item)}
 	msg := &m.msg
 	msg.ID = getS(item, "Id")
 	msg.Status = backends.Status(getS(a, "Latest"))
@@ -146,6 +150,11 @@ func metaFromItem(item map[string]types.AttributeValue) (*meta, error) {
 	_, m.hasSeq = a["Seq"]
 	m.seq = getN(a, "Seq")
 	m.eventSeq = getN(a, "EventSeq")
+	for k, v := range getM(a, "Alarms") {
+		if sv, ok := v.(*types.AttributeValueMemberS); ok {
+			m.alarms[k] = sv.Value
+		}
+	}
 	for k, v := range getM(a, "Reached") {
 		if nv, ok := v.(*types.AttributeValueMemberN); ok {
 			m.reached[k], _ = strconv.ParseInt(nv.Value, 10, 64)
@@ -185,6 +194,13 @@ func (m *meta) attributes() map[string]types.AttributeValue {
 		reached[k] = num(v)
 	}
 	a["Reached"] = &types.AttributeValueMemberM{Value: reached}
+	if len(m.alarms) > 0 {
+		alarms := map[string]types.AttributeValue{}
+		for k, v := range m.alarms {
+			alarms[k] = str(v)
+		}
+		a["Alarms"] = &types.AttributeValueMemberM{Value: alarms}
+	}
 	return a
 }
 

@@ -46,11 +46,16 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 		}
 		*t.Event = e
 	}
+	var alarm []types.ParameterizedStatement
+	if t.Alarm != nil {
+		alarm = append(alarm, s.alarmStmt(m, *t.Alarm)) // before the _META item is written: it records the alarm
+	}
 	c := &change{m: m, stmts: []types.ParameterizedStatement{s.metaUpdate(m, readStatus, readSeq, hadSeq, ttl)}}
 	for _, it := range items {
 		c.stmts = append(c.stmts, s.insert(it))
 	}
 	c.stmts = append(c.stmts, events...)
+	c.stmts = append(c.stmts, alarm...)
 	return c, nil
 }
 

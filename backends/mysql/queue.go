@@ -91,6 +91,11 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *histo
 		}
 		h.add(t.ID, st.To, st.Reason, t.At, details)
 	}
+	if t.Alarm != nil {
+		if err := setAlarm(ctx, tx, *t.Alarm); err != nil {
+			return err
+		}
+	}
 	if t.Event != nil {
 		return insertEvent(ctx, tx, t.ID, t.Event, t.At)
 	}
@@ -265,7 +270,8 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		for i, m := range msgs {
 			ids[i] = m.ID
 		}
-		// History and events go with the rows (ON DELETE CASCADE).
+		// History, events, links and alarms go with the rows (ON DELETE
+		// CASCADE).
 		if _, err := tx.ExecContext(ctx, "DELETE FROM emails WHERE id IN ("+inList(len(ids))+")", ids...); err != nil {
 			return err
 		}

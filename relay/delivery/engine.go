@@ -580,6 +580,10 @@ func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.T
 			t.Event.State = backends.EventAcked
 		}
 	}
+	if t.To == backends.StatusSent && f.route.ReceiptsWithin > 0 {
+		// Certified mail: its receipts are watched from now on.
+		t.Alarm = &backends.Alarm{Kind: backends.AlarmPECReceipts, At: now.Add(f.route.ReceiptsWithin)}
+	}
 	return t
 }
 

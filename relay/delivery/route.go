@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/genropy/postino/backends"
 )
@@ -49,6 +50,10 @@ type Route struct {
 	// DKIMDomain, when set, signs the route's messages for this domain
 	// instead of their From header's (a parent domain, say).
 	DKIMDomain string
+	// ReceiptsWithin, when set, is how long after SENT the receipts of the
+	// route's messages may take (a PEC account's acceptance): the message
+	// is SENT with the alarm that watches them (backends.AlarmPECReceipts).
+	ReceiptsWithin time.Duration
 
 	tlsConfig *tls.Config
 }

@@ -245,8 +245,10 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 	}
 	f, err := e.spool.Open(m.EmlPath)
 	if err != nil {
-		// The file is gone: no attempt can work; the recipients fail.
-		j.fail(c.host, verdict(554, "5.3.0", "the spool file %s cannot be read: %v", m.EmlPath, err))
+		// A missing mount or a volume's hiccup looks the same as a file
+		// gone for good: the message waits for its next attempt, and only
+		// its maximum age, or an operator, ends it.
+		j.fail(c.host, verdict(451, "4.3.0", "%s", err))
 		j.done()
 		return
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"sync"
 	"time"
@@ -42,6 +41,9 @@ type WorkerConfig struct {
 	Owner string
 	// Ready, when set, is told that messages became READY.
 	Ready func()
+	// MaxAge ends a message whose file could not be read for this long
+	// (the delivery's maximum age); until then its lease brings it back.
+	MaxAge time.Duration
 }
 
 // Worker moves ACCEPTED messages to READY, or INVALID with the reason.
@@ -117,30 +119,50 @@ func (w *Worker) prepareAll(msgs []*backends.Message) {
 	for _, m := range msgs {
 		wg.Go(func() {
 			slots <- struct{}{}
-			t := w.prepare(m)
+			t, ok := w.prepare(m)
 			<-slots
-			w.record(m, t)
+			if ok {
+				w.record(m, t)
+			}
 		})
 	}
 	wg.Wait()
 }
 
-// prepare checks one INTAKING message and says where it goes next.
-func (w *Worker) prepare(m *backends.Message) backends.Transition {
+// unreadable is a message whose file could not be read: not its fault, so
+// never a reason to end it before its time.
+type unreadable struct{ err error }
+
+func (u unreadable) Error() string { return u.err.Error() }
+
+// prepare checks one INTAKING message and says where it goes next; ok is
+// false when it stays INTAKING, for its lease to bring it back: its file
+// could not be read (a missing mount, a volume's hiccup), and it is tried
+// again then, until its maximum age.
+func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	t := backends.Transition{ID: m.ID, From: backends.StatusIntaking, To: backends.StatusReady}
 	route, err := w.check(m)
+	var u unreadable
+	if errors.As(err, &u) {
+		if age := time.Since(m.CreatedAt); age < w.cfg.MaxAge {
+			w.log.Error("intake: the message's file cannot be read; it is tried again when its lease ends", "id", m.ID,
+				"error", err, "lease", w.cfg.Lease)
+			return t, false
+		}
+		err = fmt.Errorf("expired: its file could not be read for %s: %w", w.cfg.MaxAge, err)
+	}
 	if err != nil {
 		t.To = backends.StatusInvalid
 		t.Reason = err.Error()
 		t.Event = backends.OutcomeEvent(t.From, backends.StatusInvalid, t.Reason, nil)
-		return t
+		return t, true
 	}
 	t.Route = route
 	t.Reason = "ready for route " + route
 	if m.DueAt.After(time.Now()) {
 		t.Reason += ", not before " + m.DueAt.UTC().Format(time.RFC3339)
 	}
-	return t
+	return t, true
 }
 
 // record moves the message on. Whatever happens, the message leaves
@@ -162,11 +184,8 @@ func (w *Worker) record(m *backends.Message, t backends.Transition) {
 // router for a route.
 func (w *Worker) check(m *backends.Message) (string, error) {
 	f, err := w.spool.Open(m.EmlPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("spool file %s is missing", m.EmlPath)
-	}
 	if err != nil {
-		return "", fmt.Errorf("spool file %s cannot be read: %w", m.EmlPath, err)
+		return "", unreadable{err}
 	}
 	defer f.Close()
 	e, err := message.Read(f)

@@ -25,12 +25,13 @@ func TestWorker(t *testing.T) {
 
 	later := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	tests := []struct {
-		id     string
-		file   string // under testdata; empty for a missing file
-		due    time.Time
-		sender string
-		status backends.Status
-		reason string
+		id      string
+		file    string // under testdata; empty for a missing file
+		due     time.Time
+		created time.Time
+		sender  string
+		status  backends.Status
+		reason  string
 	}{
 		{id: "plain", file: "plain.eml", status: backends.StatusReady, reason: "ready for route default"},
 		{id: "later", file: "plain.eml", due: later, status: backends.StatusReady, reason: "not before"},
@@ -38,7 +39,11 @@ func TestWorker(t *testing.T) {
 		{id: "unclosed", file: "multipart-unclosed.eml", status: backends.StatusInvalid, reason: "MIME part 1.2 is malformed"},
 		{id: "no-boundary", file: "multipart-no-boundary.eml", status: backends.StatusInvalid, reason: "malformed"},
 		{id: "deep", file: "multipart-deep.eml", status: backends.StatusInvalid, reason: "nested more than"},
-		{id: "missing", status: backends.StatusInvalid, reason: "is missing"},
+		// A file that cannot be read is no reason to end the message: it
+		// stays for its lease to bring it back, until its maximum age.
+		{id: "missing", status: backends.StatusIntaking},
+		{id: "missing-for-days", created: time.Now().Add(-6 * 24 * time.Hour), status: backends.StatusInvalid,
+			reason: "expired: its file could not be read for 120h0m0s: spool: message file"},
 		{id: "unroutable", file: "plain.eml", sender: "nobody@nowhere.example", status: backends.StatusInvalid, reason: "no route for"},
 	}
 	for _, tt := range tests {
@@ -46,7 +51,7 @@ func TestWorker(t *testing.T) {
 		if sender == "" {
 			sender = "app@example.com"
 		}
-		m := &backends.Message{ID: tt.id, DueAt: tt.due, Priority: 2,
+		m := &backends.Message{ID: tt.id, DueAt: tt.due, Priority: 2, CreatedAt: tt.created,
 			Envelope: backends.Envelope{Sender: sender, Recipients: []string{"b@example.net"}}}
 		if tt.file == "" {
 			m.EmlPath = "20260101/0000/" + tt.id + ".000000000000.eml"
@@ -67,13 +72,13 @@ func TestWorker(t *testing.T) {
 		}
 		return "default", nil
 	}
-	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 3, Lease: time.Minute, Poll: 10 * time.Millisecond, Owner: "test"},
-		store, sp, route, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 3, Lease: time.Minute, Poll: 10 * time.Millisecond, Owner: "test",
+		MaxAge: 5 * 24 * time.Hour}, store, sp, route, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
-	outboxtest.WaitCounts(t, store, 10*time.Second, func(n map[backends.Status]int) bool {
-		return n[backends.StatusAccepted]+n[backends.StatusIntaking] == 0
+	outboxtest.WaitCounts(t, store, 60*time.Second, func(n map[backends.Status]int) bool {
+		return n[backends.StatusAccepted] == 0 && n[backends.StatusIntaking] == 1 && n[backends.StatusReady]+n[backends.StatusInvalid] == len(tests)-1
 	})
 	cancel()
 	<-done
@@ -97,9 +102,16 @@ func TestWorker(t *testing.T) {
 		for _, e := range h {
 			statuses = append(statuses, string(e.Status))
 		}
-		if got := strings.Join(statuses, " "); got != "ACCEPTED INTAKING "+string(tt.status) {
-			t.Errorf("%s: history %s", tt.id, got)
+		want := "ACCEPTED INTAKING"
+		if tt.status != backends.StatusIntaking {
+			want += " " + string(tt.status)
 		}
+		if got := strings.Join(statuses, " "); got != want {
+			t.Errorf("%s: history %s, want %s", tt.id, got, want)
+		}
+	}
+	if n, last := sp.Unreadable(); n != 2 || last == nil || !strings.Contains(last.Path, "missing") {
+		t.Errorf("unreadable files counted %d, last %+v; want the two missing", n, last)
 	}
 }
 

@@ -23,53 +23,101 @@ type Limits struct {
 // overdueScan is the page size of a check.
 const overdueScan = 1000
 
-// CheckOverdue raises, once each, an event for every PEC message (a
-// message whose route is in routes) whose acceptance is late, and for
-// every recipient whose delivery outcome is late, so that a lost receipt
-// is noticed. A message it cannot look at is reported in the error and
-// does not keep it from the others.
-func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits, isPEC func(route string) bool) error {
-	waitingAcceptance := []backends.Status{backends.StatusSent, backends.StatusCallingSent, backends.StatusSentAcknowledged}
-	waitingDelivery := []backends.Status{backends.StatusPECAccepted, backends.StatusCallingPECAccepted, backends.StatusPECAcceptedAcknowledged}
+// CheckOverdue raises, once each, an event for every PEC message whose
+// acceptance is late, and for every recipient whose delivery outcome is
+// late, so that a lost receipt is noticed. It reads only the messages whose
+// receipts alarm (backends.AlarmPECReceipts, set when the message was SENT)
+// is due, and moves or clears each alarm as the receipts say. A message it
+// cannot look at is reported in the error and does not keep it from the
+// others.
+func (r *Recorder) CheckOverdue(ctx context.Context, now time.Time, l Limits) error {
 	raised := 0
 	var errs []error
-	for _, group := range []struct {
-		label    string // of postino_pec_overdue_total
-		statuses []backends.Status
-		limit    time.Duration
-		check    func(*backends.Message, *receipts, time.Time) []*backends.Event
-	}{{"acceptance", waitingAcceptance, l.Acceptance, acceptanceOverdue}, {"delivery", waitingDelivery, l.Delivery, deliveryOverdue}} {
-		for _, st := range group.statuses {
-			// Every page: ordinary mail that stays SENT-ACKNOWLEDGED until
-			// retention removes it shares the status with PEC mail.
-			for after := ""; ; {
-				msgs, next, err := r.store.List(ctx, backends.ListQuery{Status: st, After: after, Limit: overdueScan})
-				if err != nil {
-					// The events raised so far must still be handed on.
-					errs = append(errs, fmt.Errorf("list %s: %w", st, err))
-					break
-				}
-				for _, m := range msgs {
-					if now.Sub(m.UpdatedAt) < group.limit || !isPEC(m.Route) {
-						continue
-					}
-					n, err := r.raise(ctx, m, group.label, now.Add(-group.limit), group.check)
-					raised += n
-					if err != nil {
-						errs = append(errs, err)
-					}
-				}
-				if next == "" {
-					break
-				}
-				after = next
+	for {
+		alarms, err := r.store.DueAlarms(ctx, backends.AlarmPECReceipts, now, overdueScan)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("due receipt alarms: %w", err))
+			break
+		}
+		failed := false
+		for _, a := range alarms {
+			n, err := r.check(ctx, a.MessageID, now, l)
+			raised += n
+			if err != nil {
+				errs = append(errs, err)
+				failed = true
 			}
+		}
+		// A page with an alarm left due would come back the same: the next
+		// check tries again.
+		if len(alarms) < overdueScan || failed {
+			break
 		}
 	}
 	if raised > 0 && r.wake != nil {
 		r.wake()
 	}
 	return errors.Join(errs...)
+}
+
+// check raises what is late of message id's receipts, then moves its alarm
+// to when they must be looked at again, or clears it.
+func (r *Recorder) check(ctx context.Context, id string, now time.Time, l Limits) (int, error) {
+	m, err := r.store.Get(ctx, id)
+	if errors.Is(err, backends.ErrNotFound) {
+		return 0, nil // its alarm went with it
+	}
+	if err != nil {
+		return 0, fmt.Errorf("message %s: %w", id, err)
+	}
+	raised := 0
+	for _, c := range []struct {
+		label string // of postino_pec_overdue_total
+		limit time.Duration
+		check func(*backends.Message, *receipts, time.Time) []*backends.Event
+	}{{"acceptance", l.Acceptance, acceptanceOverdue}, {"delivery", l.Delivery, deliveryOverdue}} {
+		n, err := r.raise(ctx, m, c.label, now.Add(-c.limit), c.check)
+		raised += n
+		if err != nil {
+			return raised, err
+		}
+	}
+	events, err := r.store.Events(ctx, id)
+	if err != nil {
+		return raised, fmt.Errorf("events of %s: %w", id, err)
+	}
+	next := nextCheck(m, readReceipts(events), l, now)
+	if next.IsZero() {
+		err = r.store.ClearAlarm(ctx, backends.AlarmPECReceipts, id)
+	} else {
+		err = r.store.SetAlarm(ctx, backends.Alarm{Kind: backends.AlarmPECReceipts, MessageID: id, At: next})
+	}
+	if err != nil && !errors.Is(err, backends.ErrNotFound) {
+		return raised, fmt.Errorf("receipts alarm of %s: %w", id, err)
+	}
+	return raised, nil
+}
+
+// nextCheck is when m's receipts must be looked at again; zero when none
+// can be late any more.
+func nextCheck(m *backends.Message, s *receipts, l Limits, now time.Time) time.Time {
+	switch {
+	case s.refused: // not accepted: no receipt follows
+		return time.Time{}
+	case !s.acceptance && !s.sentAt.IsZero():
+		return s.sentAt.Add(l.Acceptance)
+	case s.acceptedAt.IsZero():
+		// Said to be late (or not SENT yet): a late acceptance would start
+		// the deliveries' time, and the receipt that brings it rings the
+		// alarm; meanwhile, a look now and then.
+		return now.Add(l.Acceptance)
+	}
+	for _, a := range s.expected(m) {
+		if !s.settled[a] {
+			return s.acceptedAt.Add(l.Delivery)
+		}
+	}
+	return time.Time{}
 }
 
 // raise records the overdue events check finds for m. A message removed

@@ -49,7 +49,9 @@ type Store interface {
 	Linked(ctx context.Context, key string) (string, error)
 	AddEvent(ctx context.Context, e *backends.Event) error
 	Events(ctx context.Context, messageID string) ([]*backends.Event, error)
-	List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error)
+	SetAlarm(ctx context.Context, a backends.Alarm) error
+	ClearAlarm(ctx context.Context, kind, messageID string) error
+	DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error)
 }
 
 // Evidence keeps receipts with their message.
@@ -137,6 +139,12 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 		if r.wake != nil {
 			r.wake()
 		}
+	}
+	// The receipt may start a deadline (the acceptance starts the
+	// deliveries') or end the watch: the overdue check looks again now.
+	err = r.store.SetAlarm(ctx, backends.Alarm{Kind: backends.AlarmPECReceipts, MessageID: m.ID, At: time.Now().UTC()})
+	if err != nil && !errors.Is(err, backends.ErrNotFound) {
+		return 0, fmt.Errorf("receipts alarm of %s: %w", m.ID, err)
 	}
 	r.count(rec, "processed")
 	return mailbox.Processed, nil

@@ -217,7 +217,10 @@ func (s *recorderSetup) acceptedMessage(t *testing.T, id string, rcpts []string,
 	steps := []backends.Transition{
 		{From: backends.StatusAccepted, To: backends.StatusIntaking}, {From: backends.StatusIntaking, To: backends.StatusReady},
 		{From: backends.StatusReady, To: backends.StatusProcessing},
-		{From: backends.StatusProcessing, To: backends.StatusSent, Event: backends.OutcomeEvent(backends.StatusProcessing, backends.StatusSent, "sent", nil)},
+		// As delivery records SENT on a PEC account's route: with the alarm
+		// of its receipts.
+		{From: backends.StatusProcessing, To: backends.StatusSent, Event: backends.OutcomeEvent(backends.StatusProcessing, backends.StatusSent, "sent", nil),
+			Alarm: &backends.Alarm{Kind: backends.AlarmPECReceipts, At: time.Now().Add(time.Hour)}},
 		{From: backends.StatusSent, To: backends.StatusCallingSent}, {From: backends.StatusCallingSent, To: backends.StatusSentAcknowledged},
 		{From: backends.StatusSentAcknowledged, To: backends.StatusPECAccepted},
 	}
@@ -267,7 +270,7 @@ func TestDeliveryOverdue(t *testing.T) {
 				s.handle(t, s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Original: orig, Consegna: a}))
 			}
 			limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
-			if err := s.rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true }); err != nil {
+			if err := s.rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits); err != nil {
 				t.Fatal(err)
 			}
 			var late []string
@@ -333,15 +336,15 @@ func TestRecorderForgedReceiptLinksNothing(t *testing.T) {
 // status.
 type brokenEvents struct {
 	*bolt.Store
-	broken     string
-	brokenList backends.Status
+	broken       string
+	brokenAlarms bool
 }
 
-func (b brokenEvents) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	if q.Status != "" && q.Status == b.brokenList {
-		return nil, "", errors.New("index damaged")
+func (b brokenEvents) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
+	if b.brokenAlarms {
+		return nil, errors.New("index damaged")
 	}
-	return b.Store.List(ctx, q)
+	return b.Store.DueAlarms(ctx, kind, now, limit)
 }
 
 func (b brokenEvents) Events(ctx context.Context, id string) ([]*backends.Event, error) {
@@ -352,17 +355,17 @@ func (b brokenEvents) Events(ctx context.Context, id string) ([]*backends.Event,
 }
 
 // TestOverdueGoesPastWhatItCannotRead: a message whose events cannot be
-// read, or a status that cannot be listed, is named in the error; the
-// others still get their events, and the callbacks are woken for them.
+// read is named in the error, and the others still get their events, with
+// the callbacks woken for them; alarms that cannot be read are named too.
 func TestOverdueGoesPastWhatItCannotRead(t *testing.T) {
 	for _, tt := range []struct {
 		name   string
 		broken brokenEvents
 		want   string
+		others bool // late-2 gets its event
 	}{
-		{"message", brokenEvents{broken: "late-1"}, "late-1"},
-		// Listed before the status the late messages are in.
-		{"status", brokenEvents{brokenList: backends.StatusSent}, "list SENT"},
+		{"message", brokenEvents{broken: "late-1"}, "late-1", true},
+		{"alarms", brokenEvents{brokenAlarms: true}, "due receipt alarms", false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newRecorder(t)
@@ -374,9 +377,12 @@ func TestOverdueGoesPastWhatItCannotRead(t *testing.T) {
 				s.acceptedMessage(t, id, []string{"anna@pec.dest.it"}, pectest.ReceiptOptions{})
 			}
 			limits := pec.Limits{Acceptance: time.Hour, Delivery: time.Hour}
-			err := rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits, func(string) bool { return true })
+			err := rec.CheckOverdue(context.Background(), time.Now().Add(2*time.Hour), limits)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %v, want one naming %s", err, tt.want)
+			}
+			if !tt.others {
+				return
 			}
 			got := s.events(t, "late-2")
 			if last := got[len(got)-1]; last.Outcome != pec.OutcomeDeliveryOverdue {

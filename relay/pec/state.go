@@ -17,6 +17,7 @@ type receipts struct {
 	sentAt     time.Time
 	acceptance bool      // an acceptance, a non-acceptance or its overdue notice
 	acceptedAt time.Time // of the acceptance receipt
+	refused    bool      // a non-acceptance: no receipt will follow
 	certified  map[string]bool
 	external   map[string]bool // esterno: ordinary mailboxes, no delivery receipt
 	delivered  map[string]bool
@@ -40,6 +41,7 @@ func readReceipts(events []*backends.Event) *receipts {
 			continue
 		case OutcomeAccepted, OutcomeNotAccepted, OutcomeAcceptanceOverdue:
 			s.acceptance = true
+			s.refused = s.refused || e.Outcome == OutcomeNotAccepted
 		}
 		var d eventPEC
 		if len(e.Details) == 0 || json.Unmarshal(e.Details, &d) != nil {

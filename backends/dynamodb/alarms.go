@@ -1,0 +1,104 @@
+package dynamodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/genropy/postino/backends"
+)
+
+const (
+	alarmPrefix = "_ALARM#"
+	alarmQueue  = "ALARM:"
+)
+
+func alarmQueueKey(a backends.Alarm) string { return keyTime(a.At) + "#" + a.MessageID }
+
+// alarmStmt sets or moves an alarm of message m: an insert when m has none
+// of that kind, else an update, as m's _META item says (written by the
+// same transaction).
+func (s *Store) alarmStmt(m *meta, a backends.Alarm) types.ParameterizedStatement {
+	key := alarmQueueKey(a)
+	_, exists := m.alarms[a.Kind]
+	m.alarms[a.Kind] = key
+	if exists {
+		return stmt("UPDATE "+s.from("")+` SET "QueueKey" = ? SET "At" = ? WHERE "Id" = ? AND "Status" = ?`,
+			str(key), tm(a.At), str(a.MessageID), str(alarmPrefix+a.Kind))
+	}
+	item := map[string]types.AttributeValue{"Id": str(a.MessageID), "Status": str(alarmPrefix + a.Kind),
+		"Queue": str(alarmQueue + a.Kind), "QueueKey": str(key), "At": tm(a.At)}
+	if m.ttl != nil {
+		item["TTL"] = num(*m.ttl)
+	}
+	return s.insert(item)
+}
+
+// alarmChange runs a change of one alarm with its _META item, again when
+// the message changed meanwhile.
+func (s *Store) alarmChange(ctx context.Context, id string, change func(m *meta) []types.ParameterizedStatement) error {
+	for attempt := 1; ; attempt++ {
+		m, err := s.getMeta(ctx, id)
+		if err != nil {
+			return err
+		}
+		readSeq, hadSeq := m.seq, m.hasSeq
+		stmts := change(m)
+		if stmts == nil {
+			return nil
+		}
+		m.seq++
+		stmts = append([]types.ParameterizedStatement{s.metaUpdate(m, m.msg.Status, readSeq, hadSeq, nil)}, stmts...)
+		_, err = s.txn(ctx, stmts)
+		if errors.Is(err, errCondition) && attempt < 10 {
+			continue
+		}
+		return err
+	}
+}
+
+func (s *Store) SetAlarm(ctx context.Context, a backends.Alarm) error {
+	if err := a.Check(); err != nil {
+		return err
+	}
+	err := s.alarmChange(ctx, a.MessageID, func(m *meta) []types.ParameterizedStatement {
+		return []types.ParameterizedStatement{s.alarmStmt(m, a)}
+	})
+	if err != nil {
+		return fmt.Errorf("alarm %s of %s: %w", a.Kind, a.MessageID, err)
+	}
+	return nil
+}
+
+func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
+	err := s.alarmChange(ctx, messageID, func(m *meta) []types.ParameterizedStatement {
+		if _, ok := m.alarms[kind]; !ok {
+			return nil
+		}
+		delete(m.alarms, kind)
+		return []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`,
+			str(messageID), str(alarmPrefix+kind))}
+	})
+	if errors.Is(err, backends.ErrNotFound) {
+		return nil // gone with its message
+	}
+	return err
+}
+
+func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
+	items, err := s.queued(ctx, alarmQueue+kind, lowKey, keyTime(now)+"~", limit)
+	if err != nil {
+		return nil, err
+	}
+	var out []backends.Alarm
+	for _, it := range items {
+		if len(out) == limit {
+			break
+		}
+		out = append(out, backends.Alarm{Kind: kind, MessageID: getS(it, "Id"), At: getTime(it, "At")})
+	}
+	return out, nil
+}
