@@ -12,7 +12,7 @@ DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_DYNAMODB_ENDPOINT ?= http://127.0.0.1:$(DYNAMODB_PORT)
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 
-.PHONY: test deps lint vet build proto bench-accept bench-relay bench-stores
+.PHONY: test deps lint vet build proto bench-accept bench-relay bench-stores bench-depth
 
 test: deps lint vet
 	$(GO) test -race -count=1 -timeout 14m ./...
@@ -68,3 +68,14 @@ bench-relay:
 
 bench-stores: deps
 	$(GO) test -run XXX -bench Store -benchtime 2000x ./backends/...
+
+# bench-depth fills a fresh outbox with DEPTH_N messages (mostly deferred,
+# some acknowledged, a suspended batch at the head), then measures the relay
+# on it: start-up, a new message, claims, /v1/stats, the listings' pages.
+# DEPTH_FLAGS passes more flags (go run ./contrib/bench/depth -h lists them).
+DEPTH_STORE ?= bolt
+DEPTH_N ?= $(if $(filter dynamodb,$(DEPTH_STORE)),100000,1000000)
+DEPTH_FLAGS ?=
+
+bench-depth:
+	$(GO) run ./contrib/bench/depth -store $(DEPTH_STORE) -n $(DEPTH_N) $(DEPTH_FLAGS)

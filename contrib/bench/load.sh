@@ -4,13 +4,28 @@
 # messages per second, accept latency percentiles (from the relay's own
 # histogram), the relay's peak resident memory and its CPU time per message. With -d the relay
 # delivers to Postfix's smtp-sink as its smarthost, and the script also
-# prints end-to-end messages per second, first accepted to last delivered.
+# prints end-to-end messages per second, first accepted to last delivered,
+# and checks that every message reached the sink exactly once (by the
+# X-Genro-Mail-ID the relay adds).
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|dynamodb] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
+#   contrib/bench/load.sh [-d] [-b bolt|mysql|dynamodb] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
-# (root@tcp(127.0.0.1:3306)/ by default); -b dynamodb a fresh table on the
-# DynamoDB Local of TEST_POSTINO_DYNAMODB_ENDPOINT (make deps starts one).
+# (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
+# message: the deltas of SHOW GLOBAL STATUS Questions, Com_commit,
+# Innodb_row_lock_waits and Innodb_deadlocks, and mariadbd's CPU time. They
+# are the whole server's: other clients of the server count too.
+# -b dynamodb uses a fresh table on the DynamoDB Local of
+# TEST_POSTINO_DYNAMODB_ENDPOINT (make deps starts one), behind a counting
+# proxy (contrib/bench/ddbcount), and prints the round trips per message.
+# Those figures are taken once every message is READY (accept only) or
+# delivered (-d).
+#
+# -r 2 runs two relays on the one MySQL database or DynamoDB table, the
+# sessions and messages split between them. They share one data directory:
+# a relay may deliver a message the other accepted, and finds its file in
+# the spool by the path the row records, so relays sharing an outbox must
+# share the spool (README, Outbox stores).
 #
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
 # live in a temporary directory under the current one, removed at the end.
@@ -22,17 +37,22 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt
-while getopts "db:s:m:l:" opt; do
+sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1
+while getopts "db:r:s:m:l:" opt; do
   case $opt in
     d) deliver=1 ;;
     b) backend=$OPTARG ;;
+    r) relays=$OPTARG ;;
     s) sessions=$OPTARG ;;
     m) messages=$OPTARG ;;
     l) length=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|dynamodb] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|dynamodb] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
   esac
 done
+if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
+  echo "-r $relays needs a shared outbox: -b mysql or -b dynamodb (bbolt is one process's)" >&2
+  exit 2
+fi
 
 tool() {
   local bin
@@ -49,17 +69,30 @@ sink_bin=$(tool smtp-sink)
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "$PWD/postino-bench.XXXXXX")
-pid= sink= cleanup=
-trap 'kill $pid $sink 2>/dev/null || true; wait $pid $sink 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"' EXIT
+pids=() sink= proxy= cleanup=
+trap 'kill ${pids[*]} $sink $proxy 2>/dev/null || true; wait ${pids[*]} $sink $proxy 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"' EXIT
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-smtp=127.0.0.1:$(free_port)
-admin=127.0.0.1:$(free_port)
+# wait_for CMD... runs CMD until it succeeds, for at most ten minutes.
+wait_for() {
+  local deadline=$((SECONDS + 600))
+  until "$@"; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "gave up after ten minutes waiting for: $*" >&2
+      exit 1
+    fi
+    sleep 0.05
+  done
+}
 upstream=()
 if [ -n "$deliver" ]; then
   sinkaddr=127.0.0.1:$(free_port)
-  "$sink_bin" -u postfix "$sinkaddr" 1024 &
+  # Each message is dumped to its own file, for the exactly-once check.
+  # smtp-sink drops to the postfix user, who must reach the directory.
+  chmod 711 "$work"
+  mkdir -m 777 "$work/sink"
+  "$sink_bin" -u postfix -d "$work/sink/%H%M/%S." "$sinkaddr" 1024 &
   sink=$!
   upstream=(--smarthost "$sinkaddr")
 else
@@ -76,69 +109,132 @@ case $backend in
     cleanup="mysql -uroot -h127.0.0.1 -e 'DROP DATABASE $db'"
     "$work/postino" migrate --backend mysql --dsn "$base$db" >/dev/null
     store=(--backend mysql --dsn "$base$db")
+    mariadbd_pid=$(pgrep -xo mariadbd || pgrep -xo mysqld)
     ;;
   dynamodb)
-    export AWS_ENDPOINT_URL=${TEST_POSTINO_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}
+    endpoint=${TEST_POSTINO_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}
     export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-postino} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-postino} AWS_REGION=${AWS_REGION:-us-east-1}
+    (cd "$root" && go build -o "$work/ddbcount" ./contrib/bench/ddbcount)
+    proxyaddr=127.0.0.1:$(free_port)
+    "$work/ddbcount" -listen "$proxyaddr" -target "$endpoint" &
+    proxy=$!
+    export AWS_ENDPOINT_URL=http://$proxyaddr
+    wait_for curl -sf "$AWS_ENDPOINT_URL/_ddbcount" -o /dev/null
     "$work/postino" dynamodb create-table --table "postino_bench_$$" >/dev/null
     store=(--backend dynamodb --table "postino_bench_$$")
     ;;
   *) echo "unknown backend $backend" >&2; exit 2 ;;
 esac
-"$work/postino" serve --data "$work/var" --listen "$smtp" --admin "$admin" "${upstream[@]}" "${store[@]}" 2>"$work/serve.log" &
-pid=$!
-for _ in $(seq 100); do
-  curl -sf "http://$admin/readyz" >/dev/null && break
-  sleep 0.1
+smtps=() admins=()
+for i in $(seq "$relays"); do
+  smtp=127.0.0.1:$(free_port)
+  admin=127.0.0.1:$(free_port)
+  "$work/postino" serve --data "$work/var" --listen "$smtp" --admin "$admin" "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
+  pids+=($!) smtps+=("$smtp") admins+=("$admin")
+done
+for admin in "${admins[@]}"; do
+  wait_for curl -sf "http://$admin/readyz" -o /dev/null
 done
 
-start=$(date +%s.%N)
-"$source_bin" -s "$sessions" -l "$length" -m "$messages" -f app@example.com -t user@example.net "$smtp"
+# metrics prints every relay's metrics, one after the other.
+metrics() {
+  for admin in "${admins[@]}"; do curl -sf "http://$admin/metrics"; done
+}
+# server_status prints the store server's counters, name and value a line.
+server_status() {
+  case $backend in
+    mysql)
+      mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks')"
+      awk '{print "mariadbd_cpu_ticks", $14 + $15}' "/proc/$mariadbd_pid/stat"
+      ;;
+    dynamodb)
+      curl -sf "$AWS_ENDPOINT_URL/_ddbcount" | python3 -c 'import json, sys; [print(k, v) for k, v in sorted(json.load(sys.stdin).items())]'
+      ;;
+  esac
+}
+before=$(server_status)
+
+start=$(date +%s.%N) sources=()
+for i in $(seq "$relays"); do
+  n=$((messages / relays)) s=$((sessions / relays))
+  [ "$i" -le $((messages % relays)) ] && n=$((n + 1))
+  "$source_bin" -s "$s" -l "$length" -m "$n" -f app@example.com -t user@example.net "${smtps[$((i - 1))]}" &
+  sources+=($!)
+done
+wait "${sources[@]}"
 end=$(date +%s.%N)
+# sum_metric NAME sums a metric over every relay's lines.
+sum_metric() {
+  metrics | awk -v name="$1" '$1 == name || index($1, name "{") == 1 { n += $2 } END { print n + 0 }'
+}
 if [ -n "$deliver" ]; then
-  delivered=0
-  while [ "$delivered" -lt "$messages" ]; do
-    sleep 0.05
-    delivered=$(curl -sf "http://$admin/metrics" | awk '/^postino_delivery_delivered_total/{n += $2} END {print n + 0}')
-  done
+  delivered_all() { [ "$(sum_metric postino_delivery_delivered_total)" -ge "$messages" ]; }
+  wait_for delivered_all
   last=$(date +%s.%N)
+else
+  # Counts come from the shared outbox: one relay's suffice.
+  all_ready() { [ "$(curl -sf "http://${admins[0]}/metrics" | awk '/^postino_queue_messages\{status="READY"\}/{print $2}')" -ge "$messages" ]; }
+  wait_for all_ready
 fi
+after=$(server_status)
 
-metrics=$(curl -sf "http://$admin/metrics")
-accepted=$(echo "$metrics" | awk '/^postino_intake_accepted_total /{print $2}')
-rss_kib=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status")
-# User and system CPU time of the relay, in clock ticks.
-cpu_ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+all_metrics=$(metrics)
+accepted=$(sum_metric postino_intake_accepted_total)
 
-echo "store=$backend sessions=$sessions messages=$messages size=${length}B"
+echo "store=$backend relays=$relays sessions=$sessions messages=$messages size=${length}B"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then
   awk -v n="$messages" -v s="$start" -v e="$last" 'BEGIN { printf "delivered end to end: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
+  # The sink's dumps hold the X-Genro-Mail-ID the relay gave each message.
+  find "$work/sink" -type f -exec grep -h -m1 '^X-Genro-Mail-ID:' {} + | awk -v want="$messages" '
+    { seen[$2]++ }
+    END {
+      for (id in seen) { ids++; if (seen[id] > 1) dup += seen[id] - 1 }
+      printf "at the sink: %d distinct messages, %d duplicate deliveries (want %d and 0): %s\n", ids, dup, want,
+        (ids == want && dup == 0) ? "exactly once" : "NOT exactly once"
+    }'
 fi
-# Percentiles from the cumulative histogram, interpolated inside a bucket.
-echo "$metrics" | awk '
+# Percentiles from the cumulative histogram of every relay, interpolated
+# inside a bucket.
+echo "$all_metrics" | awk '
   /^postino_intake_accept_seconds_bucket/ {
     match($0, /le="[^"]+"/); le = substr($0, RSTART + 4, RLENGTH - 5)
-    if (le == "+Inf") le = 1e9
-    n++; bound[n] = le + 0; cum[n] = $2 + 0
+    if (!(le in cum)) { n++; key[n] = le; bound[n] = (le == "+Inf") ? 1e9 : le + 0 }
+    cum[le] += $2
   }
   END {
-    total = cum[n]
+    for (j = 1; j <= n; j++) c[j] = cum[key[j]]
+    total = c[n]
     split("0.5 0.9 0.99 0.999", qs, " ")
     line = "accept latency:"
     for (i = 1; i <= 4; i++) {
       want = qs[i] * total; lo = 0; prev = 0
       for (j = 1; j <= n; j++) {
-        if (cum[j] >= want) {
-          frac = (cum[j] == prev) ? 0 : (want - prev) / (cum[j] - prev)
+        if (c[j] >= want) {
+          frac = (c[j] == prev) ? 0 : (want - prev) / (c[j] - prev)
           v = lo + frac * (bound[j] - lo); break
         }
-        lo = bound[j]; prev = cum[j]
+        lo = bound[j]; prev = c[j]
       }
       line = line sprintf(" p%s %.1f ms", qs[i] * 100, v * 1000)
     }
     print line
   }'
-echo "peak RSS: $((rss_kib / 1024)) MiB"
-awk -v t="$cpu_ticks" -v hz="$(getconf CLK_TCK)" -v n="$messages" \
-  'BEGIN { printf "relay CPU: %.1f s = %.0f us per message\n", t / hz, t / hz / n * 1e6 }'
+hz=$(getconf CLK_TCK)
+for i in $(seq "$relays"); do
+  pid=${pids[$((i - 1))]}
+  rss_kib=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status")
+  # User and system CPU time of the relay, in clock ticks.
+  cpu_ticks=$(awk '{print $14 + $15}' "/proc/$pid/stat")
+  awk -v i="$i" -v r="$rss_kib" -v t="$cpu_ticks" -v hz="$hz" -v n="$messages" \
+    'BEGIN { printf "relay %d: peak RSS %d MiB, CPU %.1f s = %.0f us per message (of all %d)\n", i, r / 1024, t / hz, t / hz / n * 1e6, n }'
+done
+# The store server's work per message, from the counters' deltas.
+if [ -n "$after" ]; then
+  awk -v n="$messages" -v hz="$hz" -v b="$backend" '
+    NR == FNR { was[$1] = $2; next }
+    { d = $2 - was[$1] }
+    $1 == "mariadbd_cpu_ticks" { printf "mariadbd CPU: %.1f s = %.0f us per message\n", d / hz, d / hz / n * 1e6; next }
+    b == "mysql" { printf "%s: %d = %.2f per message\n", $1, d, d / n; next }
+    d > 0 { printf "DynamoDB %s: %d = %.2f round trips per message\n", $1, d, d / n }' <(echo "$before") <(echo "$after")
+fi

@@ -1,0 +1,204 @@
+// Command depth measures the relay with a deep outbox: it fills a fresh
+// outbox of the chosen store with N messages through the store's own API
+// (mostly READY deferred for hours, some acknowledged, a suspended batch at
+// the head of the queue, each with its spool file), measures claims on it
+// directly, then starts the real relay on it with smtp-sink as its smarthost
+// and measures start-up, one new message end to end, /v1/stats and the
+// first and a late page of the listings, each beside its target.
+//
+//	go run ./contrib/bench/depth -store bolt|mysql|dynamodb -n 1000000
+//
+// make bench-depth runs it (DEPTH_STORE, DEPTH_N). smtp-sink comes with
+// Debian's postfix package.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	store      string
+	n          int
+	held       int
+	workers    int
+	samples    int
+	bodySize   int
+	files      bool
+	keep       bool
+	maxFill    time.Duration
+	postino    string
+	sink       string
+	dsn        string
+	endpoint   string
+	work       string
+	cpuProfile string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.store, "store", "bolt", "outbox `store`: bolt, mysql or dynamodb")
+	flag.IntVar(&o.n, "n", 0, "messages to fill the outbox with (default 1000000; 100000 for dynamodb)")
+	flag.IntVar(&o.held, "held", 5000, "messages of the suspended batch at the head of the queue")
+	flag.IntVar(&o.workers, "workers", 0, "concurrent creates while filling (default 512; 32 for dynamodb)")
+	flag.IntVar(&o.samples, "samples", 200, "claims timed in each case")
+	flag.IntVar(&o.bodySize, "size", 1024, "bytes of each spool file's body")
+	flag.BoolVar(&o.files, "files", true, "write each message's spool file, as intake does (the relay's start-up sweep walks them)")
+	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and the database or table")
+	flag.DurationVar(&o.maxFill, "max-fill", 15*time.Minute, "give up filling after this long, and report the rate")
+	flag.StringVar(&o.postino, "postino", "", "relay `binary` (default: go build ./cmd/postino into the work directory)")
+	flag.StringVar(&o.sink, "sink", "", "smtp-sink `path` (default: from PATH or /usr/sbin)")
+	flag.StringVar(&o.dsn, "dsn", envOr("TEST_POSTINO_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"), "MySQL server `DSN` without a database; a fresh database is made on it")
+	flag.StringVar(&o.endpoint, "endpoint", envOr("TEST_POSTINO_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"), "DynamoDB `URL`; a fresh table is made on it")
+	flag.StringVar(&o.work, "work", ".", "`directory` under which the work directory is made")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the claims to `file`")
+	flag.Parse()
+	if o.n == 0 {
+		o.n = 1000000
+		if o.store == "dynamodb" {
+			o.n = 100000
+		}
+	}
+	if o.workers == 0 {
+		o.workers = 512
+		if o.store == "dynamodb" {
+			o.workers = 32
+		}
+	}
+	log.SetFlags(0)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		log.Fatalf("depth: %v", err)
+	}
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, o options) error {
+	if o.n <= o.held {
+		return fmt.Errorf("-n %d must exceed -held %d", o.n, o.held)
+	}
+	sink, err := findSink(o.sink)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(o.work, "postino-depth.")
+	if err != nil {
+		return err
+	}
+	work, _ = filepath.Abs(work)
+	if !o.keep {
+		defer os.RemoveAll(work)
+	}
+	bin := o.postino
+	if bin == "" {
+		if bin, err = buildRelay(ctx, work); err != nil {
+			return err
+		}
+	}
+	st, err := newStore(ctx, o, work)
+	if err != nil {
+		return err
+	}
+	defer st.cleanup(o.keep)
+	fmt.Printf("store=%s messages=%d held=%d\n", o.store, o.n, o.held)
+
+	f := filler{o: o, outbox: st.outbox, spoolDir: filepath.Join(st.data, "spool"), now: time.Now().UTC()}
+	if err := f.fill(ctx); err != nil {
+		return err
+	}
+	curs, err := lateCursors(ctx, st.outbox)
+	if err != nil {
+		return err
+	}
+	var claims claimFigures
+	if err := profiled(o.cpuProfile, func() error {
+		claims, err = measureClaims(ctx, st.outbox, o.samples)
+		return err
+	}); err != nil {
+		return err
+	}
+	// The relay opens the store itself; bbolt allows one process only.
+	if err := st.outbox.Close(); err != nil {
+		return err
+	}
+	rf, err := measureRelay(ctx, relaySetup{bin: bin, sink: sink, work: work, data: st.data, args: st.relayArgs, env: st.relayEnv}, curs)
+	if err != nil {
+		return err
+	}
+	report(claims, rf)
+	return nil
+}
+
+// profiled runs fn under a CPU profile written to path, when one is asked.
+func profiled(path string, fn func() error) error {
+	if path == "" {
+		return fn()
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
+}
+
+const (
+	targetStartup = 5 * time.Second
+	targetNew     = time.Second
+	targetClaim   = 20 * time.Millisecond
+	targetStats   = 100 * time.Millisecond
+	targetPage    = 50 * time.Millisecond
+)
+
+func report(c claimFigures, r relayFigures) {
+	fmt.Printf("%-52s %-13s   %s\n", "figure", "measured", "target")
+	line := func(name string, d, target time.Duration) {
+		verdict := "ok"
+		if d >= target {
+			verdict = "MISSED"
+		}
+		fmt.Printf("%-52s %-13s < %-8s %s\n", name, fmtDur(d), fmtDur(target), verdict)
+	}
+	line("start-up to the first 250", r.startup, targetStartup)
+	fmt.Printf("%-52s %s\n", "  (start-up to /readyz 200)", fmtDur(r.ready))
+	line("new message, submission to SENT (max of 5)", r.newMax, targetNew)
+	fmt.Printf("%-52s %s\n", "  (median of 5; its 250 alone, median)", fmtDur(r.newMedian)+"; "+fmtDur(r.acceptMedian))
+	line("claim, nothing due, p50", c.empty.p50, targetClaim)
+	line("claim, nothing due, p99", c.empty.p99, targetClaim)
+	line("claim, one due, p50", c.one.p50, targetClaim)
+	line("claim, one due, p99", c.one.p99, targetClaim)
+	line("/v1/stats, first", r.statsFirst, targetStats)
+	line("/v1/stats, max of 20 more", r.statsMax, targetStats)
+	for _, p := range r.pages {
+		line(p.name, p.max, targetPage)
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.0f us", float64(d)/float64(time.Microsecond))
+}
