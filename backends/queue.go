@@ -24,6 +24,9 @@ type Transition struct {
 	Details    json.RawMessage
 	// LeaseUntil is required when To is a working status.
 	LeaseUntil time.Time
+	// Held, when set, is the lease the mover claimed the message under
+	// (see Holds): the move is refused while the message holds another.
+	Held time.Time
 	// DueAt, when not zero, sets the message's due time.
 	DueAt time.Time
 	// AddAttempt counts one more delivery attempt.

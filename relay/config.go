@@ -708,6 +708,13 @@ func (c *Config) boltPath() string {
 	return filepath.Join(c.DataDir, "outbox.db")
 }
 
+// journalPath is where this relay keeps the outcomes the outbox failed to
+// take: a file of its own, named after the relay, since the relays of a
+// fleet may share a data directory.
+func (c *Config) journalPath() string {
+	return filepath.Join(c.DataDir, "outcomes-"+strings.ReplaceAll(c.Hostname, string(filepath.Separator), "_")+".db")
+}
+
 func (c *Config) spoolDir() string { return filepath.Join(c.DataDir, "spool") }
 
 // Duration is a time.Duration written as Go writes it ("90s", "1h30m") or

@@ -22,6 +22,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/internal/journal"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/bounce"
@@ -40,6 +41,8 @@ type Relay struct {
 
 	spool  *spool.Spool
 	outbox backends.Outbox
+	// outcomes keeps the delivery outcomes the outbox failed to take.
+	outcomes *journal.Journal
 	// exclusive is true when no other process can use the outbox (bbolt's
 	// file lock): then at start every lease belongs to a dead process.
 	exclusive bool
@@ -86,6 +89,18 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 
+	if r.outcomes, err = journal.Open(cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: log}); err != nil {
+		return nil, err
+	}
+	// Before the restore: the outcomes the previous run reached land while
+	// their messages are still held under its leases.
+	n, err := r.outcomes.Replay(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("start-up: the outcomes the previous run reached are not in the outbox yet; the relay starts once they are: %w", err)
+	}
+	if n > 0 {
+		log.Info("start-up: wrote the outcomes the previous run kept", "count", n)
+	}
 	if err := r.recover(context.Background()); err != nil {
 		return nil, err
 	}
@@ -94,7 +109,10 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newQueueCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
 			Help: "Times a message's file could not be read (missing, I/O error); the message waits and is tried again."},
-			func() float64 { n, _ := r.spool.Unreadable(); return float64(n) }))
+			func() float64 { n, _ := r.spool.Unreadable(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "postino_outcomes_kept",
+			Help: "Delivery outcomes the outbox failed to take, kept in the outcome journal and written again until they land."},
+			func() float64 { return float64(r.outcomes.Len()) }))
 	im, dm, bm := intake.NewMetrics(reg), delivery.NewMetrics(reg), bounce.NewMetrics(reg)
 	r.throughput = newThroughput([]series{
 		{"ACCEPTED", im.Accepted(), nil},
@@ -130,6 +148,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	// them: nobody is waiting to be told.
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
+	dcfg.Outcomes = r.outcomes
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.spool, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
@@ -250,6 +269,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	delivered := make(chan struct{})
 	go func() {
 		defer close(delivered)
+		var outcomes sync.WaitGroup
+		outcomes.Go(func() { r.outcomes.Run(deliveryCtx) })
+		defer outcomes.Wait()
 		if r.cfg.Delivery.Paused {
 			r.log.Warn("delivery is paused (delivery.paused): messages wait in READY")
 			<-deliveryCtx.Done()
@@ -298,6 +320,9 @@ func (r *Relay) close() {
 	}
 	if r.spool != nil {
 		r.spool.Close()
+	}
+	if r.outcomes != nil {
+		r.outcomes.Close()
 	}
 	if r.outbox != nil {
 		r.outbox.Close()

@@ -44,6 +44,10 @@ const (
 	mailboxLease = 2 * time.Minute
 )
 
+// outcomeRetry spaces the writes of an outcome the outbox failed: soon
+// enough to land well within the message's lease.
+var outcomeRetry = backoff.Schedule{First: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.2}
+
 // hostname is the name the relay goes by: the configured one, else the
 // machine's.
 func hostname(configured string) string {

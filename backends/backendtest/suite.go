@@ -24,6 +24,7 @@ type Opener func(t *testing.T) backends.Outbox
 func Run(t *testing.T, open Opener) {
 	group(t, "Messages", messageTests, func(t *testing.T) messageStore { return open(t) })
 	group(t, "Queue", queueTests, func(t *testing.T) messageStore { return open(t) })
+	group(t, "Leases", leaseTests, func(t *testing.T) messageStore { return open(t) })
 	group(t, "Events", eventTests, func(t *testing.T) eventStore { return open(t) })
 	group(t, "Batches", batchTests, func(t *testing.T) batchStore { return open(t) })
 	group(t, "Cursors", cursorTests, func(t *testing.T) backends.Cursors { return open(t) })

@@ -151,7 +151,7 @@ func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
 	}
 	row := bytes.Clone(v) // v lives only as long as tx
 	m, err := decode(t.ID, row)
-	if err != nil || m.Status != t.From {
+	if err != nil || !t.Holds(m) {
 		return prepared{}
 	}
 	c, err := plan(m, t)
@@ -163,7 +163,7 @@ func prepareRow(tx *bbolt.Tx, t backends.Transition) prepared {
 
 // against returns the prepared change when the row v is still the one it
 // was worked out from, or works it out from v; ErrLockNotAcquired when v is
-// not in t.From.
+// not in t.From, or not under the lease t holds.
 func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 	if p.c != nil && bytes.Equal(v, p.row) {
 		return p.c, nil
@@ -172,7 +172,7 @@ func (p prepared) against(v []byte, t backends.Transition) (*change, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.Status != t.From {
+	if !t.Holds(m) {
 		return nil, backends.ErrLockNotAcquired
 	}
 	return plan(m, t)

@@ -67,7 +67,7 @@ func (s *Store) transition(ctx context.Context, t backends.Transition) (*backend
 		if err != nil {
 			return nil, err
 		}
-		if m.msg.Status != t.From {
+		if !t.Holds(&m.msg) {
 			return nil, backends.ErrLockNotAcquired
 		}
 		c, err := s.prepare(m, t)

@@ -69,9 +69,9 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *histo
 		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
 		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
 		queue_at = `+queue+`
-		WHERE id = ? AND status = ?`,
+		WHERE id = ? AND status = ? AND (? OR lease_until = ?)`,
 		final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
-		add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From)
+		add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From, t.Held.IsZero(), t.Held.UTC().Truncate(backends.LeasePrecision))
 	if err != nil {
 		return err
 	}

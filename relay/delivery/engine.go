@@ -35,6 +35,14 @@ type Store interface {
 	Transition(ctx context.Context, t backends.Transition) error
 }
 
+// Outcomes writes the outcomes of attempts to the outbox until they land
+// (journal.Journal): an outcome the store fails is kept and written again,
+// so that a message accepted upstream is not sent again when its lease
+// runs out. It returns the store's refusal, or why it could not keep it.
+type Outcomes interface {
+	Write(ctx context.Context, t backends.Transition) error
+}
+
 // Retry is the schedule of temporary failures; a message older than MaxAge
 // fails with reason "expired".
 type Retry struct {
@@ -73,6 +81,9 @@ type Config struct {
 	Acknowledge bool
 	// Signer, when set, DKIM-signs every message before it leaves.
 	Signer Signer
+	// Outcomes, when set, writes the outcomes; without it they are written
+	// to the store once, and one that fails waits for its lease to run out.
+	Outcomes Outcomes
 }
 
 // Engine delivers READY messages.
@@ -441,7 +452,7 @@ func (f *flight) finish() {
 	f.results = d.results
 	e.observe(d, f.route.Name, now.Sub(m.CreatedAt))
 	t := f.transition(d, now, attemptNo)
-	if err := e.store.Transition(context.Background(), t); err != nil {
+	if err := e.record(t); err != nil {
 		// The lease returns the message to READY: delivered recipients may
 		// then get it twice, never none.
 		e.log.Error("delivery: cannot record the attempt", "id", m.ID, "to", t.To, "error", err)
@@ -456,6 +467,14 @@ func (f *flight) finish() {
 	if len(t.Then) == 0 && t.To != backends.StatusReady && e.onOutcome != nil {
 		e.onOutcome()
 	}
+}
+
+// record writes the outbox's record of an attempt.
+func (e *Engine) record(t backends.Transition) error {
+	if e.cfg.Outcomes != nil {
+		return e.cfg.Outcomes.Write(context.Background(), t)
+	}
+	return e.store.Transition(context.Background(), t)
 }
 
 // landed frees the place of a flight that has finished.
@@ -556,7 +575,7 @@ func (e *Engine) observe(d decision, route string, age time.Duration) {
 // event.
 func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.Transition {
 	t := backends.Transition{ID: f.m.ID, From: backends.StatusProcessing, To: d.to, At: now, Results: d.results,
-		Reason: d.reason, KeepReason: d.keepReason, DueAt: d.dueAt, AddAttempt: d.addAttempt}
+		Reason: d.reason, KeepReason: d.keepReason, DueAt: d.dueAt, AddAttempt: d.addAttempt, Held: f.m.LeaseUntil}
 	if f.e.cfg.Acknowledge {
 		t.Then = acknowledged(t.To)
 	}

@@ -140,6 +140,12 @@ func addReady(t *testing.T, sp *spool.Spool, store *bolt.Store, n int) {
 // runEngine delivers through route as the default until the returned stop.
 func runEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease time.Duration) (stop func()) {
 	t.Helper()
+	return runEngineWith(t, store, sp, route, lease, nil)
+}
+
+// runEngineWith is runEngine with the outcomes written through outcomes.
+func runEngineWith(t *testing.T, store Store, sp *spool.Spool, route Route, lease time.Duration, outcomes Outcomes) (stop func()) {
+	t.Helper()
 	routes, err := NewRoutes([]Route{route}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +154,7 @@ func runEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease ti
 		MaxInFlight: 64, Lease: lease, Poll: 10 * time.Millisecond, IdleTimeout: time.Second,
 		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
 		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
-		HeloName: "relay.test", Owner: "test", Acknowledge: true,
+		HeloName: "relay.test", Owner: "test", Acknowledge: true, Outcomes: outcomes,
 	}, store, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -1,0 +1,246 @@
+// Package journal keeps, on the relay's own disk, the outcomes the relay
+// reached but the outbox did not take, and writes them to the outbox again
+// until they land: a message accepted upstream must not be sent a second
+// time because the outbox failed one write and the message's lease then
+// ran out.
+//
+// The journal is a bbolt file of its own, one per relay. Its entries are
+// outbox transitions that name the lease they were reached under
+// (backends.Transition.Held), so that writing one late never overwrites a
+// newer claim of the message: the outbox refuses it, and the journal drops
+// it.
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	bbolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/groupcommit"
+)
+
+// Store is what the journal writes to.
+type Store interface {
+	Transition(ctx context.Context, t backends.Transition) error
+}
+
+// Options shape a journal.
+type Options struct {
+	// Retry spaces the rounds of writes while the store keeps failing them.
+	Retry backoff.Schedule
+	Log   *slog.Logger
+}
+
+var bucketOutcomes = []byte("outcomes") // message id -> JSON transition
+
+// Journal keeps outcomes until the store takes them. Its methods are safe
+// for concurrent use.
+type Journal struct {
+	db      *bbolt.DB
+	store   Store
+	opts    Options
+	commits *groupcommit.Committer[func(*bbolt.Tx) error]
+	// kept is signalled when an outcome is kept, so that Run schedules a
+	// round.
+	kept chan struct{}
+}
+
+// Open opens or creates the journal file at path; Close closes it.
+func Open(path string, store Store, o Options) (*Journal, error) {
+	db, err := bbolt.Open(path, 0o600, &bbolt.Options{Timeout: 2 * time.Second})
+	if errors.Is(err, bolterrors.ErrTimeout) {
+		return nil, fmt.Errorf("open outcome journal %s: the file is locked by another process; each relay needs a journal of its own (is another postino running under the same host name and data directory?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open outcome journal %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketOutcomes)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open outcome journal %s: %w", path, err)
+	}
+	j := &Journal{db: db, store: store, opts: o, kept: make(chan struct{}, 1)}
+	// Outcomes that fail together (the outbox is down) are kept together:
+	// one fsync for all of them.
+	j.commits = groupcommit.New(groupcommit.Config{Max: 256}, j.commit)
+	return j, nil
+}
+
+// Close waits for the outcomes handed over to be kept, and closes the file.
+func (j *Journal) Close() error {
+	j.commits.Close()
+	return j.db.Close()
+}
+
+func (j *Journal) commit(group []func(*bbolt.Tx) error) []error {
+	err := j.db.Update(func(tx *bbolt.Tx) error {
+		for _, fn := range group {
+			if err := fn(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	errs := make([]error, len(group))
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// Refused reports whether the store refused a transition for good: the
+// message moved on (another claim holds it, an earlier write landed), or
+// is gone. Writing it again cannot succeed.
+func Refused(err error) bool {
+	return errors.Is(err, backends.ErrLockNotAcquired) || errors.Is(err, backends.ErrNotFound) ||
+		errors.Is(err, backends.ErrInvalidTransition)
+}
+
+// Write writes t to the store. When the store fails it otherwise than by
+// refusing it, t is kept in the journal, durably, and written again (by Run,
+// and by Replay after a restart) until it lands or is refused; Write then
+// returns nil, since t is no longer the caller's to lose. It returns the
+// store's refusal, or the store's error when t could not even be kept.
+func (j *Journal) Write(ctx context.Context, t backends.Transition) error {
+	err := j.store.Transition(ctx, t)
+	if err == nil || Refused(err) {
+		return err
+	}
+	if kerr := j.keep(t); kerr != nil {
+		return fmt.Errorf("%w; and the outcome journal could not keep it to write it again: %v", err, kerr)
+	}
+	j.opts.Log.Warn("outbox: an outcome was not written; kept in the outcome journal and written again until it lands",
+		"id", t.ID, "to", t.To, "error", err)
+	select {
+	case j.kept <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// keep stores t under its message's id: a message has one outcome at a
+// time, and a later one replaces an earlier that the store would refuse
+// anyway (it names an older lease).
+func (j *Journal) keep(t backends.Transition) error {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	return j.commits.Do(context.Background(), func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketOutcomes).Put([]byte(t.ID), b)
+	})
+}
+
+// Len counts the outcomes kept.
+func (j *Journal) Len() int {
+	n := 0
+	j.db.View(func(tx *bbolt.Tx) error {
+		n = tx.Bucket(bucketOutcomes).Stats().KeyN
+		return nil
+	})
+	return n
+}
+
+type entry struct {
+	id  []byte
+	raw []byte
+}
+
+// Replay writes every outcome kept to the store once, dropping those that
+// land or are refused, and returns how many landed; its error says why
+// some are still kept.
+func (j *Journal) Replay(ctx context.Context) (int, error) {
+	var entries []entry
+	j.db.View(func(tx *bbolt.Tx) error {
+		return tx.Bucket(bucketOutcomes).ForEach(func(k, v []byte) error {
+			entries = append(entries, entry{bytes.Clone(k), bytes.Clone(v)})
+			return nil
+		})
+	})
+	landed := 0
+	var failed error
+	for _, e := range entries {
+		var t backends.Transition
+		if err := json.Unmarshal(e.raw, &t); err != nil {
+			j.opts.Log.Error("outcome journal: an entry cannot be read; dropped", "id", string(e.id), "error", err)
+			j.drop(e)
+			continue
+		}
+		err := j.store.Transition(ctx, t)
+		switch {
+		case err == nil:
+			landed++
+			j.opts.Log.Info("outcome journal: a kept outcome was written", "id", t.ID, "to", t.To)
+		case Refused(err):
+			j.opts.Log.Warn("outcome journal: a kept outcome was refused, the message moved on; dropped",
+				"id", t.ID, "to", t.To, "error", err)
+		default:
+			if failed == nil {
+				failed = err
+			}
+			continue
+		}
+		if err := j.drop(e); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	if failed != nil {
+		return landed, fmt.Errorf("outcome journal: %d outcomes are kept to write again: %w", len(entries)-landed, failed)
+	}
+	return landed, nil
+}
+
+// drop removes e unless a newer outcome of the message replaced it
+// meanwhile. A drop lost in a crash only means one more refusal at the
+// next replay.
+func (j *Journal) drop(e entry) error {
+	return j.commits.Do(context.Background(), func(tx *bbolt.Tx) error {
+		b := tx.Bucket(bucketOutcomes)
+		if !bytes.Equal(b.Get(e.id), e.raw) {
+			return nil
+		}
+		return b.Delete(e.id)
+	})
+}
+
+// Run writes the outcomes kept until ctx ends: once at the start, then a
+// round after each Write that keeps one, and again, further and further
+// apart, while the store fails them.
+func (j *Journal) Run(ctx context.Context) {
+	failures := 0
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-j.kept:
+			// The store just failed: give it the first delay.
+			if failures == 0 {
+				failures = 1
+				timer.Reset(j.opts.Retry.Delay(failures))
+			}
+			continue
+		case <-timer.C:
+		}
+		if _, err := j.Replay(ctx); err != nil {
+			failures++
+			delay := j.opts.Retry.Delay(failures)
+			j.opts.Log.Warn("outcome journal: the outbox still fails; retrying", "error", err, "retry_in", delay)
+			timer.Reset(delay)
+			continue
+		}
+		failures = 0
+	}
+}
