@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -26,18 +27,30 @@ func suspended(ctx context.Context, q querier) ([]string, error) {
 
 func (s *Store) SuspendedBatches(ctx context.Context) ([]string, error) { return suspended(ctx, s.db) }
 
+// SuspendBatch records the batch and holds its messages, in one
+// transaction, so that claims skip them by index (claim_held).
 func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC())
-	return err
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE emails SET held = 1 WHERE batch_code = ? AND held = 0", code)
+		return err
+	})
 }
 
 func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code)
-	return err
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "UPDATE emails SET held = 0 WHERE batch_code = ? AND held = 1", code)
+		return err
+	})
 }

@@ -1,11 +1,13 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,11 +134,14 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 			return err
 		}
 		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id IN ("+inList(len(ids))+
-			") AND state = 'pending' ORDER BY due_at, seq FOR UPDATE SKIP LOCKED", ids...)
+			") AND state = 'pending' FOR UPDATE SKIP LOCKED", ids...)
 		if err != nil {
 			return err
 		}
-		etx := eventTx{ctx, tx}
+		slices.SortStableFunc(events, func(a, b *backends.Event) int {
+			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq))
+		})
+		etx := eventTx{ctx, tx, &changes{}}
 		taken := map[string]bool{}
 		for _, e := range events {
 			if taken[e.MessageID] {
@@ -149,7 +154,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 			}
 			out = append(out, claimed)
 		}
-		return nil
+		return etx.h.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)
@@ -176,9 +181,12 @@ func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backe
 	}
 	var out *backends.Event
 	err := s.tx(ctx, func(tx *sql.Tx) error {
+		etx := eventTx{ctx, tx, &changes{}}
 		var err error
-		out, err = backends.UpdateEvent(eventTx{ctx, tx}, u)
-		return err
+		if out, err = backends.UpdateEvent(etx, u); err != nil {
+			return err
+		}
+		return etx.h.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
@@ -187,10 +195,12 @@ func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backe
 }
 
 // eventTx is a MySQL transaction as backends' event rules see it; the rows
-// it reads stay locked until the commit.
+// it reads stay locked until the commit. The moves' history and counts
+// gather in h, which the transaction flushes last.
 type eventTx struct {
 	ctx context.Context
 	tx  *sql.Tx
+	h   *changes
 }
 
 func (t eventTx) Event(id string) (*backends.Event, error) {
@@ -221,9 +231,5 @@ func (t eventTx) Status(id string) (backends.Status, error) {
 }
 
 func (t eventTx) Move(tr backends.Transition) error {
-	var h history
-	if err := transition(t.ctx, t.tx, tr, &h); err != nil {
-		return err
-	}
-	return h.flush(t.ctx, t.tx)
+	return transition(t.ctx, t.tx, tr, t.h)
 }

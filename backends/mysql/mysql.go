@@ -54,6 +54,12 @@ func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
+	// The driver sends a time with its nanoseconds, a value no DATETIME(6)
+	// holds: MariaDB then uses no index range on the column. Microseconds
+	// are what the columns keep anyway.
+	if err := cfg.Apply(mysql.TimeTruncate(time.Microsecond)); err != nil {
+		return nil, fmt.Errorf("MySQL: %w", err)
+	}
 	if cfg.Params == nil {
 		cfg.Params = map[string]string{}
 	}

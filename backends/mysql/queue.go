@@ -1,11 +1,14 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,32 +25,70 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
-// history gathers history rows, to write them in one statement.
-type history struct {
-	args []any
-	n    int
+// changes gathers what a transaction writes beside the message rows: the
+// history rows, in one statement, and the moves between statuses, merged
+// per status into the counters (email_counts) in one more. flush writes
+// them last, so that every transaction takes the counters' locks after its
+// message rows', in the order of the statuses, and two never wait on each
+// other in a cycle.
+type changes struct {
+	args  []any
+	n     int
+	delta map[backends.Status]int
 }
 
-func (h *history) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
-	h.args = append(h.args, id, st, null(reason), at.UTC(), nullBytes(details))
-	h.n++
+func (c *changes) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
+	c.args = append(c.args, id, st, null(reason), at.UTC(), nullBytes(details))
+	c.n++
 }
 
-func (h *history) flush(ctx context.Context, tx *sql.Tx) error {
-	if h.n == 0 {
+// count adds d messages to status st.
+func (c *changes) count(st backends.Status, d int) {
+	if c.delta == nil {
+		c.delta = map[backends.Status]int{}
+	}
+	c.delta[st] += d
+}
+
+// countShards is the number of counter rows of a status: a transaction
+// picks one at random, so that concurrent ones seldom share a row.
+const countShards = 16
+
+func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
+	if c.n > 0 {
+		_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", c.n), ", "), c.args...)
+		if err != nil {
+			return err
+		}
+		c.args, c.n = c.args[:0], 0
+	}
+	statuses := make([]backends.Status, 0, len(c.delta))
+	for st, d := range c.delta {
+		if d != 0 {
+			statuses = append(statuses, st)
+		}
+	}
+	if len(statuses) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", h.n), ", "), h.args...)
-	h.args, h.n = h.args[:0], 0
+	slices.Sort(statuses)
+	shard := rand.N(countShards)
+	args := make([]any, 0, 3*len(statuses))
+	for _, st := range statuses {
+		args = append(args, st, shard, c.delta[st])
+	}
+	clear(c.delta)
+	_, err := tx.ExecContext(ctx, "INSERT INTO email_counts (status, shard, n) VALUES "+
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(statuses)), ", ")+" ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args...)
 	return err
 }
 
 // transition applies t inside tx: the conditional update, a history row per
-// step (into h), and the event. A refusal (the message gone, or in another
+// step and the move between statuses (into h), and the event. A refusal (the message gone, or in another
 // status) comes back as ErrNotFound or ErrLockNotAcquired and changes
 // nothing.
-func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *history) error {
+func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *changes) error {
 	final := t.Final()
 	var results []byte
 	if t.Results != nil {
@@ -84,6 +125,8 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *histo
 		}
 		return backends.ErrLockNotAcquired
 	}
+	h.count(t.From, -1)
+	h.count(final, 1)
 	for i, st := range t.Steps() {
 		var details []byte
 		if i == 0 {
@@ -139,59 +182,149 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	}
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		out = nil
-		query := "SELECT " + messageCols + " FROM emails WHERE status = ? AND queue_at <= ?"
-		args := []any{c.From, c.Now.UTC()}
-		if c.From == backends.StatusReady {
-			codes, err := suspended(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if len(codes) > 0 {
-				query += " AND (batch_code IS NULL OR batch_code NOT IN (" + inList(len(codes)) + "))"
-				for _, code := range codes {
-					args = append(args, code)
-				}
-			}
-		}
-		query += " ORDER BY priority, queue_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-		args = append(args, c.Limit)
-		msgs, err := queryMessages(ctx, tx, query, args...)
-		if err != nil || len(msgs) == 0 {
-			return err
-		}
-		queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
-		ids := make([]any, 0, len(msgs)+4)
-		ids = append(ids, c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg)
-		for _, m := range msgs {
-			ids = append(ids, m.ID)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
-			queue_at = `+queue+` WHERE id IN (`+inList(len(msgs))+`)`, ids...)
-		if err != nil {
-			return err
-		}
-		var b strings.Builder
-		b.WriteString("INSERT INTO email_statuses (email_id, status, reason, created_at) VALUES ")
-		hist := make([]any, 0, 4*len(msgs))
-		for i, m := range msgs {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(?, ?, ?, ?)")
-			hist = append(hist, m.ID, c.To, null(c.Reason), c.Now.UTC())
-			m.Status, m.Version, m.LeaseUntil, m.UpdatedAt = c.To, m.Version+1, c.LeaseUntil, c.Now
-		}
-		if _, err := tx.ExecContext(ctx, b.String(), hist...); err != nil {
-			return err
-		}
-		out = msgs
-		return nil
+		var err error
+		out, err = claim(ctx, tx, c)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
 	return out, nil
+}
+
+// claimRounds bounds how many times a claim picks again after other
+// claimers locked its candidates first.
+const claimRounds = 4
+
+// claim picks, then locks: it reads the first due candidates without locks
+// from the claim index, then locks exactly those, in id order, skipping any
+// that another claimer holds and checking again that each is still due and
+// not held. (Locking while walking the index made concurrent claimers
+// deadlock.) When others took some, it picks again, past them.
+func claim(ctx context.Context, tx *sql.Tx, c backends.Claim) ([]*backends.Message, error) {
+	var out []*backends.Message
+	lost := map[string]bool{}
+	for range claimRounds {
+		want := c.Limit - len(out)
+		cands, err := claimCandidates(ctx, tx, c, want+len(lost))
+		if err != nil {
+			return nil, err
+		}
+		var ids []any
+		for _, k := range cands {
+			if !lost[k.id] && len(ids) < want {
+				ids = append(ids, k.id)
+			}
+		}
+		if len(ids) == 0 {
+			break
+		}
+		locked, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE id IN ("+inList(len(ids))+
+			") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
+			append(ids, c.From, c.Now.UTC())...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, locked...)
+		if len(locked) == len(ids) || len(out) == c.Limit {
+			break
+		}
+		got := map[string]bool{}
+		for _, m := range locked {
+			got[m.ID] = true
+		}
+		for _, id := range ids {
+			if !got[id.(string)] {
+				lost[id.(string)] = true
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
+	return out, takeClaimed(ctx, tx, c, out)
+}
+
+// queueKeyOf is where a message stands in the order of claims and of
+// listings by status: priority, queue time, age, id.
+type queueKeyOf struct {
+	priority        int
+	queued, created time.Time
+	id              string
+}
+
+func queueKey(m *backends.Message) queueKeyOf {
+	return queueKeyOf{m.Priority, m.QueueTime(), m.CreatedAt, m.ID}
+}
+
+func (k queueKeyOf) compare(o queueKeyOf) int {
+	if d := cmp.Compare(k.priority, o.priority); d != 0 {
+		return d
+	}
+	if d := k.queued.Compare(o.queued); d != 0 {
+		return d
+	}
+	if d := k.created.Compare(o.created); d != 0 {
+		return d
+	}
+	return strings.Compare(k.id, o.id)
+}
+
+// claimCandidates reads, without locks, the first n messages a claim may
+// take: per priority, a range of the claim index up to now, in its order.
+func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) ([]queueKeyOf, error) {
+	var q strings.Builder
+	var args []any
+	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
+		if p > backends.PriorityImmediate {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString(`(SELECT id, priority, queue_at, created_at FROM emails
+			WHERE status = ? AND claim_held = 0 AND priority = ? AND queue_at <= ? ORDER BY queue_at, created_at, id LIMIT ?)`)
+		args = append(args, c.From, p, c.Now.UTC(), n)
+	}
+	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []queueKeyOf
+	for rows.Next() {
+		var k queueKeyOf
+		if err := rows.Scan(&k.id, &k.priority, &k.queued, &k.created); err != nil {
+			return nil, err
+		}
+		k.id = strings.TrimRight(k.id, " ")
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, queueKeyOf.compare)
+	return out, nil
+}
+
+// takeClaimed moves the locked messages to the claim's working status,
+// with their history rows and counts.
+func takeClaimed(ctx context.Context, tx *sql.Tx, c backends.Claim, msgs []*backends.Message) error {
+	queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
+	args := make([]any, 0, len(msgs)+4)
+	args = append(args, c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg)
+	var h changes
+	for _, m := range msgs {
+		args = append(args, m.ID)
+		h.add(m.ID, c.To, c.Reason, c.Now, nil)
+		m.Status, m.Version, m.LeaseUntil, m.UpdatedAt = c.To, m.Version+1, c.LeaseUntil, c.Now
+	}
+	h.count(c.From, -len(msgs))
+	h.count(c.To, len(msgs))
+	_, err := tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
+		queue_at = `+queue+` WHERE id IN (`+inList(len(msgs))+`)`, args...)
+	if err != nil {
+		return err
+	}
+	return h.flush(ctx, tx)
 }
 
 const restoreChunk = 500
@@ -213,20 +346,18 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			n = 0
 			working := anyOf(backends.WorkingStatuses())
-			msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE lease_until < ? AND status IN ("+
-				inList(len(working))+") ORDER BY lease_until LIMIT ? FOR UPDATE SKIP LOCKED",
-				append(append([]any{clamp(expiredBefore)}, working...), restoreChunk)...)
+			// Only the working rows whose lease ran out (idx_status_lease).
+			msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE status IN ("+
+				inList(len(working))+") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED",
+				append(working, clamp(expiredBefore), restoreChunk)...)
 			if err != nil {
 				return err
 			}
-			var h history
+			var h changes
 			for _, m := range msgs {
 				if err := transition(ctx, tx, backends.RestoreTransition(m, now), &h); err != nil {
 					return err
 				}
-			}
-			if err := h.flush(ctx, tx); err != nil {
-				return err
 			}
 			// backends.RestoreEvent, for every expired event at once.
 			res, err := tx.ExecContext(ctx, `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
@@ -236,7 +367,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			}
 			ne, _ := res.RowsAffected()
 			n = len(msgs) + int(ne)
-			return nil
+			return h.flush(ctx, tx)
 		})
 		total += n
 		if err != nil {
@@ -260,15 +391,19 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		acked := anyOf(backends.AcknowledgedStatuses())
+		// Only the acknowledged rows older than cutoff (idx_status_updated);
+		// any of them will do, so no sort across the statuses.
 		msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE status IN ("+inList(len(acked))+
-			") AND updated_at < ? ORDER BY updated_at LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)...)
+			") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)...)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err
 		}
 		ids := make([]any, len(msgs))
+		var h changes
 		for i, m := range msgs {
 			ids[i] = m.ID
+			h.count(m.Status, -1)
 		}
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
@@ -276,7 +411,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		out = msgs
-		return nil
+		return h.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

@@ -55,7 +55,7 @@ func (s *Store) commit(group []*op) []error {
 // the expected status) are each write's own result and do not fail the
 // transaction.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
-	var h history
+	var h changes
 	var creates []*op
 	for _, o := range group {
 		o.err = nil
@@ -83,7 +83,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 // insertMessages creates messages with one statement. An id already taken
 // keeps its row (ON DUPLICATE KEY changes nothing); reading the spool paths
 // back tells which rows are ours, since each submission has its own file.
-func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *history) error {
+func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
@@ -125,6 +125,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		return err
 	}
 	mine := map[string]bool{}
+	batched := map[string][]any{}
 	for _, o := range creates {
 		m := o.create
 		// Two creates of one id in one group: the first is the row.
@@ -134,6 +135,38 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		}
 		mine[m.ID] = true
 		h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+		h.count(m.Status, 1)
+		if m.Batch != "" {
+			batched[m.Batch] = append(batched[m.Batch], m.ID)
+		}
 	}
-	return nil
+	return holdSuspended(ctx, tx, batched)
+}
+
+// holdSuspended sets held on the new messages (by batch) whose batch is
+// suspended. It reads the batches after inserting the rows, under a shared
+// lock: a suspension committed first is seen here; one that commits later
+// waits for these rows' locks and then holds them itself (SuspendBatch).
+func holdSuspended(ctx context.Context, tx *sql.Tx, batched map[string][]any) error {
+	if len(batched) == 0 {
+		return nil
+	}
+	codes := make([]any, 0, len(batched))
+	for code := range batched {
+		codes = append(codes, code)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT code FROM email_batches WHERE code IN ("+inList(len(codes))+") LOCK IN SHARE MODE", codes...)
+	if err != nil {
+		return err
+	}
+	held, err := scanIDs(rows)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	var ids []any
+	for _, code := range held {
+		ids = append(ids, batched[code.(string)]...)
+	}
+	_, err = tx.ExecContext(ctx, "UPDATE emails SET held = 1 WHERE id IN ("+inList(len(ids))+")", ids...)
+	return err
 }
