@@ -122,10 +122,8 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		// First the candidates, without locks: an event first in line stays
 		// so, since an acknowledged event never goes back. Then lock those
 		// still pending; another relay may have taken some.
-		rows, err := tx.QueryContext(ctx, `SELECT e.event_id FROM email_events e
-			WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
-				SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-			ORDER BY e.due_at, e.seq LIMIT ?`, c.Now.UTC(), c.Limit)
+		pick := eventPickStmt(c)
+		rows, err := tx.QueryContext(ctx, pick.query, pick.args...)
 		if err != nil {
 			return err
 		}
@@ -133,8 +131,8 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		if err != nil || len(ids) == 0 {
 			return err
 		}
-		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id IN ("+inList(len(ids))+
-			") AND state = 'pending' FOR UPDATE SKIP LOCKED", ids...)
+		lock := eventLockStmt(ids)
+		events, err := queryEvents(ctx, tx, lock.query, lock.args...)
 		if err != nil {
 			return err
 		}
@@ -160,6 +158,23 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		return nil, fmt.Errorf("claim events: %w", err)
 	}
 	return out, nil
+}
+
+// eventPickStmt reads the due pending events first in line for their
+// message, in claim order (idx_state_due_seq; the earlier events of each
+// through idx_email_seq).
+func eventPickStmt(c backends.EventClaim) stmt {
+	return stmt{`SELECT e.event_id FROM email_events e
+		WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
+			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
+		ORDER BY e.due_at, e.seq LIMIT ?`, []any{c.Now.UTC(), c.Limit}}
+}
+
+// eventLockStmt locks the picked events still pending, skipping those
+// another relay holds.
+func eventLockStmt(ids []any) stmt {
+	return stmt{"SELECT " + eventCols + " FROM email_events WHERE event_id IN (" + inList(len(ids)) +
+		") AND state = 'pending' FOR UPDATE SKIP LOCKED", ids}
 }
 
 func scanIDs(rows *sql.Rows) ([]any, error) {

@@ -121,14 +121,7 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cur
 	}
 	var out []listed
 	for _, held := range helds {
-		query := "SELECT " + messageCols + ", queue_at FROM emails WHERE status = ? AND claim_held = ?"
-		args := []any{q.Status, held}
-		if after != nil {
-			query += ` AND (priority > ? OR (priority = ? AND (queue_at > ? OR (queue_at = ? AND
-				(created_at > ? OR (created_at = ? AND id > ?))))))`
-			args = append(args, after.Priority, after.Priority, after.At, after.At, after.Created, after.Created, after.ID)
-		}
-		page, err := s.listed(ctx, query+" ORDER BY priority, queue_at, created_at, id LIMIT ?", append(args, q.Limit+1)...)
+		page, err := s.listed(ctx, listStatusStmt(q, after, held))
 		if err != nil {
 			return nil, err
 		}
@@ -141,20 +134,41 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cur
 	return out, nil
 }
 
-// listAll lists every message, newest first (idx_created, whose entries
-// end with the id).
+// listStatusStmt reads a page of q.Status's messages of one claim_held
+// from the cursor on: the page's ids from the claim index alone, then
+// their rows. (Reading the rows while walking the index, MariaDB reads the
+// whole status through its equalities, ignoring the cursor's range.)
+func listStatusStmt(q backends.ListQuery, after *cursor, held int) stmt {
+	query := "SELECT id FROM emails WHERE status = ? AND claim_held = ?"
+	args := []any{q.Status, held}
+	if after != nil {
+		query += ` AND (priority > ? OR (priority = ? AND (queue_at > ? OR (queue_at = ? AND
+			(created_at > ? OR (created_at = ? AND id > ?))))))`
+		args = append(args, after.Priority, after.Priority, after.At, after.At, after.Created, after.Created, after.ID)
+	}
+	return stmt{"SELECT " + messageCols + ", queue_at FROM emails JOIN (" + query +
+		" ORDER BY priority, queue_at, created_at, id LIMIT ?) page USING (id)", append(args, q.PageSize()+1)}
+}
+
+// listAll lists every message, newest first.
 func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+	return s.listed(ctx, listAllStmt(q, after))
+}
+
+// listAllStmt reads a page of every message from the cursor on
+// (idx_created, whose entries end with the id).
+func listAllStmt(q backends.ListQuery, after *cursor) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails"
 	var args []any
 	if after != nil {
 		query += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
 		args = append(args, after.Created, after.Created, after.ID)
 	}
-	return s.listed(ctx, query+" ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.Limit+1)...)
+	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.PageSize()+1)}
 }
 
-func (s *Store) listed(ctx context.Context, query string, args ...any) ([]listed, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+func (s *Store) listed(ctx context.Context, st stmt) ([]listed, error) {
+	rows, err := s.db.QueryContext(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -179,10 +193,13 @@ type rowWith struct {
 
 func (r rowWith) Scan(dest ...any) error { return r.r.Scan(append(dest, r.extra)...) }
 
+// countsQuery sums the counters of each status (PRIMARY, in its order).
+const countsQuery = "SELECT status, SUM(n) FROM email_counts GROUP BY status"
+
 // Counts sums the counters that every change keeps (email_counts): it
 // reads a few rows per status, whatever the number of messages.
 func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT status, SUM(n) FROM email_counts GROUP BY status")
+	rows, err := s.db.QueryContext(ctx, countsQuery)
 	if err != nil {
 		return nil, err
 	}

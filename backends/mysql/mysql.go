@@ -162,6 +162,15 @@ const messageCols = `id, status, eml_file_path, payload_file_path, reason, versi
 
 type scanner interface{ Scan(...any) error }
 
+// stmt is a statement with its arguments. The hot statements are built by
+// functions named after them (claimPickStmt, listStatusStmt, …), which the
+// store runs and TestPlans explains, so that the plans tested are those of
+// the statements run.
+type stmt struct {
+	query string
+	args  []any
+}
+
 func scanMessage(r scanner) (*backends.Message, error) {
 	var (
 		m                                              backends.Message

@@ -90,29 +90,11 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 // nothing.
 func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *changes) error {
 	final := t.Final()
-	var results []byte
-	if t.Results != nil {
-		var err error
-		if results, err = json.Marshal(t.Results); err != nil {
-			return err
-		}
+	upd, err := transitionStmt(t)
+	if err != nil {
+		return err
 	}
-	var lease sql.NullTime
-	if final.Working() {
-		lease = nullTime(t.LeaseUntil)
-	}
-	add := 0
-	if t.AddAttempt {
-		add = 1
-	}
-	queue, queueArg := queueAt(final, t.DueAt, t.At)
-	res, err := tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1,
-		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
-		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
-		queue_at = `+queue+`
-		WHERE id = ? AND status = ?`,
-		final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
-		add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From)
+	res, err := tx.ExecContext(ctx, upd.query, upd.args...)
 	if err != nil {
 		return err
 	}
@@ -143,6 +125,34 @@ func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *chang
 		return insertEvent(ctx, tx, t.ID, t.Event, t.At)
 	}
 	return nil
+}
+
+// transitionStmt is the conditional update of a transition.
+func transitionStmt(t backends.Transition) (stmt, error) {
+	final := t.Final()
+	var results []byte
+	if t.Results != nil {
+		var err error
+		if results, err = json.Marshal(t.Results); err != nil {
+			return stmt{}, err
+		}
+	}
+	var lease sql.NullTime
+	if final.Working() {
+		lease = nullTime(t.LeaseUntil)
+	}
+	add := 0
+	if t.AddAttempt {
+		add = 1
+	}
+	queue, queueArg := queueAt(final, t.DueAt, t.At)
+	return stmt{`UPDATE emails SET status = ?, version = version + 1,
+		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
+		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
+		queue_at = ` + queue + `
+		WHERE id = ? AND status = ?`,
+		[]any{final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
+			add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From}}, nil
 }
 
 // queueAt is the SQL, and its argument, for the time a message in status
@@ -219,9 +229,8 @@ func claim(ctx context.Context, tx *sql.Tx, c backends.Claim) ([]*backends.Messa
 		if len(ids) == 0 {
 			break
 		}
-		locked, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE id IN ("+inList(len(ids))+
-			") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
-			append(ids, c.From, c.Now.UTC())...)
+		lock := claimLockStmt(c, ids)
+		locked, err := queryMessages(ctx, tx, lock.query, lock.args...)
 		if err != nil {
 			return nil, err
 		}
@@ -271,9 +280,9 @@ func (k queueKeyOf) compare(o queueKeyOf) int {
 	return strings.Compare(k.id, o.id)
 }
 
-// claimCandidates reads, without locks, the first n messages a claim may
-// take: per priority, a range of the claim index up to now, in its order.
-func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) ([]queueKeyOf, error) {
+// claimPickStmt reads the first n messages a claim may take: per priority,
+// a range of the claim index up to now, in its order, from the index alone.
+func claimPickStmt(c backends.Claim, n int) stmt {
 	var q strings.Builder
 	var args []any
 	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
@@ -284,7 +293,30 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) (
 			WHERE status = ? AND claim_held = 0 AND priority = ? AND queue_at <= ? ORDER BY queue_at, created_at, id LIMIT ?)`)
 		args = append(args, c.From, p, c.Now.UTC(), n)
 	}
-	rows, err := tx.QueryContext(ctx, q.String(), args...)
+	return stmt{q.String(), args}
+}
+
+// claimLockStmt locks the picked messages that are still to be claimed, in
+// id order, skipping those another claimer holds.
+func claimLockStmt(c backends.Claim, ids []any) stmt {
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
+		") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
+		append(slices.Clip(ids), c.From, c.Now.UTC())}
+}
+
+// claimTakeStmt moves the locked messages to the claim's working status.
+func claimTakeStmt(c backends.Claim, ids []any) stmt {
+	queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
+	return stmt{`UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
+		queue_at = ` + queue + ` WHERE id IN (` + inList(len(ids)) + `)`,
+		append([]any{c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg}, ids...)}
+}
+
+// claimCandidates reads, without locks, the first n messages a claim may
+// take, in claim order.
+func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) ([]queueKeyOf, error) {
+	pick := claimPickStmt(c, n)
+	rows, err := tx.QueryContext(ctx, pick.query, pick.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -308,20 +340,17 @@ func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) (
 // takeClaimed moves the locked messages to the claim's working status,
 // with their history rows and counts.
 func takeClaimed(ctx context.Context, tx *sql.Tx, c backends.Claim, msgs []*backends.Message) error {
-	queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
-	args := make([]any, 0, len(msgs)+4)
-	args = append(args, c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg)
+	ids := make([]any, 0, len(msgs))
 	var h changes
 	for _, m := range msgs {
-		args = append(args, m.ID)
+		ids = append(ids, m.ID)
 		h.add(m.ID, c.To, c.Reason, c.Now, nil)
 		m.Status, m.Version, m.LeaseUntil, m.UpdatedAt = c.To, m.Version+1, c.LeaseUntil, c.Now
 	}
 	h.count(c.From, -len(msgs))
 	h.count(c.To, len(msgs))
-	_, err := tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
-		queue_at = `+queue+` WHERE id IN (`+inList(len(msgs))+`)`, args...)
-	if err != nil {
+	upd := claimTakeStmt(c, ids)
+	if _, err := tx.ExecContext(ctx, upd.query, upd.args...); err != nil {
 		return err
 	}
 	return h.flush(ctx, tx)
@@ -345,11 +374,8 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			n = 0
-			working := anyOf(backends.WorkingStatuses())
-			// Only the working rows whose lease ran out (idx_status_lease).
-			msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE status IN ("+
-				inList(len(working))+") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED",
-				append(working, clamp(expiredBefore), restoreChunk)...)
+			sel := restoreStmt(expiredBefore)
+			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
 			if err != nil {
 				return err
 			}
@@ -360,8 +386,8 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 				}
 			}
 			// backends.RestoreEvent, for every expired event at once.
-			res, err := tx.ExecContext(ctx, `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
-				WHERE state = 'calling' AND lease_until < ? LIMIT ?`, now, now, clamp(expiredBefore), restoreChunk)
+			upd := restoreEventsStmt(now, expiredBefore)
+			res, err := tx.ExecContext(ctx, upd.query, upd.args...)
 			if err != nil {
 				return err
 			}
@@ -379,6 +405,21 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 	}
 }
 
+// restoreStmt reads only the working rows whose lease ran out
+// (idx_status_lease).
+func restoreStmt(expiredBefore time.Time) stmt {
+	working := anyOf(backends.WorkingStatuses())
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
+		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(working, clamp(expiredBefore), restoreChunk)}
+}
+
+// restoreEventsStmt is backends.RestoreEvent, for the expired events at
+// once (idx_state_lease).
+func restoreEventsStmt(now, expiredBefore time.Time) stmt {
+	return stmt{`UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
+		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, []any{now, now, clamp(expiredBefore), restoreChunk}}
+}
+
 // clamp keeps a time within what DATETIME holds.
 func clamp(t time.Time) time.Time {
 	if max := time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC); t.After(max) {
@@ -390,11 +431,8 @@ func clamp(t time.Time) time.Time {
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		acked := anyOf(backends.AcknowledgedStatuses())
-		// Only the acknowledged rows older than cutoff (idx_status_updated);
-		// any of them will do, so no sort across the statuses.
-		msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE status IN ("+inList(len(acked))+
-			") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)...)
+		sel := purgeStmt(cutoff, limit)
+		msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err
@@ -417,4 +455,13 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		return nil, fmt.Errorf("purge: %w", err)
 	}
 	return out, nil
+}
+
+// purgeStmt reads only the acknowledged rows older than cutoff
+// (idx_status_updated); any of them will do, so no sort across the
+// statuses.
+func purgeStmt(cutoff time.Time, limit int) stmt {
+	acked := anyOf(backends.AcknowledgedStatuses())
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
+		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)}
 }
