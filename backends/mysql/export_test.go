@@ -8,7 +8,7 @@ var (
 	ClaimPickStmt     = claimPickStmt
 	ClaimLockStmt     = claimLockStmt
 	ClaimTakeStmt     = claimTakeStmt
-	TransitionStmt    = transitionStmt
+	MessageLockStmt   = messageLockStmt
 	ListStatusStmt    = listStatusStmt
 	ListAllStmt       = listAllStmt
 	RestoreStmt       = restoreStmt

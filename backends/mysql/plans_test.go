@@ -114,10 +114,6 @@ func TestPlans(t *testing.T) {
 	}
 	lateReady := late(backends.StatusReady, "priority, queue_at, created_at, id")
 	lateAll := late(backends.StatusSentAcknowledged, "created_at DESC, id DESC")
-	sent, err := mysql.TransitionStmt(backends.Transition{ID: "m-000009", From: backends.StatusProcessing, To: backends.StatusSent, At: now})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ready := backends.ListQuery{Status: backends.StatusReady, Limit: limit}
 	acked := backends.ListQuery{Status: backends.StatusSentAcknowledged, Limit: limit}
 	byID := "emails/PRIMARY"
@@ -126,7 +122,7 @@ func TestPlans(t *testing.T) {
 		{"claim: pick", mysql.ClaimPickStmt(claim, limit), map[string]int{"emails/idx_claim": 4}, 4 * (limit + 1), false},
 		{"claim: lock", mysql.ClaimLockStmt(claim, ids), map[string]int{byID: 1}, len(ids), false},
 		{"claim: take", mysql.ClaimTakeStmt(claim, ids), map[string]int{byID: 1}, 0, false},
-		{"transition", sent, map[string]int{byID: 1}, 0, false},
+		{"transitions: lock", mysql.MessageLockStmt(ids), map[string]int{byID: 1}, len(ids), false},
 		{"list READY: first page", mysql.ListStatusStmt(ready, nil, 0), page(2), 2 * (limit + 1), false},
 		{"list READY: held, first page", mysql.ListStatusStmt(ready, nil, 1), page(2), 2 * (limit + 1), false},
 		{"list READY: page 400", mysql.ListStatusStmt(ready, lateReady, 0), page(6), 2 * (limit + 1), false},
@@ -140,7 +136,8 @@ func TestPlans(t *testing.T) {
 		{"alarms due", mysql.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string]int{"email_alarms/idx_alarm_due": 2}, limit, false},
 		{"event claim: pick", mysql.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
 			map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, 3 * limit, false},
-		{"event claim: lock", mysql.EventLockStmt([]any{"e-000001", "e-000101"}), map[string]int{"email_events/PRIMARY": 1}, 2, false},
+		{"event claim: lock", mysql.EventLockStmt([]any{"e-000001", "e-000101"}, true), map[string]int{"email_events/PRIMARY": 1}, 2, false},
+		{"event updates: lock", mysql.EventLockStmt([]any{"e-000003", "e-000103"}, false), map[string]int{"email_events/PRIMARY": 1}, 2, false},
 	}
 	var doc strings.Builder
 	for _, p := range plans {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -84,77 +83,6 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
-// transition applies t inside tx: the conditional update, a history row per
-// step and the move between statuses (into h), and the event. A refusal (the message gone, or in another
-// status) comes back as ErrNotFound or ErrLockNotAcquired and changes
-// nothing.
-func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *changes) error {
-	final := t.Final()
-	upd, err := transitionStmt(t)
-	if err != nil {
-		return err
-	}
-	res, err := tx.ExecContext(ctx, upd.query, upd.args...)
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		var st string
-		if err := tx.QueryRowContext(ctx, "SELECT status FROM emails WHERE id = ?", t.ID).Scan(&st); errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrNotFound
-		} else if err != nil {
-			return err
-		}
-		return backends.ErrLockNotAcquired
-	}
-	h.count(t.From, -1)
-	h.count(final, 1)
-	for i, st := range t.Steps() {
-		var details []byte
-		if i == 0 {
-			details = t.Details
-		}
-		h.add(t.ID, st.To, st.Reason, t.At, details)
-	}
-	if t.Alarm != nil {
-		if err := setAlarm(ctx, tx, *t.Alarm); err != nil {
-			return err
-		}
-	}
-	if t.Event != nil {
-		return insertEvent(ctx, tx, t.ID, t.Event, t.At)
-	}
-	return nil
-}
-
-// transitionStmt is the conditional update of a transition.
-func transitionStmt(t backends.Transition) (stmt, error) {
-	final := t.Final()
-	var results []byte
-	if t.Results != nil {
-		var err error
-		if results, err = json.Marshal(t.Results); err != nil {
-			return stmt{}, err
-		}
-	}
-	var lease sql.NullTime
-	if final.Working() {
-		lease = nullTime(t.LeaseUntil)
-	}
-	add := 0
-	if t.AddAttempt {
-		add = 1
-	}
-	queue, queueArg := queueAt(final, t.DueAt, t.At)
-	return stmt{`UPDATE emails SET status = ?, version = version + 1,
-		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
-		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
-		queue_at = ` + queue + `
-		WHERE id = ? AND status = ?`,
-		[]any{final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
-			add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From}}, nil
-}
-
 // queueAt is the SQL, and its argument, for the time a message in status
 // st waits by (backends.Message.QueueTime), given the due time and the time
 // of the change the statement makes (zero due: unchanged). It reads no
@@ -190,10 +118,16 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
+	// The first pick runs outside the transaction: finding nothing costs
+	// one read.
+	cands, err := claimCandidates(ctx, s.db, c, c.Limit)
+	if err != nil || len(cands) == 0 {
+		return nil, err
+	}
 	var out []*backends.Message
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		out, err = claim(ctx, tx, c)
+		out, err = claim(ctx, tx, c, cands)
 		return err
 	})
 	if err != nil {
@@ -211,18 +145,23 @@ const claimRounds = 4
 // that another claimer holds and checking again that each is still due and
 // not held. (Locking while walking the index made concurrent claimers
 // deadlock.) When others took some, it picks again, past them.
-func claim(ctx context.Context, tx *sql.Tx, c backends.Claim) ([]*backends.Message, error) {
+func claim(ctx context.Context, tx *sql.Tx, c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
 	var out []*backends.Message
-	lost := map[string]bool{}
-	for range claimRounds {
+	// seen holds the candidates locked already, true, or taken by
+	// another claimer, false: a new pick still reads both (the first are
+	// not moved until the end), and skips them.
+	seen := map[string]bool{}
+	for round := range claimRounds {
 		want := c.Limit - len(out)
-		cands, err := claimCandidates(ctx, tx, c, want+len(lost))
-		if err != nil {
-			return nil, err
+		if round > 0 {
+			var err error
+			if cands, err = claimCandidates(ctx, tx, c, want+len(seen)); err != nil {
+				return nil, err
+			}
 		}
 		var ids []any
 		for _, k := range cands {
-			if !lost[k.id] && len(ids) < want {
+			if _, ok := seen[k.id]; !ok && len(ids) < want {
 				ids = append(ids, k.id)
 			}
 		}
@@ -238,14 +177,11 @@ func claim(ctx context.Context, tx *sql.Tx, c backends.Claim) ([]*backends.Messa
 		if len(locked) == len(ids) || len(out) == c.Limit {
 			break
 		}
-		got := map[string]bool{}
-		for _, m := range locked {
-			got[m.ID] = true
-		}
 		for _, id := range ids {
-			if !got[id.(string)] {
-				lost[id.(string)] = true
-			}
+			seen[id.(string)] = false
+		}
+		for _, m := range locked {
+			seen[m.ID] = true
 		}
 	}
 	if len(out) == 0 {
@@ -314,9 +250,9 @@ func claimTakeStmt(c backends.Claim, ids []any) stmt {
 
 // claimCandidates reads, without locks, the first n messages a claim may
 // take, in claim order.
-func claimCandidates(ctx context.Context, tx *sql.Tx, c backends.Claim, n int) ([]queueKeyOf, error) {
+func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]queueKeyOf, error) {
 	pick := claimPickStmt(c, n)
-	rows, err := tx.QueryContext(ctx, pick.query, pick.args...)
+	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -374,26 +310,27 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			n = 0
-			sel := restoreStmt(expiredBefore)
-			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
-			if err != nil {
-				return err
-			}
-			var h changes
-			for _, m := range msgs {
-				if err := transition(ctx, tx, backends.RestoreTransition(m, now), &h); err != nil {
-					return err
-				}
-			}
-			// backends.RestoreEvent, for every expired event at once.
+			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
 			res, err := tx.ExecContext(ctx, upd.query, upd.args...)
 			if err != nil {
 				return err
 			}
 			ne, _ := res.RowsAffected()
+			sel := restoreStmt(expiredBefore)
+			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
+			if err != nil {
+				return err
+			}
+			w := newTxRows(ctx, tx)
+			w.adopt(msgs)
+			for _, m := range msgs {
+				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
+					return err
+				}
+			}
 			n = len(msgs) + int(ne)
-			return h.flush(ctx, tx)
+			return w.write()
 		})
 		total += n
 		if err != nil {

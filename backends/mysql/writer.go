@@ -11,11 +11,14 @@ import (
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit: a create or a transition.
+// op is one write of the group commit: a create, a transition or an event
+// update.
 type op struct {
 	create *backends.Message
 	t      *backends.Transition
-	err    error // the write's own refusal, beside the group's outcome
+	ev     *backends.EventUpdate
+	event  *backends.Event // the event as ev left it
+	err    error           // the write's own refusal, beside the group's outcome
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
@@ -51,33 +54,53 @@ func (s *Store) commit(group []*op) []error {
 	return errs
 }
 
-// apply writes a group inside tx. Refusals (a duplicate id, a message not in
-// the expected status) are each write's own result and do not fail the
+// apply writes a group inside tx, with a few statements whatever its size
+// (txRows). Refusals (a duplicate id, a message or event not in the
+// expected status) are each write's own result and do not fail the
 // transaction.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
-	var h changes
+	w := newTxRows(ctx, tx)
 	var creates []*op
+	var msgIDs, evIDs []string
 	for _, o := range group {
-		o.err = nil
-		if o.create != nil {
+		o.err, o.event = nil, nil
+		switch {
+		case o.create != nil:
 			creates = append(creates, o)
+		case o.t != nil:
+			msgIDs = append(msgIDs, o.t.ID)
+		case o.ev != nil:
+			evIDs = append(evIDs, o.ev.ID)
 		}
 	}
-	if err := s.insertMessages(ctx, tx, creates, &h); err != nil {
+	if err := w.lockEvents(evIDs, false); err != nil {
+		return err
+	}
+	for _, e := range w.events {
+		msgIDs = append(msgIDs, e.MessageID)
+	}
+	if err := s.insertMessages(ctx, tx, creates, &w.h); err != nil {
+		return err
+	}
+	if err := w.lockMessages(msgIDs); err != nil {
 		return err
 	}
 	for _, o := range group {
-		if o.t == nil {
-			continue
+		var err error
+		switch {
+		case o.t != nil:
+			err = w.Move(*o.t)
+		case o.ev != nil:
+			o.event, err = backends.UpdateEvent(w, *o.ev)
 		}
-		if err := transition(ctx, tx, *o.t, &h); err != nil {
+		if err != nil {
 			if !refusal(err) {
 				return err
 			}
 			o.err = err
 		}
 	}
-	return h.flush(ctx, tx)
+	return w.write()
 }
 
 // insertMessages creates messages with one statement. An id already taken
@@ -165,7 +188,7 @@ func holdSuspended(ctx context.Context, tx *sql.Tx, batched map[string][]any) er
 	}
 	var ids []any
 	for _, code := range held {
-		ids = append(ids, batched[code.(string)]...)
+		ids = append(ids, batched[code]...)
 	}
 	_, err = tx.ExecContext(ctx, "UPDATE emails SET held = 1 WHERE id IN ("+inList(len(ids))+")", ids...)
 	return err
