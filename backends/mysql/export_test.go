@@ -7,7 +7,6 @@ var MigrateTo = migrateTo
 var (
 	ClaimPickStmt     = claimPickStmt
 	ClaimLockStmt     = claimLockStmt
-	ClaimTakeStmt     = claimTakeStmt
 	MessageLockStmt   = messageLockStmt
 	ListStatusStmt    = listStatusStmt
 	ListAllStmt       = listAllStmt

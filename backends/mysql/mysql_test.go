@@ -83,3 +83,24 @@ func BenchmarkStore(b *testing.B) {
 		return s
 	})
 }
+
+// TestSessionsReadCommitted: every session of the pool starts in READ
+// COMMITTED, which the store's transactions rely on without asking.
+func TestSessionsReadCommitted(t *testing.T) {
+	ctx := context.Background()
+	db, err := mysql.Connect(ctx, freshDatabase(t), mysql.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var level string
+	// MySQL 8 names the variable transaction_isolation, MariaDB 10 tx_isolation.
+	if err := db.QueryRowContext(ctx, "SELECT @@SESSION.transaction_isolation").Scan(&level); err != nil {
+		if err := db.QueryRowContext(ctx, "SELECT @@SESSION.tx_isolation").Scan(&level); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if level != "READ-COMMITTED" {
+		t.Errorf("session isolation %s, want READ-COMMITTED", level)
+	}
+}

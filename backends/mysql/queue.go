@@ -83,21 +83,6 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
-// queueAt is the SQL, and its argument, for the time a message in status
-// st waits by (backends.Message.QueueTime), given the due time and the time
-// of the change the statement makes (zero due: unchanged). It reads no
-// column the same statement sets, so the order of the SET clauses does not
-// matter (MariaDB's SIMULTANEOUS_ASSIGNMENT).
-func queueAt(st backends.Status, due, at time.Time) (string, any) {
-	switch st.QueueClock() {
-	case backends.ByDueTime:
-		return "COALESCE(?, due_at)", nullTime(due)
-	case backends.ByCreation:
-		return "COALESCE(?, created_at)", nil
-	}
-	return "?", at.UTC()
-}
-
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
 
 // refusal reports whether err is a transition's refusal rather than a
@@ -111,6 +96,9 @@ func inList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
+// Claim goes through the group commit, with the writes of other callers:
+// its first pick runs before, outside any transaction, so that finding
+// nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -118,44 +106,42 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
-	// The first pick runs outside the transaction: finding nothing costs
-	// one read.
 	cands, err := claimCandidates(ctx, s.db, c, c.Limit)
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	var out []*backends.Message
-	err = s.tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = claim(ctx, tx, c, cands)
-		return err
-	})
-	if err != nil {
+	o := &op{claim: &c, cands: cands}
+	if err := s.submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	return out, nil
+	return o.claimed, nil
 }
 
 // claimRounds bounds how many times a claim picks again after other
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// claim picks, then locks: it reads the first due candidates without locks
-// from the claim index, then locks exactly those, in id order, skipping any
-// that another claimer holds and checking again that each is still due and
-// not held. (Locking while walking the index made concurrent claimers
-// deadlock.) When others took some, it picks again, past them.
-func claim(ctx context.Context, tx *sql.Tx, c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
+// claim picks, then locks: from the candidates read without locks from the
+// claim index, it locks exactly those, in id order, skipping any that
+// another claimer holds and checking again that each is still due and not
+// held. (Locking while walking the index made concurrent claimers
+// deadlock.) When others took some, it picks again, past them. It moves
+// the messages it holds, returned in claim order, with c.Move.
+func (w *txRows) claim(c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
 	var out []*backends.Message
-	// seen holds the candidates locked already, true, or taken by
-	// another claimer, false: a new pick still reads both (the first are
-	// not moved until the end), and skips them.
+	// seen holds the candidates locked already, true, or not to take,
+	// false: held by another claimer, or by this transaction for another
+	// write. A new pick still reads them all (nothing moves until the
+	// end), and skips them.
 	seen := map[string]bool{}
+	for id := range w.msgs {
+		seen[id] = false
+	}
 	for round := range claimRounds {
 		want := c.Limit - len(out)
 		if round > 0 {
 			var err error
-			if cands, err = claimCandidates(ctx, tx, c, want+len(seen)); err != nil {
+			if cands, err = claimCandidates(w.ctx, w.tx, c, want+len(seen)); err != nil {
 				return nil, err
 			}
 		}
@@ -169,26 +155,29 @@ func claim(ctx context.Context, tx *sql.Tx, c backends.Claim, cands []queueKeyOf
 			break
 		}
 		lock := claimLockStmt(c, ids)
-		locked, err := queryMessages(ctx, tx, lock.query, lock.args...)
+		locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, locked...)
-		if len(locked) == len(ids) || len(out) == c.Limit {
-			break
-		}
 		for _, id := range ids {
 			seen[id.(string)] = false
 		}
 		for _, m := range locked {
 			seen[m.ID] = true
 		}
-	}
-	if len(out) == 0 {
-		return nil, nil
+		if len(locked) == len(ids) || len(out) == c.Limit {
+			break
+		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
-	return out, takeClaimed(ctx, tx, c, out)
+	w.adopt(out)
+	for _, m := range out {
+		if err := w.Move(c.Move(m.ID)); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // queueKeyOf is where a message stands in the order of claims and of
@@ -240,14 +229,6 @@ func claimLockStmt(c backends.Claim, ids []any) stmt {
 		append(slices.Clip(ids), c.From, c.Now.UTC())}
 }
 
-// claimTakeStmt moves the locked messages to the claim's working status.
-func claimTakeStmt(c backends.Claim, ids []any) stmt {
-	queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
-	return stmt{`UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
-		queue_at = ` + queue + ` WHERE id IN (` + inList(len(ids)) + `)`,
-		append([]any{c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg}, ids...)}
-}
-
 // claimCandidates reads, without locks, the first n messages a claim may
 // take, in claim order.
 func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]queueKeyOf, error) {
@@ -271,25 +252,6 @@ func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([
 	}
 	slices.SortFunc(out, queueKeyOf.compare)
 	return out, nil
-}
-
-// takeClaimed moves the locked messages to the claim's working status,
-// with their history rows and counts.
-func takeClaimed(ctx context.Context, tx *sql.Tx, c backends.Claim, msgs []*backends.Message) error {
-	ids := make([]any, 0, len(msgs))
-	var h changes
-	for _, m := range msgs {
-		ids = append(ids, m.ID)
-		h.add(m.ID, c.To, c.Reason, c.Now, nil)
-		m.Status, m.Version, m.LeaseUntil, m.UpdatedAt = c.To, m.Version+1, c.LeaseUntil, c.Now
-	}
-	h.count(c.From, -len(msgs))
-	h.count(c.To, len(msgs))
-	upd := claimTakeStmt(c, ids)
-	if _, err := tx.ExecContext(ctx, upd.query, upd.args...); err != nil {
-		return err
-	}
-	return h.flush(ctx, tx)
 }
 
 const restoreChunk = 500

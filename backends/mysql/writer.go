@@ -11,14 +11,17 @@ import (
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit: a create, a transition or an event
-// update.
+// op is one write of the group commit: a create, a transition, an event
+// update or a claim.
 type op struct {
-	create *backends.Message
-	t      *backends.Transition
-	ev     *backends.EventUpdate
-	event  *backends.Event // the event as ev left it
-	err    error           // the write's own refusal, beside the group's outcome
+	create  *backends.Message
+	t       *backends.Transition
+	ev      *backends.EventUpdate
+	event   *backends.Event // the event as ev left it
+	claim   *backends.Claim
+	cands   []queueKeyOf        // the claim's first pick
+	claimed []*backends.Message // what the claim took
+	err     error               // the write's own refusal, beside the group's outcome
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
@@ -63,7 +66,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 	var creates []*op
 	var msgIDs, evIDs []string
 	for _, o := range group {
-		o.err, o.event = nil, nil
+		o.err, o.event, o.claimed = nil, nil, nil
 		switch {
 		case o.create != nil:
 			creates = append(creates, o)
@@ -98,6 +101,15 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 				return err
 			}
 			o.err = err
+		}
+	}
+	// Claims last: they skip the messages the other writes hold.
+	for _, o := range group {
+		if o.claim != nil {
+			var err error
+			if o.claimed, err = w.claim(*o.claim, o.cands); err != nil {
+				return err
+			}
 		}
 	}
 	return w.write()
