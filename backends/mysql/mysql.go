@@ -34,10 +34,10 @@ type Options struct {
 
 // Store is an outbox in MySQL or MariaDB.
 //
-// Creates and transitions go through one group commit
-// (internal/groupcommit) that runs every one waiting in a single database
-// transaction: one commit, one log flush, and the history rows of all in
-// one statement, for a whole group of sessions.
+// Creates, transitions, event updates and claims go through one group
+// commit (internal/groupcommit) that runs every one waiting in a single
+// database transaction: one commit, one log flush, and one statement per
+// table for a whole group of callers (txRows).
 type Store struct {
 	db      *sql.DB
 	commits *groupcommit.Committer[*op]

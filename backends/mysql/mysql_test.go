@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -102,5 +103,68 @@ func TestSessionsReadCommitted(t *testing.T) {
 	}
 	if level != "READ-COMMITTED" {
 		t.Errorf("session isolation %s, want READ-COMMITTED", level)
+	}
+}
+
+// TestSuspendWhileCreating suspends a batch while its messages are being
+// created: every one of them, created before or after, is held, since a
+// create reads the suspended batches after inserting its rows.
+func TestSuspendWhileCreating(t *testing.T) {
+	ctx := context.Background()
+	s, err := mysql.Open(ctx, freshDatabase(t), mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const total = 200
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, total+1)
+	for range 8 {
+		wg.Go(func() {
+			for n := next.Add(1); n <= total; n = next.Add(1) {
+				if n == total/2 {
+					errs <- s.SuspendBatch(ctx, "camp")
+				}
+				id := fmt.Sprintf("camp-%d", n)
+				errs <- s.Create(ctx, &backends.Message{ID: id, Priority: 2, Batch: "camp", EmlPath: id + ".eml"})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Now().UTC()
+	claim := func(from, to backends.Status) int {
+		t.Helper()
+		ms, err := s.Claim(ctx, backends.Claim{From: from, To: to, Now: now.Add(time.Minute), LeaseUntil: now.Add(time.Hour), Limit: 2 * total})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			if to == backends.StatusIntaking {
+				if err := s.Transition(ctx, backends.Transition{ID: m.ID, From: to, To: backends.StatusReady, At: now}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return len(ms)
+	}
+	// A suspended batch is taken in and prepared, not sent.
+	if n := claim(backends.StatusAccepted, backends.StatusIntaking); n != total {
+		t.Fatalf("intake claimed %d of %d", n, total)
+	}
+	if n := claim(backends.StatusReady, backends.StatusProcessing); n != 0 {
+		t.Errorf("%d messages of the suspended batch claimed for delivery", n)
+	}
+	if err := s.ActivateBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if n := claim(backends.StatusReady, backends.StatusProcessing); n != total {
+		t.Errorf("claimed %d of %d after activation", n, total)
 	}
 }
