@@ -37,7 +37,8 @@ func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC()); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, "UPDATE emails SET held = 1 WHERE batch_code = ? AND held = 0", code)
+		hold := holdBatchStmt(code, true)
+		_, err := tx.ExecContext(ctx, hold.query, hold.args...)
 		return err
 	})
 }
@@ -50,7 +51,15 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, "UPDATE emails SET held = 0 WHERE batch_code = ? AND held = 1", code)
+		release := holdBatchStmt(code, false)
+		_, err := tx.ExecContext(ctx, release.query, release.args...)
 		return err
 	})
+}
+
+// holdBatchStmt sets or clears held on the messages of a batch, read
+// through idx_batch even when the batch is a good part of the outbox (the
+// optimizer then scans the whole table).
+func holdBatchStmt(code string, held bool) stmt {
+	return stmt{"UPDATE emails FORCE INDEX (idx_batch) SET held = ? WHERE batch_code = ? AND held <> ?", []any{held, code, held}}
 }

@@ -16,6 +16,8 @@ var (
 	DueAlarmsStmt     = dueAlarmsStmt
 	EventPickStmt     = eventPickStmt
 	EventLockStmt     = eventLockStmt
+	LastSeqStmt       = lastSeqStmt
+	HoldBatchStmt     = holdBatchStmt
 	CountsStmt        = stmt{query: countsQuery}
 )
 

@@ -170,12 +170,12 @@ func (w *txRows) insertEvents() error {
 	for _, e := range w.newEvents {
 		owners = append(owners, e.MessageID)
 	}
-	ids := sortedIDs(owners)
-	rows, err := w.tx.QueryContext(w.ctx, "SELECT email_id, MAX(seq) FROM email_events WHERE email_id IN ("+inList(len(ids))+") GROUP BY email_id", ids...)
+	last := lastSeqStmt(sortedIDs(owners))
+	rows, err := w.tx.QueryContext(w.ctx, last.query, last.args...)
 	if err != nil {
 		return err
 	}
-	last := map[string]int64{}
+	seqs := map[string]int64{}
 	for rows.Next() {
 		var id string
 		var seq int64
@@ -183,7 +183,7 @@ func (w *txRows) insertEvents() error {
 			rows.Close()
 			return err
 		}
-		last[strings.TrimRight(id, " ")] = seq
+		seqs[strings.TrimRight(id, " ")] = seq
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -191,8 +191,8 @@ func (w *txRows) insertEvents() error {
 	}
 	args := make([]any, 0, 14*len(w.newEvents))
 	for _, e := range w.newEvents {
-		last[e.MessageID]++
-		e.Seq = last[e.MessageID]
+		seqs[e.MessageID]++
+		e.Seq = seqs[e.MessageID]
 		args = append(args, eventArgs(e)...)
 	}
 	_, err = w.tx.ExecContext(w.ctx, "INSERT INTO email_events ("+eventCols+") VALUES "+rowsOf(14, len(w.newEvents)), args...)
@@ -201,6 +201,12 @@ func (w *txRows) insertEvents() error {
 		return fmt.Errorf("event: %w", backends.ErrDuplicate)
 	}
 	return err
+}
+
+// lastSeqStmt reads the last event number of each message of ids
+// (idx_email_seq).
+func lastSeqStmt(ids []any) stmt {
+	return stmt{"SELECT email_id, MAX(seq) FROM email_events WHERE email_id IN (" + inList(len(ids)) + ") GROUP BY email_id", ids}
 }
 
 // eventArgs are an event's values in the order of eventCols.
