@@ -168,3 +168,41 @@ func TestSuspendWhileCreating(t *testing.T) {
 		t.Errorf("claimed %d of %d after activation", n, total)
 	}
 }
+
+// TestConcurrentClaimsShareAGroup: claims of one message each, made at
+// once, meet in one group commit with the same first candidate; each must
+// still get a message of its own while any is due.
+func TestConcurrentClaimsShareAGroup(t *testing.T) {
+	ctx := context.Background()
+	s, err := mysql.Open(ctx, freshDatabase(t), mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const claimers, rounds = 8, 25
+	for i := range claimers * rounds {
+		id := fmt.Sprintf("one-%d", i)
+		if err := s.Create(ctx, &backends.Message{ID: id, Priority: 2, EmlPath: id + ".eml"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var taken sync.Map
+	var wg sync.WaitGroup
+	for range claimers {
+		wg.Go(func() {
+			for range rounds {
+				now := time.Now().UTC()
+				ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusAccepted, To: backends.StatusIntaking, Now: now,
+					LeaseUntil: now.Add(time.Minute), Limit: 1})
+				if err != nil || len(ms) != 1 {
+					t.Errorf("a claim of one got %d messages, %v, with more due", len(ms), err)
+					return
+				}
+				if _, dup := taken.LoadOrStore(ms[0].ID, true); dup {
+					t.Errorf("%s claimed twice", ms[0].ID)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}

@@ -121,13 +121,57 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// claim picks, then locks: from the candidates read without locks from the
-// claim index, it locks exactly those, in id order, skipping any that
-// another claimer holds and checking again that each is still due and not
-// held. (Locking while walking the index made concurrent claimers
-// deadlock.) When others took some, it picks again, past them. It moves
-// the messages it holds, returned in claim order, with c.Move.
-func (w *txRows) claim(c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
+// claimAll runs the claims of a group: those that take from one status
+// together, as one claim of all their messages due by the earliest of
+// their times, shared out in claim order; each message moves with its own
+// claim's lease and reason.
+func (w *txRows) claimAll(ops []*op) error {
+	var froms []backends.Status
+	byFrom := map[backends.Status][]*op{}
+	for _, o := range ops {
+		if _, ok := byFrom[o.claim.From]; !ok {
+			froms = append(froms, o.claim.From)
+		}
+		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
+	}
+	for _, from := range froms {
+		same := byFrom[from]
+		all := *same[0].claim
+		cands := same[0].cands
+		if len(same) > 1 {
+			all.Limit, cands = 0, nil // picked again, for all of them
+			for _, o := range same {
+				all.Limit += o.claim.Limit
+				if o.claim.Now.Before(all.Now) {
+					all.Now = o.claim.Now
+				}
+			}
+		}
+		msgs, err := w.lockClaimable(all, cands)
+		if err != nil {
+			return err
+		}
+		for _, o := range same {
+			n := min(o.claim.Limit, len(msgs))
+			o.claimed, msgs = msgs[:n:n], msgs[n:]
+			for _, m := range o.claimed {
+				if err := w.Move(o.claim.Move(m.ID)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// lockClaimable picks, then locks: from the candidates read without locks
+// from the claim index (cands, or a pick of its own when nil), it locks
+// exactly those, in id order, skipping any that another claimer holds and
+// checking again that each is still due and not held. (Locking while
+// walking the index made concurrent claimers deadlock.) When others took
+// some, it picks again, past them. It returns the messages it holds in
+// claim order.
+func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
 	var out []*backends.Message
 	// seen holds the candidates locked already, true, or not to take,
 	// false: held by another claimer, or by this transaction for another
@@ -137,11 +181,13 @@ func (w *txRows) claim(c backends.Claim, cands []queueKeyOf) ([]*backends.Messag
 	for id := range w.msgs {
 		seen[id] = false
 	}
+	picked := c.Limit // how many the outside pick asked for
 	for round := range claimRounds {
 		want := c.Limit - len(out)
-		if round > 0 {
+		if round > 0 || cands == nil {
+			picked = want + len(seen)
 			var err error
-			if cands, err = claimCandidates(w.ctx, w.tx, c, want+len(seen)); err != nil {
+			if cands, err = claimCandidates(w.ctx, w.tx, c, picked); err != nil {
 				return nil, err
 			}
 		}
@@ -151,32 +197,27 @@ func (w *txRows) claim(c backends.Claim, cands []queueKeyOf) ([]*backends.Messag
 				ids = append(ids, k.id)
 			}
 		}
-		if len(ids) == 0 {
-			break
+		if len(ids) > 0 {
+			lock := claimLockStmt(c, ids)
+			locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, locked...)
+			for _, id := range ids {
+				seen[id.(string)] = false
+			}
+			for _, m := range locked {
+				seen[m.ID] = true
+			}
 		}
-		lock := claimLockStmt(c, ids)
-		locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, locked...)
-		for _, id := range ids {
-			seen[id.(string)] = false
-		}
-		for _, m := range locked {
-			seen[m.ID] = true
-		}
-		if len(locked) == len(ids) || len(out) == c.Limit {
+		// Done when full, or when the pick read the whole queue.
+		if len(out) == c.Limit || len(cands) < picked {
 			break
 		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
 	w.adopt(out)
-	for _, m := range out {
-		if err := w.Move(c.Move(m.ID)); err != nil {
-			return nil, err
-		}
-	}
 	return out, nil
 }
 

@@ -104,13 +104,14 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 		}
 	}
 	// Claims last: they skip the messages the other writes hold.
+	var claims []*op
 	for _, o := range group {
 		if o.claim != nil {
-			var err error
-			if o.claimed, err = w.claim(*o.claim, o.cands); err != nil {
-				return err
-			}
+			claims = append(claims, o)
 		}
+	}
+	if err := w.claimAll(claims); err != nil {
+		return err
 	}
 	return w.write()
 }
