@@ -37,8 +37,8 @@ func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
 }
 
 func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT email_id, due_at FROM email_alarms WHERE kind = ? AND due_at <= ?
-		ORDER BY due_at, email_id LIMIT ?`, kind, clamp(now), limit)
+	due := dueAlarmsStmt(kind, now, limit)
+	rows, err := s.db.QueryContext(ctx, due.query, due.args...)
 	if err != nil {
 		return nil, err
 	}
@@ -54,4 +54,11 @@ func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit
 		out = append(out, a)
 	}
 	return out, rows.Err()
+}
+
+// dueAlarmsStmt reads the alarms of kind due by now, in order
+// (idx_alarm_due).
+func dueAlarmsStmt(kind string, now time.Time, limit int) stmt {
+	return stmt{`SELECT email_id, due_at FROM email_alarms WHERE kind = ? AND due_at <= ?
+		ORDER BY due_at, email_id LIMIT ?`, []any{kind, clamp(now), limit}}
 }

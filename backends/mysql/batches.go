@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -26,18 +27,39 @@ func suspended(ctx context.Context, q querier) ([]string, error) {
 
 func (s *Store) SuspendedBatches(ctx context.Context) ([]string, error) { return suspended(ctx, s.db) }
 
+// SuspendBatch records the batch and holds its messages, in one
+// transaction, so that claims skip them by index (claim_held).
 func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC())
-	return err
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC()); err != nil {
+			return err
+		}
+		hold := holdBatchStmt(code, true)
+		_, err := tx.ExecContext(ctx, hold.query, hold.args...)
+		return err
+	})
 }
 
 func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	_, err := s.db.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code)
-	return err
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code); err != nil {
+			return err
+		}
+		release := holdBatchStmt(code, false)
+		_, err := tx.ExecContext(ctx, release.query, release.args...)
+		return err
+	})
+}
+
+// holdBatchStmt sets or clears held on the messages of a batch, read
+// through idx_batch even when the batch is a good part of the outbox (the
+// optimizer then scans the whole table).
+func holdBatchStmt(code string, held bool) stmt {
+	return stmt{"UPDATE emails FORCE INDEX (idx_batch) SET held = ? WHERE batch_code = ? AND held <> ?", []any{held, code, held}}
 }

@@ -1,15 +1,14 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
 )
@@ -65,32 +64,21 @@ func nullJSON(v []string) sql.NullString {
 	return sql.NullString{String: string(b), Valid: true}
 }
 
-// insertEvent stores a new event of message id; the caller holds the
-// message's row lock, so the sequence number cannot be taken twice.
-func insertEvent(ctx context.Context, tx *sql.Tx, id string, e *backends.Event, at time.Time) error {
-	if err := e.Prepare(id, at); err != nil {
-		return err
-	}
-	if err := tx.QueryRowContext(ctx, "SELECT COALESCE(MAX(seq), 0) + 1 FROM email_events WHERE email_id = ?", id).Scan(&e.Seq); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO email_events ("+eventCols+") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-		e.ID, id, e.Seq, e.Outcome, null(e.Reason), e.At.UTC(), nullBytes(e.Details), e.State, e.Attempts,
-		e.DueAt.UTC(), nullTime(e.LeaseUntil), null(e.LastError), nullJSON(e.Acked), e.UpdatedAt.UTC())
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
-		return fmt.Errorf("event %s: %w", e.ID, backends.ErrDuplicate)
-	}
-	return err
-}
-
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		if _, err := getMessage(ctx, tx, e.MessageID, " FOR UPDATE"); err != nil {
+		w := newTxRows(ctx, tx)
+		if err := w.lockMessages([]string{e.MessageID}); err != nil {
 			return err
 		}
-		return insertEvent(ctx, tx, e.MessageID, e, now)
+		if _, ok := w.msgs[e.MessageID]; !ok {
+			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
+		}
+		if err := e.Prepare(e.MessageID, now); err != nil {
+			return err
+		}
+		w.newEvents = append(w.newEvents, e)
+		return w.write()
 	})
 	if err != nil {
 		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
@@ -114,42 +102,53 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	if err := c.Check(); err != nil {
 		return nil, err
 	}
+	// First the candidates, without locks and outside the transaction, so
+	// that finding none costs one read: an event first in line stays so,
+	// since an acknowledged event never goes back. Then lock those still
+	// pending; another relay may have taken some.
+	pick := eventPickStmt(c)
+	rows, err := s.db.QueryContext(ctx, pick.query, pick.args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim events: %w", err)
+	}
+	ids, err := scanIDs(rows)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
 	var out []*backends.Event
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		out = nil
-		// First the candidates, without locks: an event first in line stays
-		// so, since an acknowledged event never goes back. Then lock those
-		// still pending; another relay may have taken some.
-		rows, err := tx.QueryContext(ctx, `SELECT e.event_id FROM email_events e
-			WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
-				SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-			ORDER BY e.due_at, e.seq LIMIT ?`, c.Now.UTC(), c.Limit)
-		if err != nil {
+		w := newTxRows(ctx, tx)
+		if err := w.lockEvents(ids, true); err != nil {
 			return err
 		}
-		ids, err := scanIDs(rows)
-		if err != nil || len(ids) == 0 {
+		var events []*backends.Event
+		var owners []string
+		for _, e := range w.events {
+			if e.State == backends.EventPending {
+				events = append(events, e)
+				owners = append(owners, e.MessageID)
+			}
+		}
+		slices.SortFunc(events, func(a, b *backends.Event) int {
+			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
+		})
+		if err := w.lockMessages(owners); err != nil {
 			return err
 		}
-		events, err := queryEvents(ctx, tx, "SELECT "+eventCols+" FROM email_events WHERE event_id IN ("+inList(len(ids))+
-			") AND state = 'pending' ORDER BY due_at, seq FOR UPDATE SKIP LOCKED", ids...)
-		if err != nil {
-			return err
-		}
-		etx := eventTx{ctx, tx}
 		taken := map[string]bool{}
 		for _, e := range events {
 			if taken[e.MessageID] {
 				continue
 			}
 			taken[e.MessageID] = true
-			claimed, err := backends.ClaimEvent(etx, e, c)
+			claimed, err := backends.ClaimEvent(w, e, c)
 			if err != nil {
 				return err
 			}
 			out = append(out, claimed)
 		}
-		return nil
+		return w.write()
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)
@@ -157,73 +156,48 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	return out, nil
 }
 
-func scanIDs(rows *sql.Rows) ([]any, error) {
+// eventPickStmt reads the due pending events first in line for their
+// message, in claim order (idx_state_due_seq; the earlier events of each
+// through idx_email_seq).
+func eventPickStmt(c backends.EventClaim) stmt {
+	return stmt{`SELECT e.event_id FROM email_events e
+		WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
+			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
+		ORDER BY e.due_at, e.seq LIMIT ?`, []any{c.Now.UTC(), c.Limit}}
+}
+
+// eventLockStmt reads and locks events by id, in id order; skip passes
+// over those another transaction holds.
+func eventLockStmt(ids []any, skip bool) stmt {
+	q := "SELECT " + eventCols + " FROM email_events WHERE event_id IN (" + inList(len(ids)) + ") ORDER BY event_id FOR UPDATE"
+	if skip {
+		q += " SKIP LOCKED"
+	}
+	return stmt{q, ids}
+}
+
+func scanIDs(rows *sql.Rows) ([]string, error) {
 	defer rows.Close()
-	var ids []any
+	var ids []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
 			return nil, err
 		}
-		ids = append(ids, id)
+		ids = append(ids, strings.TrimRight(id, " "))
 	}
 	return ids, rows.Err()
 }
 
+// UpdateEvent goes through the group commit, with the updates and
+// transitions of other callers.
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
 	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
 	}
-	var out *backends.Event
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		out, err = backends.UpdateEvent(eventTx{ctx, tx}, u)
-		return err
-	})
-	if err != nil {
+	o := &op{ev: &u}
+	if err := s.submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 	}
-	return out, nil
-}
-
-// eventTx is a MySQL transaction as backends' event rules see it; the rows
-// it reads stay locked until the commit.
-type eventTx struct {
-	ctx context.Context
-	tx  *sql.Tx
-}
-
-func (t eventTx) Event(id string) (*backends.Event, error) {
-	events, err := queryEvents(t.ctx, t.tx, "SELECT "+eventCols+" FROM email_events WHERE event_id = ? FOR UPDATE", id)
-	if err != nil {
-		return nil, err
-	}
-	if len(events) == 0 {
-		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
-	}
-	return events[0], nil
-}
-
-func (t eventTx) PutEvent(_, e *backends.Event) error {
-	_, err := t.tx.ExecContext(t.ctx, `UPDATE email_events SET state = ?, updated_at = ?, lease_until = ?, acked = ?,
-		attempts = ?, due_at = ?, last_error = ? WHERE event_id = ?`,
-		e.State, e.UpdatedAt.UTC(), nullTime(e.LeaseUntil), nullJSON(e.Acked), e.Attempts, e.DueAt.UTC(), null(e.LastError), e.ID)
-	return err
-}
-
-func (t eventTx) Status(id string) (backends.Status, error) {
-	var st backends.Status
-	err := t.tx.QueryRowContext(t.ctx, "SELECT status FROM emails WHERE id = ? FOR UPDATE", id).Scan(&st)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
-	}
-	return st, err
-}
-
-func (t eventTx) Move(tr backends.Transition) error {
-	var h history
-	if err := transition(t.ctx, t.tx, tr, &h); err != nil {
-		return err
-	}
-	return h.flush(t.ctx, t.tx)
+	return o.event, nil
 }

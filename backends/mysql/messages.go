@@ -1,11 +1,14 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -26,7 +29,6 @@ func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
 	return getMessage(ctx, s.db, id, "")
 }
 
-// querier is a database or a transaction.
 func (s *Store) History(ctx context.Context, id string) ([]backends.HistoryEntry, error) {
 	rows, err := s.db.QueryContext(ctx, "SELECT status, reason, created_at, details FROM email_statuses WHERE email_id = ? ORDER BY id", id)
 	if err != nil {
@@ -79,46 +81,108 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 			return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
 		}
 	}
-	var query string
-	var args []any
+	var page []listed
+	var err error
 	if q.Status != "" {
-		query = "SELECT " + messageCols + ", queue_at FROM emails WHERE status = ?"
-		args = append(args, q.Status)
-		if after != nil {
-			query += " AND (priority, queue_at, created_at, id) > (?, ?, ?, ?)"
-			args = append(args, after.Priority, after.At, after.Created, after.ID)
-		}
-		query += " ORDER BY priority, queue_at, created_at, id LIMIT ?"
+		page, err = s.listStatus(ctx, q, after)
 	} else {
-		query = "SELECT " + messageCols + ", queue_at FROM emails"
-		if after != nil {
-			query += " WHERE (created_at, id) < (?, ?)"
-			args = append(args, after.Created, after.ID)
-		}
-		query += " ORDER BY created_at DESC, id DESC LIMIT ?"
+		page, err = s.listAll(ctx, q, after)
 	}
-	args = append(args, q.Limit+1)
-	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, "", err
 	}
+	next := ""
+	if len(page) > q.Limit {
+		page = page[:q.Limit]
+		b, _ := json.Marshal(page[len(page)-1].key)
+		next = base64.RawURLEncoding.EncodeToString(b)
+	}
+	out := make([]*backends.Message, len(page))
+	for i, l := range page {
+		out[i] = l.m
+	}
+	return out, next, nil
+}
+
+// listed is a message of a listing, with the cursor that follows it.
+type listed struct {
+	m   *backends.Message
+	key cursor
+}
+
+// listStatus lists a status in claim order, from the claim index: one range
+// per value of claim_held (READY's held messages are listed too), each read
+// from the cursor on in index order and merged. The cursor's comparison is
+// spelled out, because MariaDB reads no index range for a row constructor's.
+func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+	helds := []int{0}
+	if q.Status == backends.StatusReady {
+		helds = append(helds, 1)
+	}
+	var out []listed
+	for _, held := range helds {
+		page, err := s.listed(ctx, listStatusStmt(q, after, held))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+	}
+	slices.SortFunc(out, func(a, b listed) int {
+		return cmp.Or(cmp.Compare(a.key.Priority, b.key.Priority), a.key.At.Compare(b.key.At),
+			a.key.Created.Compare(b.key.Created), strings.Compare(a.key.ID, b.key.ID))
+	})
+	return out, nil
+}
+
+// listStatusStmt reads a page of q.Status's messages of one claim_held
+// from the cursor on: the page's ids from the claim index alone, then
+// their rows. (Reading the rows while walking the index, MariaDB reads the
+// whole status through its equalities, ignoring the cursor's range.)
+func listStatusStmt(q backends.ListQuery, after *cursor, held int) stmt {
+	query := "SELECT id FROM emails WHERE status = ? AND claim_held = ?"
+	args := []any{q.Status, held}
+	if after != nil {
+		query += ` AND (priority > ? OR (priority = ? AND (queue_at > ? OR (queue_at = ? AND
+			(created_at > ? OR (created_at = ? AND id > ?))))))`
+		args = append(args, after.Priority, after.Priority, after.At, after.At, after.Created, after.Created, after.ID)
+	}
+	return stmt{"SELECT " + messageCols + ", queue_at FROM emails JOIN (" + query +
+		" ORDER BY priority, queue_at, created_at, id LIMIT ?) page USING (id)", append(args, q.PageSize()+1)}
+}
+
+// listAll lists every message, newest first.
+func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+	return s.listed(ctx, listAllStmt(q, after))
+}
+
+// listAllStmt reads a page of every message from the cursor on
+// (idx_created, whose entries end with the id).
+func listAllStmt(q backends.ListQuery, after *cursor) stmt {
+	query := "SELECT " + messageCols + ", queue_at FROM emails"
+	var args []any
+	if after != nil {
+		query += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
+		args = append(args, after.Created, after.Created, after.ID)
+	}
+	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.PageSize()+1)}
+}
+
+func (s *Store) listed(ctx context.Context, st stmt) ([]listed, error) {
+	rows, err := s.db.QueryContext(ctx, st.query, st.args...)
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
-	var out []*backends.Message
-	var last cursor
+	var out []listed
 	for rows.Next() {
-		var qa sql.NullTime
+		var qa time.Time
 		m, err := scanMessage(rowWith{rows, &qa})
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
-		if len(out) == q.Limit {
-			b, _ := json.Marshal(last)
-			return out, base64.RawURLEncoding.EncodeToString(b), rows.Err()
-		}
-		out = append(out, m)
-		last = cursor{Priority: m.Priority, At: qa.Time, Created: m.CreatedAt, ID: m.ID}
+		out = append(out, listed{m, cursor{Priority: m.Priority, At: qa, Created: m.CreatedAt, ID: m.ID}})
 	}
-	return out, "", rows.Err()
+	return out, rows.Err()
 }
 
 // rowWith scans the message columns and one more.
@@ -129,8 +193,13 @@ type rowWith struct {
 
 func (r rowWith) Scan(dest ...any) error { return r.r.Scan(append(dest, r.extra)...) }
 
+// countsQuery sums the counters of each status (PRIMARY, in its order).
+const countsQuery = "SELECT status, SUM(n) FROM email_counts GROUP BY status"
+
+// Counts sums the counters that every change keeps (email_counts): it
+// reads a few rows per status, whatever the number of messages.
 func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT status, COUNT(*) FROM emails GROUP BY status")
+	rows, err := s.db.QueryContext(ctx, countsQuery)
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +211,9 @@ func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
 		if err := rows.Scan(&st, &n); err != nil {
 			return nil, err
 		}
-		out[st] = n
+		if n != 0 {
+			out[st] = n
+		}
 	}
 	return out, rows.Err()
 }

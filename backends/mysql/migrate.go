@@ -90,14 +90,14 @@ func SchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
 }
 
 // alreadyDone are errors of a statement whose work was done by an earlier,
-// interrupted run: table, column or index already there.
+// interrupted run: table, column or index already there, or already gone.
 func alreadyDone(err error) bool {
 	var me *mysql.MySQLError
 	if !errors.As(err, &me) {
 		return false
 	}
 	switch me.Number {
-	case 1050, 1060, 1061: // table exists, duplicate column, duplicate key name
+	case 1050, 1060, 1061, 1091: // table exists, duplicate column, duplicate key name, no such key to drop
 		return true
 	}
 	return false
@@ -107,6 +107,11 @@ func alreadyDone(err error) bool {
 // that relays starting together do not run them twice. It returns the
 // versions applied.
 func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
+	return migrateTo(ctx, db, LatestVersion())
+}
+
+// migrateTo applies the migrations the database lacks up to version last.
+func migrateTo(ctx context.Context, db *sql.DB, last int) ([]int, error) {
 	ms, err := migrations()
 	if err != nil {
 		return nil, err
@@ -134,7 +139,7 @@ func Migrate(ctx context.Context, db *sql.DB) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range ms {
-		if m.version <= current {
+		if m.version <= current || m.version > last {
 			continue
 		}
 		for i, st := range m.statements {

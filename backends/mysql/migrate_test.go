@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,4 +185,108 @@ func TestLockWaitRetried(t *testing.T) {
 	if d := time.Since(start); d < time.Second {
 		t.Errorf("the transition did not wait for the lock (%s)", d)
 	}
+}
+
+// TestMigrateFromVersion5 migrates an outbox that a relay of schema 5 left,
+// with rows in it and the migration interrupted once, and checks what 0006
+// adds: counts from the counters, claims that skip a suspended batch by
+// index, listings through rows that had no queue time.
+func TestMigrateFromVersion5(t *testing.T) {
+	ctx := context.Background()
+	dsn, db := seedDatabase(t)
+	if _, err := mysql.MigrateTo(ctx, db, 5); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	past, future := now.Add(-time.Hour), now.Add(time.Hour)
+	rows := []struct {
+		id, status, batch string
+		priority          int
+		queue, lease      any
+	}{
+		{"r-held", "READY", "camp", 0, past, nil},
+		{"r-free", "READY", "", 2, past, nil},
+		{"r-future", "READY", "", 0, future, nil},
+		{"a-1", "ACCEPTED", "", 2, past, nil},
+		{"p-1", "PROCESSING", "", 2, past, past},
+	}
+	for _, r := range rows {
+		if _, err := db.Exec(`INSERT INTO emails (id, status, eml_file_path, priority, batch_code, created_at, updated_at, due_at, queue_at, lease_until)
+			VALUES (?, ?, 'x.eml', ?, NULLIF(?, ''), ?, ?, ?, ?, ?)`, r.id, r.status, r.priority, r.batch, past, past, r.queue, r.queue, r.lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The batch was suspended at schema 5; then 0006 ran halfway.
+	for _, st := range []string{
+		"INSERT INTO email_batches (code, suspended_at) VALUES ('camp', UTC_TIMESTAMP(6))",
+		"ALTER TABLE emails ADD COLUMN held TINYINT NOT NULL DEFAULT 0",
+		"DROP INDEX idx_queue ON emails",
+	} {
+		if _, err := db.Exec(st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != mysql.LatestVersion()-5 {
+		t.Fatalf("Migrate from 5 = %v, %v", applied, err)
+	}
+	s, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	wantCounts := func(want map[backends.Status]int) {
+		t.Helper()
+		got, err := s.Counts(ctx)
+		if err != nil || !maps.Equal(got, want) {
+			t.Errorf("Counts = %v, %v; want %v", got, err, want)
+		}
+	}
+	wantCounts(map[backends.Status]int{backends.StatusReady: 3, backends.StatusAccepted: 1, backends.StatusProcessing: 1,
+		backends.StatusSentAcknowledged: 1})
+	claim := func() []string {
+		t.Helper()
+		ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now,
+			LeaseUntil: future, Limit: 10, Reason: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, m := range ms {
+			ids = append(ids, m.ID)
+		}
+		return ids
+	}
+	if got := claim(); !slices.Equal(got, []string{"r-free"}) {
+		t.Errorf("claim with batch camp suspended before the migration: %v, want [r-free]", got)
+	}
+	var all []string
+	for q := (backends.ListQuery{Limit: 2}); ; {
+		page, next, err := s.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range page {
+			all = append(all, m.ID)
+		}
+		if next == "" {
+			break
+		}
+		q.After = next
+	}
+	if len(all) != 6 {
+		t.Errorf("listing every message in pages of 2: %v", all)
+	}
+	if n, err := s.Restore(ctx, now); err != nil || n != 1 {
+		t.Errorf("Restore = %d, %v; want p-1", n, err)
+	}
+	if err := s.ActivateBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if got := claim(); !slices.Equal(got, []string{"r-held", "p-1"}) {
+		t.Errorf("claim after activation: %v, want [r-held p-1]", got)
+	}
+	if gone, err := s.Purge(ctx, future, 10); err != nil || len(gone) != 1 || gone[0].ID != "legacy-1" {
+		t.Errorf("Purge = %v, %v; want legacy-1", gone, err)
+	}
+	wantCounts(map[backends.Status]int{backends.StatusReady: 1, backends.StatusAccepted: 1, backends.StatusProcessing: 3})
 }

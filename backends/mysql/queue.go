@@ -1,11 +1,13 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,99 +24,63 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
-// history gathers history rows, to write them in one statement.
-type history struct {
-	args []any
-	n    int
+// changes gathers what a transaction writes beside the message rows: the
+// history rows, in one statement, and the moves between statuses, merged
+// per status into the counters (email_counts) in one more. flush writes
+// them last, so that every transaction takes the counters' locks after its
+// message rows', in the order of the statuses, and two never wait on each
+// other in a cycle.
+type changes struct {
+	args  []any
+	n     int
+	delta map[backends.Status]int
 }
 
-func (h *history) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
-	h.args = append(h.args, id, st, null(reason), at.UTC(), nullBytes(details))
-	h.n++
+func (c *changes) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
+	c.args = append(c.args, id, st, null(reason), at.UTC(), nullBytes(details))
+	c.n++
 }
 
-func (h *history) flush(ctx context.Context, tx *sql.Tx) error {
-	if h.n == 0 {
+// count adds d messages to status st.
+func (c *changes) count(st backends.Status, d int) {
+	if c.delta == nil {
+		c.delta = map[backends.Status]int{}
+	}
+	c.delta[st] += d
+}
+
+// countShards is the number of counter rows of a status: a transaction
+// picks one at random, so that concurrent ones seldom share a row.
+const countShards = 16
+
+func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
+	if c.n > 0 {
+		_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", c.n), ", "), c.args...)
+		if err != nil {
+			return err
+		}
+		c.args, c.n = c.args[:0], 0
+	}
+	statuses := make([]backends.Status, 0, len(c.delta))
+	for st, d := range c.delta {
+		if d != 0 {
+			statuses = append(statuses, st)
+		}
+	}
+	if len(statuses) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", h.n), ", "), h.args...)
-	h.args, h.n = h.args[:0], 0
+	slices.Sort(statuses)
+	shard := rand.N(countShards)
+	args := make([]any, 0, 3*len(statuses))
+	for _, st := range statuses {
+		args = append(args, st, shard, c.delta[st])
+	}
+	clear(c.delta)
+	_, err := tx.ExecContext(ctx, "INSERT INTO email_counts (status, shard, n) VALUES "+
+		strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(statuses)), ", ")+" ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args...)
 	return err
-}
-
-// transition applies t inside tx: the conditional update, a history row per
-// step (into h), and the event. A refusal (the message gone, or in another
-// status) comes back as ErrNotFound or ErrLockNotAcquired and changes
-// nothing.
-func transition(ctx context.Context, tx *sql.Tx, t backends.Transition, h *history) error {
-	final := t.Final()
-	var results []byte
-	if t.Results != nil {
-		var err error
-		if results, err = json.Marshal(t.Results); err != nil {
-			return err
-		}
-	}
-	var lease sql.NullTime
-	if final.Working() {
-		lease = nullTime(t.LeaseUntil)
-	}
-	add := 0
-	if t.AddAttempt {
-		add = 1
-	}
-	queue, queueArg := queueAt(final, t.DueAt, t.At)
-	res, err := tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1,
-		reason = IF(?, reason, ?), updated_at = ?, lease_until = ?, due_at = COALESCE(?, due_at),
-		attempts = attempts + ?, route = COALESCE(?, route), results = COALESCE(?, results),
-		queue_at = `+queue+`
-		WHERE id = ? AND status = ? AND (? OR lease_until = ?)`,
-		final, t.KeepReason, null(t.Reason), t.At.UTC(), lease, nullTime(t.DueAt),
-		add, null(t.Route), nullBytes(results), queueArg, t.ID, t.From, t.Held.IsZero(), t.Held.UTC().Truncate(backends.LeasePrecision))
-	if err != nil {
-		return err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		var st string
-		if err := tx.QueryRowContext(ctx, "SELECT status FROM emails WHERE id = ?", t.ID).Scan(&st); errors.Is(err, sql.ErrNoRows) {
-			return backends.ErrNotFound
-		} else if err != nil {
-			return err
-		}
-		return backends.ErrLockNotAcquired
-	}
-	for i, st := range t.Steps() {
-		var details []byte
-		if i == 0 {
-			details = t.Details
-		}
-		h.add(t.ID, st.To, st.Reason, t.At, details)
-	}
-	if t.Alarm != nil {
-		if err := setAlarm(ctx, tx, *t.Alarm); err != nil {
-			return err
-		}
-	}
-	if t.Event != nil {
-		return insertEvent(ctx, tx, t.ID, t.Event, t.At)
-	}
-	return nil
-}
-
-// queueAt is the SQL, and its argument, for the time a message in status
-// st waits by (backends.Message.QueueTime), given the due time and the time
-// of the change the statement makes (zero due: unchanged). It reads no
-// column the same statement sets, so the order of the SET clauses does not
-// matter (MariaDB's SIMULTANEOUS_ASSIGNMENT).
-func queueAt(st backends.Status, due, at time.Time) (string, any) {
-	switch st.QueueClock() {
-	case backends.ByDueTime:
-		return "COALESCE(?, due_at)", nullTime(due)
-	case backends.ByCreation:
-		return "COALESCE(?, created_at)", nil
-	}
-	return "?", at.UTC()
 }
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
@@ -130,6 +96,9 @@ func inList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
+// Claim goes through the group commit, with the writes of other callers:
+// its first pick runs before, outside any transaction, so that finding
+// nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -137,60 +106,192 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
-	var out []*backends.Message
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		out = nil
-		query := "SELECT " + messageCols + " FROM emails WHERE status = ? AND queue_at <= ?"
-		args := []any{c.From, c.Now.UTC()}
-		if c.From == backends.StatusReady {
-			codes, err := suspended(ctx, tx)
-			if err != nil {
-				return err
-			}
-			if len(codes) > 0 {
-				query += " AND (batch_code IS NULL OR batch_code NOT IN (" + inList(len(codes)) + "))"
-				for _, code := range codes {
-					args = append(args, code)
+	cands, err := claimCandidates(ctx, s.db, c, c.Limit)
+	if err != nil || len(cands) == 0 {
+		return nil, err
+	}
+	o := &op{claim: &c, cands: cands}
+	if err := s.submit(ctx, o); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	return o.claimed, nil
+}
+
+// claimRounds bounds how many times a claim picks again after other
+// claimers locked its candidates first.
+const claimRounds = 4
+
+// claimAll runs the claims of a group: those that take from one status
+// together, as one claim of all their messages due by the earliest of
+// their times, shared out in claim order; each message moves with its own
+// claim's lease and reason.
+func (w *txRows) claimAll(ops []*op) error {
+	var froms []backends.Status
+	byFrom := map[backends.Status][]*op{}
+	for _, o := range ops {
+		if _, ok := byFrom[o.claim.From]; !ok {
+			froms = append(froms, o.claim.From)
+		}
+		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
+	}
+	for _, from := range froms {
+		same := byFrom[from]
+		all := *same[0].claim
+		cands := same[0].cands
+		if len(same) > 1 {
+			all.Limit, cands = 0, nil // picked again, for all of them
+			for _, o := range same {
+				all.Limit += o.claim.Limit
+				if o.claim.Now.Before(all.Now) {
+					all.Now = o.claim.Now
 				}
 			}
 		}
-		query += " ORDER BY priority, queue_at, created_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-		args = append(args, c.Limit)
-		msgs, err := queryMessages(ctx, tx, query, args...)
-		if err != nil || len(msgs) == 0 {
-			return err
-		}
-		queue, queueArg := queueAt(c.To, time.Time{}, c.Now)
-		ids := make([]any, 0, len(msgs)+4)
-		ids = append(ids, c.To, c.LeaseUntil.UTC(), c.Now.UTC(), queueArg)
-		for _, m := range msgs {
-			ids = append(ids, m.ID)
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE emails SET status = ?, version = version + 1, lease_until = ?, updated_at = ?,
-			queue_at = `+queue+` WHERE id IN (`+inList(len(msgs))+`)`, ids...)
+		msgs, err := w.lockClaimable(all, cands)
 		if err != nil {
 			return err
 		}
-		var b strings.Builder
-		b.WriteString("INSERT INTO email_statuses (email_id, status, reason, created_at) VALUES ")
-		hist := make([]any, 0, 4*len(msgs))
-		for i, m := range msgs {
-			if i > 0 {
-				b.WriteString(", ")
+		for _, o := range same {
+			n := min(o.claim.Limit, len(msgs))
+			o.claimed, msgs = msgs[:n:n], msgs[n:]
+			for _, m := range o.claimed {
+				if err := w.Move(o.claim.Move(m.ID)); err != nil {
+					return err
+				}
 			}
-			b.WriteString("(?, ?, ?, ?)")
-			hist = append(hist, m.ID, c.To, null(c.Reason), c.Now.UTC())
-			m.Status, m.Version, m.LeaseUntil, m.UpdatedAt = c.To, m.Version+1, c.LeaseUntil, c.Now
 		}
-		if _, err := tx.ExecContext(ctx, b.String(), hist...); err != nil {
-			return err
-		}
-		out = msgs
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
+	return nil
+}
+
+// lockClaimable picks, then locks: from the candidates read without locks
+// from the claim index (cands, or a pick of its own when nil), it locks
+// exactly those, in id order, skipping any that another claimer holds and
+// checking again that each is still due and not held. (Locking while
+// walking the index made concurrent claimers deadlock.) When others took
+// some, it picks again, past them. It returns the messages it holds in
+// claim order.
+func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
+	var out []*backends.Message
+	// seen holds the candidates locked already, true, or not to take,
+	// false: held by another claimer, or by this transaction for another
+	// write. A new pick still reads them all (nothing moves until the
+	// end), and skips them.
+	seen := map[string]bool{}
+	for id := range w.msgs {
+		seen[id] = false
+	}
+	picked := c.Limit // how many the outside pick asked for
+	for round := range claimRounds {
+		want := c.Limit - len(out)
+		if round > 0 || cands == nil {
+			picked = want + len(seen)
+			var err error
+			if cands, err = claimCandidates(w.ctx, w.tx, c, picked); err != nil {
+				return nil, err
+			}
+		}
+		var ids []any
+		for _, k := range cands {
+			if _, ok := seen[k.id]; !ok && len(ids) < want {
+				ids = append(ids, k.id)
+			}
+		}
+		if len(ids) > 0 {
+			lock := claimLockStmt(c, ids)
+			locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, locked...)
+			for _, id := range ids {
+				seen[id.(string)] = false
+			}
+			for _, m := range locked {
+				seen[m.ID] = true
+			}
+		}
+		// Done when full, or when the pick read the whole queue.
+		if len(out) == c.Limit || len(cands) < picked {
+			break
+		}
+	}
+	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
+	w.adopt(out)
+	return out, nil
+}
+
+// queueKeyOf is where a message stands in the order of claims and of
+// listings by status: priority, queue time, age, id.
+type queueKeyOf struct {
+	priority        int
+	queued, created time.Time
+	id              string
+}
+
+func queueKey(m *backends.Message) queueKeyOf {
+	return queueKeyOf{m.Priority, m.QueueTime(), m.CreatedAt, m.ID}
+}
+
+func (k queueKeyOf) compare(o queueKeyOf) int {
+	if d := cmp.Compare(k.priority, o.priority); d != 0 {
+		return d
+	}
+	if d := k.queued.Compare(o.queued); d != 0 {
+		return d
+	}
+	if d := k.created.Compare(o.created); d != 0 {
+		return d
+	}
+	return strings.Compare(k.id, o.id)
+}
+
+// claimPickStmt reads the first n messages a claim may take: per priority,
+// a range of the claim index up to now, in its order, from the index alone.
+func claimPickStmt(c backends.Claim, n int) stmt {
+	var q strings.Builder
+	var args []any
+	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
+		if p > backends.PriorityImmediate {
+			q.WriteString(" UNION ALL ")
+		}
+		q.WriteString(`(SELECT id, priority, queue_at, created_at FROM emails
+			WHERE status = ? AND claim_held = 0 AND priority = ? AND queue_at <= ? ORDER BY queue_at, created_at, id LIMIT ?)`)
+		args = append(args, c.From, p, c.Now.UTC(), n)
+	}
+	return stmt{q.String(), args}
+}
+
+// claimLockStmt locks the picked messages that are still to be claimed, in
+// id order, skipping those another claimer holds.
+func claimLockStmt(c backends.Claim, ids []any) stmt {
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
+		") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
+		append(slices.Clip(ids), c.From, c.Now.UTC())}
+}
+
+// claimCandidates reads, without locks, the first n messages a claim may
+// take, in claim order.
+func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]queueKeyOf, error) {
+	pick := claimPickStmt(c, n)
+	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []queueKeyOf
+	for rows.Next() {
+		var k queueKeyOf
+		if err := rows.Scan(&k.id, &k.priority, &k.queued, &k.created); err != nil {
+			return nil, err
+		}
+		k.id = strings.TrimRight(k.id, " ")
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, queueKeyOf.compare)
 	return out, nil
 }
 
@@ -212,31 +313,27 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			n = 0
-			working := anyOf(backends.WorkingStatuses())
-			msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE lease_until < ? AND status IN ("+
-				inList(len(working))+") ORDER BY lease_until LIMIT ? FOR UPDATE SKIP LOCKED",
-				append(append([]any{clamp(expiredBefore)}, working...), restoreChunk)...)
-			if err != nil {
-				return err
-			}
-			var h history
-			for _, m := range msgs {
-				if err := transition(ctx, tx, backends.RestoreTransition(m, now), &h); err != nil {
-					return err
-				}
-			}
-			if err := h.flush(ctx, tx); err != nil {
-				return err
-			}
-			// backends.RestoreEvent, for every expired event at once.
-			res, err := tx.ExecContext(ctx, `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
-				WHERE state = 'calling' AND lease_until < ? LIMIT ?`, now, now, clamp(expiredBefore), restoreChunk)
+			// Events first: every transaction locks events before messages.
+			upd := restoreEventsStmt(now, expiredBefore)
+			res, err := tx.ExecContext(ctx, upd.query, upd.args...)
 			if err != nil {
 				return err
 			}
 			ne, _ := res.RowsAffected()
+			sel := restoreStmt(expiredBefore)
+			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
+			if err != nil {
+				return err
+			}
+			w := newTxRows(ctx, tx)
+			w.adopt(msgs)
+			for _, m := range msgs {
+				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
+					return err
+				}
+			}
 			n = len(msgs) + int(ne)
-			return nil
+			return w.write()
 		})
 		total += n
 		if err != nil {
@@ -246,6 +343,21 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			return total, nil
 		}
 	}
+}
+
+// restoreStmt reads only the working rows whose lease ran out
+// (idx_status_lease).
+func restoreStmt(expiredBefore time.Time) stmt {
+	working := anyOf(backends.WorkingStatuses())
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
+		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(working, clamp(expiredBefore), restoreChunk)}
+}
+
+// restoreEventsStmt is backends.RestoreEvent, for the expired events at
+// once (idx_state_lease).
+func restoreEventsStmt(now, expiredBefore time.Time) stmt {
+	return stmt{`UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
+		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, []any{now, now, clamp(expiredBefore), restoreChunk}}
 }
 
 // clamp keeps a time within what DATETIME holds.
@@ -259,16 +371,17 @@ func clamp(t time.Time) time.Time {
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		acked := anyOf(backends.AcknowledgedStatuses())
-		msgs, err := queryMessages(ctx, tx, "SELECT "+messageCols+" FROM emails WHERE status IN ("+inList(len(acked))+
-			") AND updated_at < ? ORDER BY updated_at LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)...)
+		sel := purgeStmt(cutoff, limit)
+		msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err
 		}
 		ids := make([]any, len(msgs))
+		var h changes
 		for i, m := range msgs {
 			ids[i] = m.ID
+			h.count(m.Status, -1)
 		}
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
@@ -276,10 +389,19 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		out = msgs
-		return nil
+		return h.flush(ctx, tx)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)
 	}
 	return out, nil
+}
+
+// purgeStmt reads only the acknowledged rows older than cutoff
+// (idx_status_updated); any of them will do, so no sort across the
+// statuses.
+func purgeStmt(cutoff time.Time, limit int) stmt {
+	acked := anyOf(backends.AcknowledgedStatuses())
+	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
+		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)}
 }

@@ -11,11 +11,17 @@ import (
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit: a create or a transition.
+// op is one write of the group commit: a create, a transition, an event
+// update or a claim.
 type op struct {
-	create *backends.Message
-	t      *backends.Transition
-	err    error // the write's own refusal, beside the group's outcome
+	create  *backends.Message
+	t       *backends.Transition
+	ev      *backends.EventUpdate
+	event   *backends.Event // the event as ev left it
+	claim   *backends.Claim
+	cands   []queueKeyOf        // the claim's first pick
+	claimed []*backends.Message // what the claim took
+	err     error               // the write's own refusal, beside the group's outcome
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
@@ -51,39 +57,69 @@ func (s *Store) commit(group []*op) []error {
 	return errs
 }
 
-// apply writes a group inside tx. Refusals (a duplicate id, a message not in
-// the expected status) are each write's own result and do not fail the
+// apply writes a group inside tx, with a few statements whatever its size
+// (txRows). Refusals (a duplicate id, a message or event not in the
+// expected status) are each write's own result and do not fail the
 // transaction.
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
-	var h history
+	w := newTxRows(ctx, tx)
 	var creates []*op
+	var msgIDs, evIDs []string
 	for _, o := range group {
-		o.err = nil
-		if o.create != nil {
+		o.err, o.event, o.claimed = nil, nil, nil
+		switch {
+		case o.create != nil:
 			creates = append(creates, o)
+		case o.t != nil:
+			msgIDs = append(msgIDs, o.t.ID)
+		case o.ev != nil:
+			evIDs = append(evIDs, o.ev.ID)
 		}
 	}
-	if err := s.insertMessages(ctx, tx, creates, &h); err != nil {
+	if err := w.lockEvents(evIDs, false); err != nil {
+		return err
+	}
+	for _, e := range w.events {
+		msgIDs = append(msgIDs, e.MessageID)
+	}
+	if err := s.insertMessages(ctx, tx, creates, &w.h); err != nil {
+		return err
+	}
+	if err := w.lockMessages(msgIDs); err != nil {
 		return err
 	}
 	for _, o := range group {
-		if o.t == nil {
-			continue
+		var err error
+		switch {
+		case o.t != nil:
+			err = w.Move(*o.t)
+		case o.ev != nil:
+			o.event, err = backends.UpdateEvent(w, *o.ev)
 		}
-		if err := transition(ctx, tx, *o.t, &h); err != nil {
+		if err != nil {
 			if !refusal(err) {
 				return err
 			}
 			o.err = err
 		}
 	}
-	return h.flush(ctx, tx)
+	// Claims last: they skip the messages the other writes hold.
+	var claims []*op
+	for _, o := range group {
+		if o.claim != nil {
+			claims = append(claims, o)
+		}
+	}
+	if err := w.claimAll(claims); err != nil {
+		return err
+	}
+	return w.write()
 }
 
 // insertMessages creates messages with one statement. An id already taken
 // keeps its row (ON DUPLICATE KEY changes nothing); reading the spool paths
 // back tells which rows are ours, since each submission has its own file.
-func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *history) error {
+func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
@@ -125,6 +161,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		return err
 	}
 	mine := map[string]bool{}
+	batched := map[string][]any{}
 	for _, o := range creates {
 		m := o.create
 		// Two creates of one id in one group: the first is the row.
@@ -134,6 +171,38 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		}
 		mine[m.ID] = true
 		h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+		h.count(m.Status, 1)
+		if m.Batch != "" {
+			batched[m.Batch] = append(batched[m.Batch], m.ID)
+		}
 	}
-	return nil
+	return holdSuspended(ctx, tx, batched)
+}
+
+// holdSuspended sets held on the new messages (by batch) whose batch is
+// suspended. It reads the batches after inserting the rows, under a shared
+// lock: a suspension committed first is seen here; one that commits later
+// waits for these rows' locks and then holds them itself (SuspendBatch).
+func holdSuspended(ctx context.Context, tx *sql.Tx, batched map[string][]any) error {
+	if len(batched) == 0 {
+		return nil
+	}
+	codes := make([]any, 0, len(batched))
+	for code := range batched {
+		codes = append(codes, code)
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT code FROM email_batches WHERE code IN ("+inList(len(codes))+") LOCK IN SHARE MODE", codes...)
+	if err != nil {
+		return err
+	}
+	held, err := scanIDs(rows)
+	if err != nil || len(held) == 0 {
+		return err
+	}
+	var ids []any
+	for _, code := range held {
+		ids = append(ids, batched[code]...)
+	}
+	_, err = tx.ExecContext(ctx, "UPDATE emails SET held = 1 WHERE id IN ("+inList(len(ids))+")", ids...)
+	return err
 }

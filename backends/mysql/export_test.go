@@ -1,0 +1,28 @@
+package mysql
+
+// MigrateTo lets tests make a database of an older schema.
+var MigrateTo = migrateTo
+
+// The hot statements, for TestPlans.
+var (
+	ClaimPickStmt     = claimPickStmt
+	ClaimLockStmt     = claimLockStmt
+	MessageLockStmt   = messageLockStmt
+	ListStatusStmt    = listStatusStmt
+	ListAllStmt       = listAllStmt
+	RestoreStmt       = restoreStmt
+	RestoreEventsStmt = restoreEventsStmt
+	PurgeStmt         = purgeStmt
+	DueAlarmsStmt     = dueAlarmsStmt
+	EventPickStmt     = eventPickStmt
+	EventLockStmt     = eventLockStmt
+	LastSeqStmt       = lastSeqStmt
+	HoldBatchStmt     = holdBatchStmt
+	CountsStmt        = stmt{query: countsQuery}
+)
+
+// ListCursor is where a listing stopped.
+type ListCursor = cursor
+
+// Parts returns the statement's text and arguments.
+func (s stmt) Parts() (string, []any) { return s.query, s.args }
