@@ -35,6 +35,10 @@ type Transition struct {
 	Route string
 	// Results, when not nil, replaces the recipients' results.
 	Results []outcome.Recipient
+	// Envelope, when not nil, replaces the message's envelope: a row taken
+	// over from the seed layout, which kept its envelope in a file, gets it
+	// at intake.
+	Envelope *Envelope
 	// Event, when set, is recorded in the same transaction (see Event for
 	// the fields the store fills in).
 	Event *Event
@@ -92,6 +96,9 @@ func (t *Transition) Apply(m *Message, to Status) {
 	}
 	if t.Results != nil {
 		m.Results = t.Results
+	}
+	if t.Envelope != nil {
+		m.Envelope = *t.Envelope
 	}
 }
 

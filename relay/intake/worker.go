@@ -141,7 +141,7 @@ func (u unreadable) Error() string { return u.err.Error() }
 // again then, until its maximum age.
 func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	t := backends.Transition{ID: m.ID, From: backends.StatusIntaking, To: backends.StatusReady}
-	route, err := w.check(m)
+	route, err := w.adoptAndCheck(m, &t)
 	var u unreadable
 	if errors.As(err, &u) {
 		if age := time.Since(m.CreatedAt); age < w.cfg.MaxAge {
@@ -178,6 +178,19 @@ func (w *Worker) record(m *backends.Message, t backends.Transition) {
 		return
 	}
 	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt)
+}
+
+// adoptAndCheck gives a row taken over from the seed layout, which has no
+// envelope in the row, the envelope its files say, then checks it.
+func (w *Worker) adoptAndCheck(m *backends.Message, t *backends.Transition) (string, error) {
+	if len(m.Envelope.Recipients) == 0 {
+		env, err := w.seedEnvelope(m)
+		if err != nil {
+			return "", err
+		}
+		m.Envelope, t.Envelope = env, &env
+	}
+	return w.check(m)
 }
 
 // check reads the spool file through its whole MIME structure and asks the
