@@ -28,6 +28,9 @@ type txRows struct {
 
 	msgs      map[string]*backends.Message
 	dirtyMsgs []string
+	// envelopes holds the messages whose envelope a move set (rows taken
+	// over from the seed layout): only theirs is written again.
+	envelopes map[string]bool
 	events    map[string]*backends.Event
 	dirtyEvs  []string
 	newEvents []*backends.Event
@@ -105,6 +108,12 @@ func (w *txRows) Move(t backends.Transition) error {
 	t.Apply(m, final)
 	m.Version++
 	w.dirtyMsgs = append(w.dirtyMsgs, m.ID)
+	if t.Envelope != nil {
+		if w.envelopes == nil {
+			w.envelopes = map[string]bool{}
+		}
+		w.envelopes[m.ID] = true
+	}
 	w.h.count(t.From, -1)
 	w.h.count(final, 1)
 	for i, st := range t.Steps() {
@@ -239,13 +248,19 @@ func (w *txRows) writeMessages() error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 11*len(ids))
+	args := make([]any, 0, 12*len(ids))
 	for _, id := range ids {
 		m := w.msgs[id.(string)]
-		var results []byte
+		var results, envelope []byte
 		if m.Results != nil {
 			var err error
 			if results, err = json.Marshal(m.Results); err != nil {
+				return err
+			}
+		}
+		if w.envelopes[m.ID] {
+			var err error
+			if envelope, err = json.Marshal(m.Envelope); err != nil {
 				return err
 			}
 		}
@@ -254,13 +269,13 @@ func (w *txRows) writeMessages() error {
 			queued = m.CreatedAt
 		}
 		args = append(args, m.ID, m.Status, null(m.Reason), m.Version, m.UpdatedAt.UTC(), nullTime(m.LeaseUntil), nullTime(m.DueAt),
-			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results))
+			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope))
 	}
 	_, err := w.tx.ExecContext(w.ctx, `INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
-		attempts, route, results) VALUES `+rowsOf(11, len(ids))+` ON DUPLICATE KEY UPDATE status = VALUES(status),
+		attempts, route, results, envelope) VALUES `+rowsOf(12, len(ids))+` ON DUPLICATE KEY UPDATE status = VALUES(status),
 		reason = VALUES(reason), version = VALUES(version), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
 		due_at = VALUES(due_at), queue_at = VALUES(queue_at), attempts = VALUES(attempts), route = VALUES(route),
-		results = VALUES(results)`, args...)
+		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope)`, args...)
 	return err
 }
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
@@ -60,10 +62,34 @@ func migrate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if len(applied) == 0 {
 		fmt.Fprintf(stdout, "schema already at version %d: nothing to do\n", v)
-		return nil
+	} else {
+		fmt.Fprintf(stdout, "applied migrations %v; schema at version %d\n", applied, v)
 	}
-	fmt.Fprintf(stdout, "applied migrations %v; schema at version %d\n", applied, v)
+	a, err := mysql.Adopt(ctx, db)
+	if err != nil {
+		return err
+	}
+	printAdoption(stdout, a)
 	return nil
+}
+
+// printAdoption says what migrate found of the seed layout's rows and did
+// with them.
+func printAdoption(w io.Writer, a mysql.Adoption) {
+	if len(a.Found) == 0 {
+		return
+	}
+	statuses := slices.Sorted(maps.Keys(a.Found))
+	fmt.Fprintln(w, "rows of the seed layout (no envelope in the row), by status:")
+	for _, st := range statuses {
+		fmt.Fprintf(w, "  %-28s %d\n", st, a.Found[st])
+	}
+	fmt.Fprintf(w, "taken over: %d on their way, back in ACCEPTED: intake reads each envelope from its payload file or its headers\n", a.Queued)
+	fmt.Fprintf(w, "told: %d outcomes no plugin was told of now have their event\n", a.Told)
+	if a.Unsendable > 0 {
+		fmt.Fprintf(w, "could not: %d name no message file (eml_file_path): INVALID, and the plugins told; the app must send them again "+
+			"(postino queue list --status INVALID)\n", a.Unsendable)
+	}
 }
 
 // dynamodbCmd manages the DynamoDB outbox table.
