@@ -3,12 +3,16 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	driver "github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/mysql"
@@ -22,15 +26,17 @@ const loadMessages = 1000
 // database, as two relays sharing it: sessions create messages, intake and
 // delivery workers claim them and move each on, the dispatcher claims the
 // events and acknowledges them. Every message must end acknowledged, the
-// counters exact; the log says what a message cost the server (statements,
-// commits, lock waits and deadlocks, from its global counters, so other
-// clients of the server during the run add to them).
+// counters exact; the log says what a message cost the server: statements
+// and commits of the relays' own database user where the server keeps
+// user statistics (MariaDB), of the whole server otherwise, and the
+// server's lock waits and deadlocks (other clients during the run add to
+// those).
 func TestTwoRelays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 1,000 messages through their life")
 	}
 	ctx := context.Background()
-	dsn := freshDatabase(t)
+	dsn, user := loadUser(t, freshDatabase(t))
 	var relays [2]*mysql.Store
 	for i := range relays {
 		s, err := mysql.Open(ctx, dsn, mysql.Options{})
@@ -46,7 +52,7 @@ func TestTwoRelays(t *testing.T) {
 	}
 	defer admin.Close()
 
-	before := serverCounters(t, admin)
+	before := serverCounters(t, admin, user)
 	start := time.Now()
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -86,7 +92,7 @@ func TestTwoRelays(t *testing.T) {
 	stop()
 	wg.Wait()
 	elapsed := time.Since(start)
-	after := serverCounters(t, admin)
+	after := serverCounters(t, admin, user)
 	if err, _ := failed.Load().(error); err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +103,11 @@ func TestTwoRelays(t *testing.T) {
 	if n := scanCounts(t, admin); !maps.Equal(n, want) {
 		t.Fatalf("the rows hold %v, want %v", n, want)
 	}
-	per := func(k string) float64 { return float64(after[k]-before[k]) / loadMessages }
-	t.Logf("%d messages in %s: per message %.2f statements (Questions), %.3f commits (Com_commit); "+
-		"Innodb_row_lock_waits +%d, Innodb_deadlocks +%d", loadMessages, elapsed.Round(time.Millisecond),
-		per("Questions"), per("Com_commit"), after["Innodb_row_lock_waits"]-before["Innodb_row_lock_waits"],
-		after["Innodb_deadlocks"]-before["Innodb_deadlocks"])
+	per := func(a, b int64) float64 { return float64(a-b) / loadMessages }
+	t.Logf("%d messages in %s: per message %.2f statements, %.3f commits (%s); "+
+		"Innodb_row_lock_waits +%d, Innodb_deadlocks +%d (the server's)", loadMessages, elapsed.Round(time.Millisecond),
+		per(after.statements, before.statements), per(after.commits, before.commits), after.of,
+		after.lockWaits-before.lockWaits, after.deadlocks-before.deadlocks)
 }
 
 // work runs step until ctx ends, pausing a moment when it found nothing.
@@ -176,25 +182,84 @@ func dispatch(s *mysql.Store) func(context.Context) (int, error) {
 	}
 }
 
-// serverCounters reads the server's global counters of statements, commits,
-// lock waits and deadlocks.
-func serverCounters(t *testing.T, db *sql.DB) map[string]int64 {
+// loadUser makes a database user of the test's own, when the server keeps
+// statistics per user (MariaDB's userstat, switched on for the test), and
+// returns the DSN of dsn's database as that user; otherwise dsn and "".
+func loadUser(t *testing.T, dsn string) (string, string) {
 	t.Helper()
+	admin, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var was int
+	if admin.QueryRow("SELECT @@GLOBAL.userstat").Scan(&was) != nil {
+		return dsn, ""
+	}
+	cfg, err := driver.ParseDSN(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := fmt.Sprintf("postino_load_%d", os.Getpid())
+	for _, st := range []string{
+		"SET GLOBAL userstat = 1",
+		"CREATE USER IF NOT EXISTS " + user,
+		"GRANT ALL ON " + cfg.DBName + ".* TO " + user,
+	} {
+		if _, err := admin.Exec(st); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
+	t.Cleanup(func() {
+		if db, err := sql.Open("mysql", baseDSN()); err == nil {
+			db.Exec("DROP USER IF EXISTS " + user)
+			if was == 0 {
+				db.Exec("SET GLOBAL userstat = 0")
+			}
+			db.Close()
+		}
+	})
+	cfg.User, cfg.Passwd = user, ""
+	return cfg.FormatDSN(), user
+}
+
+// counters are what the server counted of a run.
+type counters struct {
+	statements, commits, lockWaits, deadlocks int64
+	// of says whose statements and commits: the test's user, or the
+	// whole server's.
+	of string
+}
+
+// serverCounters reads the statements and commits of user (of the whole
+// server when user is ""), and the server's lock waits and deadlocks.
+func serverCounters(t *testing.T, db *sql.DB, user string) counters {
+	t.Helper()
+	global := map[string]int64{}
 	rows, err := db.Query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks')")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	out := map[string]int64{}
 	for rows.Next() {
 		var k string
 		var v int64
 		if err := rows.Scan(&k, &v); err != nil {
 			t.Fatal(err)
 		}
-		out[k] = v
+		global[k] = v
 	}
-	return out
+	c := counters{statements: global["Questions"], commits: global["Com_commit"], lockWaits: global["Innodb_row_lock_waits"],
+		deadlocks: global["Innodb_deadlocks"], of: "the server's Questions and Com_commit"}
+	if user != "" {
+		c.of = "user statistics of " + user
+		err := db.QueryRow(`SELECT SELECT_COMMANDS + UPDATE_COMMANDS + OTHER_COMMANDS, COMMIT_TRANSACTIONS
+			FROM information_schema.USER_STATISTICS WHERE USER = ?`, user).Scan(&c.statements, &c.commits)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+	}
+	return c
 }
 
 // scanCounts counts the rows of each status, as the counters must.

@@ -56,7 +56,7 @@ const countShards = 16
 func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 	if c.n > 0 {
 		_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
-			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?), ", c.n), ", "), c.args...)
+			rowsOf(5, c.n), c.args...)
 		if err != nil {
 			return err
 		}
@@ -79,7 +79,7 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 	}
 	clear(c.delta)
 	_, err := tx.ExecContext(ctx, "INSERT INTO email_counts (status, shard, n) VALUES "+
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(statuses)), ", ")+" ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args...)
+		rowsOf(3, len(statuses))+" ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args...)
 	return err
 }
 
