@@ -1,0 +1,171 @@
+package dynamodb_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/dynamodb"
+)
+
+// callCounter is an HTTP proxy in front of DynamoDB Local that counts the
+// requests going through it, by operation.
+type callCounter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func countingProxy(t *testing.T) (*callCounter, string) {
+	t.Helper()
+	u, err := url.Parse(endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &callCounter{calls: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := r.Header.Get("X-Amz-Target")
+		op = op[strings.LastIndex(op, ".")+1:]
+		c.mu.Lock()
+		c.calls[op]++
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return c, srv.URL
+}
+
+func (c *callCounter) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = map[string]int{}
+}
+
+func (c *callCounter) total() (int, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n int
+	var parts []string
+	for op, k := range c.calls {
+		n += k
+		parts = append(parts, fmt.Sprintf("%s=%d", op, k))
+	}
+	sort.Strings(parts)
+	return n, strings.Join(parts, " ")
+}
+
+// maxCallsPerMessage is what the message's way through the store may cost
+// in requests to DynamoDB: creating it, its two claims and three
+// transitions. With 8 callers each claiming 10 at a time, one read and
+// one transaction per claimed message cost 31.68 to 32.73.
+const maxCallsPerMessage = 40.0
+
+// TestRoundTripsPerMessage counts the requests that take messages from
+// Create through intake and delivery to SENT-ACKNOWLEDGED, with the relay's
+// callers working at once: sessions creating, claimers of ACCEPTED and
+// READY, and their workers moving what they claimed.
+func TestRoundTripsPerMessage(t *testing.T) {
+	const (
+		messages = 200
+		callers  = 8
+		limit    = 10
+	)
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	counter, proxied := countingProxy(t)
+	opts.Endpoint = proxied
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter.reset()
+
+	var next atomic.Int64
+	parallel(t, callers, func() error {
+		for {
+			i := next.Add(1)
+			if i > messages {
+				return nil
+			}
+			if err := s.Create(ctx, &backends.Message{ID: fmt.Sprintf("rt-%04d", i), Priority: backends.PriorityNormal,
+				EmlPath: "rt.eml", Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"u@example.net"}}}); err != nil {
+				return err
+			}
+		}
+	})
+	lease := func() time.Time { return time.Now().Add(time.Minute) }
+	// Intake: claim ACCEPTED, make each READY.
+	drain(t, s, callers, backends.StatusAccepted, backends.StatusIntaking, limit, messages, func(id string) backends.Transition {
+		return backends.Transition{ID: id, From: backends.StatusIntaking, To: backends.StatusReady, Reason: "prepared"}
+	})
+	// Delivery: claim READY, send, and with no plugin acknowledge at once.
+	drain(t, s, callers, backends.StatusReady, backends.StatusProcessing, limit, messages, func(id string) backends.Transition {
+		return backends.Transition{ID: id, From: backends.StatusProcessing, To: backends.StatusSent, Reason: "250 ok",
+			Then: []backends.Step{{To: backends.StatusCallingSent}, {To: backends.StatusSentAcknowledged}}, LeaseUntil: lease()}
+	})
+	calls, byOp := counter.total()
+	perMessage := float64(calls) / messages
+	t.Logf("%d requests for %d messages: %.2f per message (%s)", calls, messages, perMessage, byOp)
+
+	counts, err := s.Counts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts[backends.StatusSentAcknowledged] != messages || len(counts) != 1 {
+		t.Errorf("counts at the end %v, want %d SENT-ACKNOWLEDGED", counts, messages)
+	}
+	if perMessage > maxCallsPerMessage {
+		t.Errorf("%.2f requests per message, want at most %.2f", perMessage, maxCallsPerMessage)
+	}
+}
+
+// drain has callers claim from one status until want messages were
+// claimed, each moving what it claimed with move.
+func drain(t *testing.T, s backends.Outbox, callers int, from, to backends.Status, limit, want int, move func(id string) backends.Transition) {
+	t.Helper()
+	var claimed atomic.Int64
+	deadline := time.Now().Add(2 * time.Minute)
+	parallel(t, callers, func() error {
+		for claimed.Load() < int64(want) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d claimed from %s after 2 minutes", claimed.Load(), want, from)
+			}
+			now := time.Now().UTC()
+			ms, err := s.Claim(context.Background(), backends.Claim{From: from, To: to, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit})
+			if err != nil {
+				return err
+			}
+			claimed.Add(int64(len(ms)))
+			for _, m := range ms {
+				if err := s.Transition(context.Background(), move(m.ID)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// parallel runs fn in n goroutines and fails t with their first error.
+func parallel(t *testing.T, n int, fn func() error) {
+	t.Helper()
+	errs := make(chan error, n)
+	for range n {
+		go func() { errs <- fn() }()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
