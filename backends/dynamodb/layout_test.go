@@ -3,6 +3,7 @@ package dynamodb_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -107,9 +108,12 @@ func TestLayoutTTLAndReentry(t *testing.T) {
 	}
 }
 
+// TestLegacyItems: a table of the seed's shape, with items as the seed's
+// writer left them, is upgraded by create-table, and then read, listed,
+// counted and claimed from.
 func TestLegacyItems(t *testing.T) {
 	ctx := context.Background()
-	opts := freshTable(t, 0)
+	opts := seedTable(t)
 	client, table, _ := dynamodb.Client(ctx, opts)
 	put := func(item map[string]types.AttributeValue) {
 		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
@@ -138,6 +142,12 @@ func TestLegacyItems(t *testing.T) {
 	put(map[string]types.AttributeValue{"Id": sv("legacy-2"), "Status": sv("_META"), "Version": nv("0"),
 		"Attributes": attrs("Latest", "READY", "UpdatedAt", "2026-01-02T03:04:05Z")})
 
+	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
+		t.Fatalf("Open on a seed table: %v", err)
+	}
+	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
 	s, err := dynamodb.Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -156,21 +166,34 @@ func TestLegacyItems(t *testing.T) {
 	if len(h) != 2 || h[0].Status != backends.StatusAccepted || h[1].Status != backends.StatusSent {
 		t.Errorf("legacy history %+v", h)
 	}
-	// The seed's query by status finds them.
 	page, _, err := s.List(ctx, backends.ListQuery{Status: backends.StatusReady, Limit: 10})
 	if err != nil || len(page) != 1 || page[0].ID != "legacy-2" {
 		t.Errorf("list READY %+v, %v", page, err)
 	}
-	// A legacy row moves on under Postino.
-	if err := s.Transition(ctx, backends.Transition{ID: "legacy-2", From: backends.StatusReady, To: backends.StatusProcessing,
-		LeaseUntil: time.Now().Add(time.Minute)}); err != nil {
+	// create-table counted them.
+	counts, err := s.Counts(ctx)
+	if want := map[backends.Status]int{backends.StatusSentAcknowledged: 1, backends.StatusReady: 1}; err != nil || !maps.Equal(counts, want) {
+		t.Errorf("counts %v, %v; want %v", counts, err, want)
+	}
+	// A legacy row is claimed and moves on under Postino.
+	now := time.Now()
+	claimed, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 5})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "legacy-2" {
+		t.Fatalf("claim %+v, %v", claimed, err)
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: "legacy-2", From: backends.StatusProcessing, To: backends.StatusSent}); err != nil {
 		t.Fatal(err)
+	}
+	if counts, _ := s.Counts(ctx); counts[backends.StatusSent] != 1 || counts[backends.StatusReady] != 0 {
+		t.Errorf("counts after the move %v", counts)
 	}
 }
 
-func TestCreateTableUpgradesSeedTable(t *testing.T) {
+// seedTable creates a table of the seed's shape, with a name of its own
+// (test runs side by side do not share it).
+func seedTable(t *testing.T) dynamodb.Options {
+	t.Helper()
 	ctx := context.Background()
-	// A name of its own, so that test runs side by side do not share it.
 	opts := dynamodb.Options{Table: fmt.Sprintf("seed_shaped_%d_%d", os.Getpid(), tables.Add(1)), Endpoint: endpoint()}
 	freshTable(t, 0) // skips or fails without DynamoDB Local
 	client, table, _ := dynamodb.Client(ctx, opts)
@@ -188,6 +211,12 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+	return opts
+}
+
+func TestCreateTableUpgradesSeedTable(t *testing.T) {
+	ctx := context.Background()
+	opts := seedTable(t)
 	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
 		t.Fatalf("Open on a seed table: %v", err)
 	}
