@@ -40,9 +40,10 @@ type Options struct {
 
 // Store is an outbox in DynamoDB.
 type Store struct {
-	db    *dynamodb.Client
-	table string
-	ttl   time.Duration
+	db     *dynamodb.Client
+	table  string
+	ttl    time.Duration
+	recent recent
 }
 
 var _ backends.Outbox = (*Store)(nil)

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -228,4 +229,119 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 	if _, err := dynamodb.Open(ctx, opts); err != nil {
 		t.Fatalf("Open after create-table: %v", err)
 	}
+}
+
+// TestLayoutShards: a message's _META item keeps the seed's attributes, so
+// that the seed's query by status finds it, and carries its shard beside
+// them; a held message stays READY for the seed; the counter items and the
+// layout item are where a reader of the table finds them.
+func TestLayoutShards(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, &backends.Message{ID: "shard-1", Batch: "camp", EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Minute)
+	for _, tr := range []backends.Transition{
+		{ID: "shard-1", From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
+		{ID: "shard-1", From: backends.StatusIntaking, To: backends.StatusReady},
+	} {
+		if err := s.Transition(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, table, _ := dynamodb.Client(ctx, opts)
+	seedQuery := func() []string {
+		t.Helper()
+		// As the seed's tool asks: StatusIndex, Status _META, Attributes.Latest.
+		out, err := client.ExecuteStatement(ctx, &awsdynamodb.ExecuteStatementInput{
+			Statement:  aws.String(`SELECT Id, Status, Attributes, TTL FROM "` + table + `"."StatusIndex" WHERE Status=? AND Attributes.Latest =?`),
+			Parameters: []types.AttributeValue{&types.AttributeValueMemberS{Value: "_META"}, &types.AttributeValueMemberS{Value: "READY"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, it := range out.Items {
+			ids = append(ids, sOf(it["Id"]))
+		}
+		return ids
+	}
+	meta := func() map[string]types.AttributeValue { return rawItems(t, opts, "shard-1")["_META"] }
+	m := meta()
+	shard := strings.TrimPrefix(sOf(m["MetaShard"]), "_META#")
+	if n, err := strconv.Atoi(shard); err != nil || n < 0 || n >= 8 {
+		t.Fatalf("MetaShard %q, want _META#0 … _META#7", sOf(m["MetaShard"]))
+	}
+	if q := sOf(m["Queue"]); q != "READY#"+shard {
+		t.Errorf("Queue %q, want READY#%s", q, shard)
+	}
+	if sOf(m["Status"]) != "_META" || sOf(attrsOf(m)["Latest"]) != "READY" || m["Version"].(*types.AttributeValueMemberN).Value != "0" {
+		t.Errorf("the seed's attributes changed: %v", m)
+	}
+	if got := seedQuery(); !slices.Equal(got, []string{"shard-1"}) {
+		t.Errorf("the seed's query for READY found %v", got)
+	}
+
+	if err := s.SuspendBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if q := sOf(meta()["Queue"]); q != "HELD:READY#"+shard {
+		t.Errorf("held message's Queue %q, want HELD:READY#%s", q, shard)
+	}
+	if got := seedQuery(); !slices.Equal(got, []string{"shard-1"}) {
+		t.Errorf("held, the seed's query for READY found %v", got)
+	}
+	if err := s.ActivateBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if q := sOf(meta()["Queue"]); q != "READY#"+shard {
+		t.Errorf("after activation Queue %q, want READY#%s", q, shard)
+	}
+
+	scan, err := client.Scan(ctx, &awsdynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]int{}
+	counters, layouts := 0, 0
+	for _, it := range scan.Items {
+		switch sOf(it["Status"]) {
+		case "_COUNT":
+			counters++
+			id := strings.TrimPrefix(sOf(it["Id"]), "_COUNT#")
+			n, _ := strconv.Atoi(it["N"].(*types.AttributeValueMemberN).Value)
+			sums[id[:strings.LastIndex(id, "#")]] += n
+		case "_LAYOUT":
+			layouts++
+			if it["Shards"].(*types.AttributeValueMemberN).Value != "8" {
+				t.Errorf("layout item %v", it)
+			}
+		}
+	}
+	if counters != 16*len(backends.Statuses()) || layouts != 1 {
+		t.Errorf("%d counter items and %d layout items, want %d and 1", counters, layouts, 16*len(backends.Statuses()))
+	}
+	for st, n := range sums {
+		if want := map[string]int{"READY": 1}[st]; n != want {
+			t.Errorf("counter items of %s sum to %d, want %d", st, n, want)
+		}
+	}
+}
+
+func sOf(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}
+
+func attrsOf(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	if m, ok := item["Attributes"].(*types.AttributeValueMemberM); ok {
+		return m.Value
+	}
+	return nil
 }

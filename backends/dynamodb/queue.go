@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -66,12 +67,17 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 }
 
 // transition reads, prepares and commits t, again when another writer
-// changed the message but left it in t.From.
+// changed the message but left it in t.From. A message this store wrote
+// last is not read first: the write's condition on its revision tells
+// whether it changed since.
 func (s *Store) transition(ctx context.Context, t backends.Transition) (*backends.Message, error) {
 	for attempt := 1; ; attempt++ {
-		m, err := s.getMeta(ctx, t.ID)
-		if err != nil {
-			return nil, err
+		m, ok := s.recent.take(t.ID)
+		if !ok || attempt > 1 || m.msg.Status != t.From {
+			var err error
+			if m, err = s.getMeta(ctx, t.ID); err != nil {
+				return nil, err
+			}
 		}
 		if m.msg.Status != t.From {
 			return nil, backends.ErrLockNotAcquired
@@ -89,6 +95,7 @@ func (s *Store) transition(ctx context.Context, t backends.Transition) (*backend
 		if err != nil {
 			return nil, err
 		}
+		s.recent.remember(c.m)
 		return &c.m.msg, nil
 	}
 }
@@ -224,7 +231,7 @@ func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeVal
 			var (
 				stmts []types.ParameterizedStatement
 				ends  []int // the end of each message's statements
-				kept  []*backends.Message
+				kept  []*meta
 			)
 			moved := counts{}
 			for _, it := range chunk {
@@ -239,7 +246,7 @@ func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeVal
 				stmts = append(stmts, st...)
 				ends = append(ends, len(stmts))
 				if keep {
-					kept = append(kept, &m.msg)
+					kept = append(kept, m)
 				}
 			}
 			refused, err := s.txnRefused(ctx, append(stmts, s.counterStmts(moved)...))
@@ -247,7 +254,10 @@ func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeVal
 				if err != nil {
 					return out, err
 				}
-				out = append(out, kept...)
+				for _, m := range kept {
+					s.recent.remember(m)
+					out = append(out, &m.msg)
+				}
 				break
 			}
 			gone := map[int]bool{}
@@ -315,16 +325,23 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	var out []*backends.Message
 	for len(out) < c.Limit && len(cands) > 0 {
 		var chunk []map[string]types.AttributeValue
-		for n := 0; len(cands) > 0 && n < c.Limit-len(out) && len(chunk) < perTxn; cands = cands[1:] {
+		wanted := 0
+		for ; len(cands) > 0 && wanted < c.Limit-len(out) && len(chunk) < perTxn; cands = cands[1:] {
 			chunk = append(chunk, cands[0])
 			if !toHold(cands[0]) {
-				n++
+				wanted++
 			}
 		}
 		got, err := s.batch(ctx, chunk, apply)
 		out = append(out, got...)
 		if err != nil {
 			return out, fmt.Errorf("claim %s: %w", c.From, err)
+		}
+		if len(got) < wanted && len(cands) > 1 {
+			// Other claimers are taking the first ones, and will take the
+			// next ones as well: go on from further along.
+			off := rand.N(len(cands))
+			cands = append(cands[off:], cands[:off]...)
 		}
 	}
 	return out, nil
