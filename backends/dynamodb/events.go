@@ -289,7 +289,9 @@ func (t *eventTx) Move(tr backends.Transition) error {
 	if err != nil {
 		return err
 	}
-	t.stmts = append(t.stmts, ch.stmts...)
+	moved := counts{}
+	moved.move(tr.From, tr.Final())
+	t.stmts = append(append(t.stmts, ch.stmts...), t.s.counterStmts(moved)...)
 	return nil
 }
 

@@ -1,0 +1,144 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The layout item (Id and Status "_LAYOUT") says that the table's items are
+// placed as this store reads them: every _META item in its shards, held
+// when its batch is suspended, and the counter items made from a count of
+// them. create-table writes it once, after a scan of the table has done
+// that (initLayout); Open wants it there.
+const layoutStatus = "_LAYOUT"
+
+func layoutKey() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"Id": str(layoutStatus), "Status": str(layoutStatus)}
+}
+
+// layoutReady reports whether the table's items were placed and counted for
+// this store's number of shards.
+func layoutReady(ctx context.Context, client *dynamodb.Client, table string) (bool, error) {
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: layoutKey(), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return false, fmt.Errorf("DynamoDB table %s: %w", table, err)
+	}
+	return out.Item != nil && getN(out.Item, "Shards") == shards, nil
+}
+
+// initLayout places every _META item of the table in its shards (a table of
+// the seed's shape, or of an earlier store, has them in none) and makes the
+// counter items from a count of them, once: it scans the whole table, so
+// create-table does it, before relays use the table. Run again after an
+// interruption, it starts over and counts anew.
+func initLayout(ctx context.Context, client *dynamodb.Client, table string) error {
+	if ok, err := layoutReady(ctx, client, table); ok || err != nil {
+		return err
+	}
+	s := &Store{db: client, table: table}
+	suspended, err := s.SuspendedBatches(ctx)
+	if err != nil {
+		return fmt.Errorf("read suspended batches of %s: %w", table, err)
+	}
+	total := counts{}
+	var start map[string]types.AttributeValue
+	for {
+		resp, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+			FilterExpression: aws.String("#s = :m"), ExpressionAttributeNames: map[string]string{"#s": "Status"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":m": str(metaStatus)}, ExclusiveStartKey: start})
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", table, err)
+		}
+		for _, it := range resp.Items {
+			m, err := metaFromItem(it)
+			if err != nil {
+				return err
+			}
+			total[m.msg.Status]++
+			m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch)
+			if err := s.place(ctx, m); err != nil {
+				return err
+			}
+		}
+		if resp.LastEvaluatedKey == nil {
+			break
+		}
+		start = resp.LastEvaluatedKey
+	}
+	if err := s.putItems(ctx, counterItems(total)); err != nil {
+		return fmt.Errorf("write the counters of %s: %w", table, err)
+	}
+	marker := layoutKey()
+	marker["Shards"] = num(shards)
+	marker["CountedAt"] = tm(time.Now())
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: marker}); err != nil {
+		return fmt.Errorf("mark %s as counted: %w", table, err)
+	}
+	return nil
+}
+
+// place writes the index keys of a _META item as this store has them.
+func (s *Store) place(ctx context.Context, m *meta) error {
+	keys := indexKeys(m)
+	names := map[string]string{}
+	values := map[string]types.AttributeValue{}
+	expr := ""
+	for k, v := range keys {
+		if expr != "" {
+			expr += ", "
+		}
+		expr += "#" + k + " = :" + k
+		names["#"+k] = k
+		values[":"+k] = v
+	}
+	if m.held {
+		expr += ", #a.Held = :held"
+		names["#a"] = "Attributes"
+		values[":held"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
+	expr = "SET " + expr
+	if _, ok := keys["BatchKey"]; !ok {
+		expr += " REMOVE BatchKey"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
+		Key:              map[string]types.AttributeValue{"Id": str(m.msg.ID), "Status": str(metaStatus)},
+		UpdateExpression: aws.String(expr), ExpressionAttributeNames: names, ExpressionAttributeValues: values})
+	if err != nil {
+		return fmt.Errorf("place message %s in its shard: %w", m.msg.ID, err)
+	}
+	return nil
+}
+
+// putItems writes items 25 to a request, again for those DynamoDB leaves
+// unprocessed.
+func (s *Store) putItems(ctx context.Context, items []map[string]types.AttributeValue) error {
+	for len(items) > 0 {
+		n := min(25, len(items))
+		var reqs []types.WriteRequest
+		for _, it := range items[:n] {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
+		}
+		items = items[n:]
+		pending := map[string][]types.WriteRequest{s.table: reqs}
+		for len(pending[s.table]) > 0 {
+			resp, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return err
+			}
+			pending = resp.UnprocessedItems
+		}
+	}
+	return nil
+}
+
+// errNoLayout tells an operator how to prepare a table for this store.
+func errNoLayout(table string) error {
+	return fmt.Errorf("DynamoDB table %s has not been prepared for this version of postino (its messages placed in %d shards and counted); "+
+		"stop the relays that use it and run: postino dynamodb create-table --table %s", table, shards, table)
+}
