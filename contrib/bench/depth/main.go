@@ -58,7 +58,7 @@ func main() {
 	flag.StringVar(&o.sink, "sink", "", "smtp-sink `path` (default: from PATH or /usr/sbin)")
 	flag.StringVar(&o.dsn, "dsn", envOr("TEST_POSTINO_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"), "MySQL server `DSN` without a database; a fresh database is made on it")
 	flag.StringVar(&o.endpoint, "endpoint", envOr("TEST_POSTINO_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"), "DynamoDB `URL`; a fresh table is made on it")
-	flag.StringVar(&o.work, "work", ".", "`directory` under which the work directory is made")
+	flag.StringVar(&o.work, "work", os.TempDir(), "`directory` under which the work directory is made")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the claims to `file`")
 	flag.Parse()
 	if o.n == 0 {
