@@ -47,7 +47,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.store, "store", "bolt", "outbox `store`: bolt, mysql or dynamodb")
 	flag.IntVar(&o.n, "n", 0, "messages to fill the outbox with (default 1000000; 100000 for dynamodb)")
-	flag.IntVar(&o.held, "held", 5000, "messages of the suspended batch at the head of the queue")
+	flag.IntVar(&o.held, "held", -1, "messages of the suspended batch at the head of the queue (default 5000, at most a fifth of -n)")
 	flag.IntVar(&o.workers, "workers", 0, "concurrent creates while filling (default 512; 32 for dynamodb)")
 	flag.IntVar(&o.samples, "samples", 200, "claims timed in each case")
 	flag.IntVar(&o.bodySize, "size", 1024, "bytes of each spool file's body")
@@ -66,6 +66,9 @@ func main() {
 		if o.store == "dynamodb" {
 			o.n = 100000
 		}
+	}
+	if o.held < 0 {
+		o.held = min(5000, o.n/5)
 	}
 	if o.workers == 0 {
 		o.workers = 512
