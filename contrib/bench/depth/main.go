@@ -31,6 +31,7 @@ type options struct {
 	held       int
 	workers    int
 	samples    int
+	claimTime  time.Duration
 	bodySize   int
 	files      bool
 	keep       bool
@@ -50,6 +51,7 @@ func main() {
 	flag.IntVar(&o.held, "held", -1, "messages of the suspended batch at the head of the queue (default 5000, at most a fifth of -n)")
 	flag.IntVar(&o.workers, "workers", 0, "concurrent creates while filling (default 512; 32 for dynamodb)")
 	flag.IntVar(&o.samples, "samples", 200, "claims timed in each case")
+	flag.DurationVar(&o.claimTime, "claim-time", 2*time.Minute, "time the claims of each case for this long at most")
 	flag.IntVar(&o.bodySize, "size", 1024, "bytes of each spool file's body")
 	flag.BoolVar(&o.files, "files", true, "write each message's spool file, as intake does (the relay's start-up sweep walks them)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and the database or table")
@@ -130,7 +132,7 @@ func run(ctx context.Context, o options) error {
 	}
 	var claims claimFigures
 	if err := profiled(o.cpuProfile, func() error {
-		claims, err = measureClaims(ctx, st.outbox, o.samples)
+		claims, err = measureClaims(ctx, st.outbox, o.samples, o.claimTime)
 		return err
 	}); err != nil {
 		return err
