@@ -159,8 +159,9 @@ type DeliveryConfig struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// Lease is how long a message stays PROCESSING without a sign of life:
 	// the relay renews it every third of it while a delivery lasts, and a
-	// dead relay's messages go to another within it. A message that waited
-	// half of it for a session is handed back instead of sent.
+	// dead relay's messages go to another within it. A message with less
+	// than half of it left when a session takes it (renewals failed) is
+	// handed back instead of sent.
 	Lease Duration `yaml:"lease"`
 	Poll  Duration `yaml:"poll"`
 	// IdleTimeout keeps an upstream session open for the next message.

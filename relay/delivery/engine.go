@@ -59,9 +59,10 @@ type Config struct {
 	// Lease is how long a message stays PROCESSING without a sign of
 	// life: the engine renews the leases of the messages it holds every
 	// third of it, so a slow delivery keeps its message while one whose
-	// relay died goes to another within a lease. A message that waited
-	// more than half of it for a busy or rate-limited destination is
-	// handed back instead of sent, for another relay, or a later claim.
+	// relay died goes to another within a lease. A message that has less
+	// than half of it left when a session takes it (the renewals failed
+	// while it waited for a busy or rate-limited destination) is handed
+	// back instead of sent.
 	Lease time.Duration
 	// Poll is how often READY messages are looked for without a wake-up.
 	Poll time.Duration

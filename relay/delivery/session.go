@@ -182,30 +182,29 @@ func (s *session) carry(j *job) {
 	}
 }
 
-// inTime reports whether the job may still be sent; when not, it ends the
-// job without sending.
+// inTime reports whether the job may still be sent within its lease; when
+// not, it ends the job without sending.
 func (d *destination) inTime(j *job) bool {
 	e := d.e
 	until, lost := e.leases.Until(j.f.hold)
 	left := time.Until(until)
-	// Sent now, it could be on its way when another claim sends it again.
-	// Checked before the rate limit, so that handing back spends none of
-	// it.
+	// The lease is renewed while the message waits: less than half of it
+	// left means the renewals fail, and sent now, the message could still
+	// be on its way when the lease runs out and another claim sends it
+	// again. Checked before the rate limit, so that handing back spends
+	// none of it.
+	if left >= e.cfg.Lease/2 && !lost {
+		return true
+	}
 	if lost || left <= 0 {
 		j.loseClaim()
 		return false
 	}
-	// The lease is renewed while the message waits, but a message stuck
-	// behind a busy destination is better left to another relay, or a
-	// later claim; and one whose renewals fail may not have time to finish.
-	waited := time.Since(j.f.start)
-	if waited < e.cfg.Lease/2 && left >= e.cfg.Lease/2 {
-		return true
-	}
 	// It waits about as long again before the next claim, so that the
 	// destination's queue drains instead of taking it straight back.
-	j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, more than half its lease (%s); the attempt does not count",
-		waited.Round(time.Millisecond), d.key, e.cfg.Lease), waited)
+	waited := time.Since(j.f.start)
+	j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s and its lease could not be renewed meanwhile (%s left of %s); the attempt does not count",
+		waited.Round(time.Millisecond), d.key, left.Round(time.Millisecond), e.cfg.Lease), waited)
 	return false
 }
 
