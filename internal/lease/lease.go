@@ -86,7 +86,7 @@ func (r *Renewer) Release(h *Hold) []time.Time {
 
 // Run renews the leases held, a third of a lease apart, until ctx ends.
 func (r *Renewer) Run(ctx context.Context) {
-	tick := time.NewTicker(r.lease / 3)
+	tick := time.NewTicker(r.every())
 	defer tick.Stop()
 	for {
 		select {
@@ -98,11 +98,19 @@ func (r *Renewer) Run(ctx context.Context) {
 	}
 }
 
+// every is the time between two rounds of renewals.
+func (r *Renewer) every() time.Duration { return max(r.lease/3, time.Millisecond) }
+
 // Renew renews every lease held once, in batches of the holds under the
 // same lease. A hold whose every candidate lease is refused is lost.
 func (r *Renewer) Renew(ctx context.Context) {
 	r.round.Lock()
 	defer r.round.Unlock()
+	// A store that hangs must not hold up the workers, which Release waits
+	// for the round: what is not renewed by the next round's time is tried
+	// again then.
+	ctx, cancel := context.WithTimeout(ctx, r.every())
+	defer cancel()
 	until := time.Now().UTC().Add(r.lease)
 	// Each hold is tried under its first candidate lease, then, when
 	// refused, under the next.
