@@ -34,7 +34,8 @@ type Leases interface {
 	// transaction (or one request per few dozen messages where the store
 	// bounds them), and returns their ids. A message not returned is lost
 	// to its holder: it moved on, or its lease ran out and another worker
-	// claimed it.
+	// claimed it. After an error, any of them may have been renewed or
+	// not: the holder then knows only that each is under r.Held or r.Until.
 	Renew(ctx context.Context, r Renewal) ([]string, error)
 }
 

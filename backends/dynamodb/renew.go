@@ -37,8 +37,9 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 				return nil, fmt.Errorf("renew leases in %s: %w", r.Status, err)
 			}
 			renewed = append(renewed, ok...)
-			if attempt == 3 {
-				break
+			if len(conflicted) > 0 && attempt == 3 {
+				// Not refused: the holder must not take them for lost.
+				return nil, fmt.Errorf("renew leases in %s: %d messages kept changing while they were renewed", r.Status, len(conflicted))
 			}
 			chunk = conflicted
 		}
