@@ -140,17 +140,22 @@ func (s *Store) place(ctx context.Context, m *meta) error {
 	return nil
 }
 
-// putItems writes items 25 to a request, again for those DynamoDB leaves
-// unprocessed.
+// putItems writes items 25 to a request.
 func (s *Store) putItems(ctx context.Context, items []map[string]types.AttributeValue) error {
-	for len(items) > 0 {
-		n := min(25, len(items))
-		var reqs []types.WriteRequest
-		for _, it := range items[:n] {
-			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
-		}
-		items = items[n:]
-		pending := map[string][]types.WriteRequest{s.table: reqs}
+	reqs := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+	}
+	return s.writeItems(ctx, reqs)
+}
+
+// writeItems makes writes (puts, deletes) 25 to a request, again for those
+// DynamoDB leaves unprocessed.
+func (s *Store) writeItems(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		n := min(25, len(reqs))
+		pending := map[string][]types.WriteRequest{s.table: reqs[:n]}
+		reqs = reqs[n:]
 		for len(pending[s.table]) > 0 {
 			resp, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
 			if err != nil {

@@ -462,8 +462,8 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 }
 
 // remove deletes a message's items: the _META item first, on condition that
-// it is still in status st, then the others (history, events), which are
-// of no use without it.
+// it is still in status st, then the others (history, events, the events'
+// references), which are of no use without it, 25 to a request.
 func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, error) {
 	gone := counts{}
 	gone.move(st, "")
@@ -480,16 +480,16 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, 
 	if err != nil {
 		return true, err
 	}
+	var dels []types.WriteRequest
+	del := func(id, sk string) {
+		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
+	}
 	for _, it := range items {
 		sk := getS(it, "Status")
-		dels := []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(m.msg.ID), str(sk))}
+		del(m.msg.ID, sk)
 		if strings.HasPrefix(sk, eventPrefix) {
-			ref := eventRef(getS(getM(it, "Attributes"), "EventId"))
-			dels = append(dels, stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(ref), str(eventRefStatus)))
-		}
-		if _, err := s.txn(ctx, dels); err != nil {
-			return true, err
+			del(eventRef(getS(getM(it, "Attributes"), "EventId")), eventRefStatus)
 		}
 	}
-	return true, nil
+	return true, s.writeItems(ctx, dels)
 }
