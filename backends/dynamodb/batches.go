@@ -119,29 +119,36 @@ func (s *Store) holdUpdate(m *meta, held bool) types.ParameterizedStatement {
 }
 
 // holdBatch holds the undelivered messages of a batch, or lets them go, in
-// batches; one that changed meanwhile is read again, until none is left.
+// batches; one that changed meanwhile is read again, until none is left
+// (BatchIndex may still show a message as it was before this wrote it:
+// such a one is not written twice).
 func (s *Store) holdBatch(ctx context.Context, code string, held bool) error {
-	for attempt := 1; ; attempt++ {
+	done := map[string]bool{}
+	for attempt := 1; attempt <= 10; attempt++ {
 		items, err := s.query(ctx, "SELECT * FROM "+s.from("BatchIndex")+` WHERE "BatchKey" = ?`, 0, str(code))
 		if err != nil {
 			return err
 		}
 		var todo []map[string]types.AttributeValue
 		for _, it := range items {
-			if m, err := metaFromItem(it); err == nil && m.held != held {
+			if m, err := metaFromItem(it); err == nil && m.held != held && !done[m.msg.ID] {
 				todo = append(todo, it)
 			}
 		}
-		if len(todo) == 0 || attempt == 10 {
+		if len(todo) == 0 {
 			return nil
 		}
-		_, err = s.batch(ctx, todo, func(m *meta, _ counts) ([]types.ParameterizedStatement, bool, error) {
+		written, err := s.batch(ctx, todo, func(m *meta, _ counts) ([]types.ParameterizedStatement, bool, error) {
 			return []types.ParameterizedStatement{s.holdUpdate(m, held)}, true, nil
 		})
+		for _, m := range written {
+			done[m.ID] = true
+		}
 		if err != nil {
 			return err
 		}
 	}
+	return nil
 }
 
 // sweepActivated lets go the messages of batches activated lately, and

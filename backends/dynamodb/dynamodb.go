@@ -1,7 +1,8 @@
 // Package dynamodb is the outbox in a DynamoDB table, in the seed's single
 // table layout (see items.go), written with PartiQL: every transition is one
 // ExecuteTransaction of the _META update, conditional on the expected
-// status, and the insert of the new status item.
+// status and revision, the insert of the new status item and the counters
+// (counts.go); a claim does that for up to 45 messages at once.
 package dynamodb
 
 import (

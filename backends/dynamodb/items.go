@@ -37,7 +37,8 @@ import (
 // No index key is shared by every message: a message's Queue is its status
 // and its shard ("READY#3"), its MetaShard "_META#3", its shard fixed by its
 // id (shardOf); readers query the shards at once and merge them in key
-// order. The READY message of a suspended batch is held: its Queue is
+// order. Events (EVENT:pending#3) and alarms (ALARM:kind#3) go in their
+// message's shard too. The READY message of a suspended batch is held: its Queue is
 // "HELD:READY#3", out of the claims' way, until the batch is activated.
 //
 // Counts come from counter items (counts.go), moved in the transaction of
@@ -287,6 +288,12 @@ func historyFromItem(item map[string]types.AttributeValue) (backends.HistoryEntr
 }
 
 func eventKey(seq int64) string { return fmt.Sprintf("%s%06d", eventPrefix, seq) }
+
+// eventQueueOf is the QueueIndex partition of an event: its state and its
+// message's shard.
+func eventQueueOf(e *backends.Event) string {
+	return sharded(eventQueue+string(e.State), shardOf(e.MessageID))
+}
 
 // eventQueueKey orders events of one state: due time for pending, lease for
 // calling, last change otherwise.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,9 +13,9 @@ import (
 )
 
 // The layout item (Id and Status "_LAYOUT") says that the table's items are
-// placed as this store reads them: every _META item in its shards, held
-// when its batch is suspended, and the counter items made from a count of
-// them. create-table writes it once, after a scan of the table has done
+// placed as this store reads them: every _META item, event and alarm in its
+// shard, a message held when its batch is suspended, and the counter items
+// made from a count of the messages. create-table writes it once, after a scan of the table has done
 // that (initLayout); Open wants it there.
 const layoutStatus = "_LAYOUT"
 
@@ -32,8 +33,9 @@ func layoutReady(ctx context.Context, client *dynamodb.Client, table string) (bo
 	return out.Item != nil && getN(out.Item, "Shards") == shards, nil
 }
 
-// initLayout places every _META item of the table in its shards (a table of
-// the seed's shape, or of an earlier store, has them in none) and makes the
+// initLayout places every _META item, event and alarm of the table in its
+// shard (a table of the seed's shape, or of an earlier store, has them in
+// none) and makes the
 // counter items from a count of them, once: it scans the whole table, so
 // create-table does it, before relays use the table. Run again after an
 // interruption, it starts over and counts anew.
@@ -49,20 +51,12 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string) erro
 	total := counts{}
 	var start map[string]types.AttributeValue
 	for {
-		resp, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
-			FilterExpression: aws.String("#s = :m"), ExpressionAttributeNames: map[string]string{"#s": "Status"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":m": str(metaStatus)}, ExclusiveStartKey: start})
+		resp, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start})
 		if err != nil {
 			return fmt.Errorf("scan %s: %w", table, err)
 		}
 		for _, it := range resp.Items {
-			m, err := metaFromItem(it)
-			if err != nil {
-				return err
-			}
-			total[m.msg.Status]++
-			m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch)
-			if err := s.place(ctx, m); err != nil {
+			if err := s.placeItem(ctx, it, suspended, total); err != nil {
 				return err
 			}
 		}
@@ -79,6 +73,37 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string) erro
 	marker["CountedAt"] = tm(time.Now())
 	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: marker}); err != nil {
 		return fmt.Errorf("mark %s as counted: %w", table, err)
+	}
+	return nil
+}
+
+// placeItem places an item of the table in its shard, when it has one: a
+// message (counted in total), an event, an alarm.
+func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total counts) error {
+	id, sk := getS(it, "Id"), getS(it, "Status")
+	queue := ""
+	switch {
+	case sk == metaStatus:
+		m, err := metaFromItem(it)
+		if err != nil {
+			return err
+		}
+		total[m.msg.Status]++
+		m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) && m.msg.Status.Undelivered()
+		return s.place(ctx, m)
+	case strings.HasPrefix(sk, eventPrefix):
+		queue = eventQueueOf(eventFromItem(it))
+	case strings.HasPrefix(sk, alarmPrefix):
+		queue = sharded(alarmQueue+strings.TrimPrefix(sk, alarmPrefix), shardOf(id))
+	}
+	if queue == "" || getS(it, "Queue") == queue {
+		return nil
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
+		Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}, UpdateExpression: aws.String("SET #q = :q"),
+		ExpressionAttributeNames: map[string]string{"#q": "Queue"}, ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)}})
+	if err != nil {
+		return fmt.Errorf("place %s %s in its shard: %w", id, sk, err)
 	}
 	return nil
 }
@@ -115,17 +140,22 @@ func (s *Store) place(ctx context.Context, m *meta) error {
 	return nil
 }
 
-// putItems writes items 25 to a request, again for those DynamoDB leaves
-// unprocessed.
+// putItems writes items 25 to a request.
 func (s *Store) putItems(ctx context.Context, items []map[string]types.AttributeValue) error {
-	for len(items) > 0 {
-		n := min(25, len(items))
-		var reqs []types.WriteRequest
-		for _, it := range items[:n] {
-			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
-		}
-		items = items[n:]
-		pending := map[string][]types.WriteRequest{s.table: reqs}
+	reqs := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+	}
+	return s.writeItems(ctx, reqs)
+}
+
+// writeItems makes writes (puts, deletes) 25 to a request, again for those
+// DynamoDB leaves unprocessed.
+func (s *Store) writeItems(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		n := min(25, len(reqs))
+		pending := map[string][]types.WriteRequest{s.table: reqs[:n]}
+		reqs = reqs[n:]
 		for len(pending[s.table]) > 0 {
 			resp, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
 			if err != nil {

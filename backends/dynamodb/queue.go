@@ -113,8 +113,8 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 // lowKey is below every QueueKey (a key may not be empty).
 const lowKey = "!"
 
-// queued reads the QueueIndex entries of a queue that is not sharded
-// (events, alarms) between two keys, in order, up to limit (0: all).
+// queued reads the QueueIndex entries of one partition between two keys,
+// in order, up to limit (0: all).
 func (s *Store) queued(ctx context.Context, queue, from, to string, limit int) ([]map[string]types.AttributeValue, error) {
 	return s.query(ctx, s.queuedStmt(), limit, queuedParams(queue, from, to)...)
 }
@@ -128,16 +128,66 @@ func queuedParams(queue, from, to string) []types.AttributeValue {
 	return []types.AttributeValue{str(queue), str(from), str(to)}
 }
 
-// queuedShards reads the messages of a status from every shard at once,
-// between two keys, up to limit of each (0: all), merged in key order.
-func (s *Store) queuedShards(ctx context.Context, st backends.Status, from, to string, limit int) ([]map[string]types.AttributeValue, error) {
+// queuedShards reads a queue (a status, say) from every shard at once,
+// between two keys, up to limit of each (0: all), merged in key order and
+// cut to limit.
+func (s *Store) queuedShards(ctx context.Context, queue, from, to string, limit int) ([]map[string]types.AttributeValue, error) {
 	pages := make([][]map[string]types.AttributeValue, shards)
 	err := eachAtOnce(shards, func(i int) error {
 		var err error
-		pages[i], err = s.queued(ctx, sharded(string(st), i), from, to, limit)
+		pages[i], err = s.queued(ctx, sharded(queue, i), from, to, limit)
 		return err
 	})
-	return mergeBy(pages, "QueueKey", true), err
+	out := mergeBy(pages, "QueueKey", true)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}
+
+// eachMerged hands fn the entries of a sharded queue between two keys in
+// key order, reading each shard page by page as the merge needs it (the
+// first pages at once), until fn says no more.
+func (s *Store) eachMerged(ctx context.Context, queue, from, to string, fn func(map[string]types.AttributeValue) (bool, error)) error {
+	type cursor struct {
+		items []map[string]types.AttributeValue
+		next  *string
+		done  bool
+	}
+	cs := make([]cursor, shards)
+	read := func(i int) error {
+		resp, err := s.db.ExecuteStatement(ctx, &dynamodb.ExecuteStatementInput{Statement: aws.String(s.queuedStmt()),
+			Parameters: queuedParams(sharded(queue, i), from, to), NextToken: cs[i].next})
+		if err != nil {
+			return err
+		}
+		cs[i] = cursor{items: resp.Items, next: resp.NextToken, done: resp.NextToken == nil}
+		return nil
+	}
+	if err := eachAtOnce(shards, read); err != nil {
+		return err
+	}
+	for {
+		best := -1
+		for i := range cs {
+			for len(cs[i].items) == 0 && !cs[i].done {
+				if err := read(i); err != nil {
+					return err
+				}
+			}
+			if len(cs[i].items) > 0 && (best < 0 || getS(cs[i].items[0], "QueueKey") < getS(cs[best].items[0], "QueueKey")) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		it := cs[best].items[0]
+		cs[best].items = cs[best].items[1:]
+		if more, err := fn(it); err != nil || !more {
+			return err
+		}
+	}
 }
 
 // mergeBy merges pages, each in order of the string attribute key, into
@@ -353,7 +403,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 	total := 0
 	now := time.Now().UTC()
 	for _, st := range backends.WorkingStatuses() {
-		items, err := s.queuedShards(ctx, st, lowKey, keyTime(expiredBefore), 0)
+		items, err := s.queuedShards(ctx, string(st), lowKey, keyTime(expiredBefore), 0)
 		if err != nil {
 			return total, fmt.Errorf("restore: %w", err)
 		}
@@ -384,7 +434,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if len(out) >= limit {
 			break
 		}
-		items, err := s.queuedShards(ctx, st, lowKey, keyTime(cutoff), limit-len(out))
+		items, err := s.queuedShards(ctx, string(st), lowKey, keyTime(cutoff), limit-len(out))
 		if err != nil {
 			return out, fmt.Errorf("purge: %w", err)
 		}
@@ -412,8 +462,8 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 }
 
 // remove deletes a message's items: the _META item first, on condition that
-// it is still in status st, then the others (history, events), which are
-// of no use without it.
+// it is still in status st, then the others (history, events, the events'
+// references), which are of no use without it, 25 to a request.
 func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, error) {
 	gone := counts{}
 	gone.move(st, "")
@@ -430,16 +480,16 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, 
 	if err != nil {
 		return true, err
 	}
+	var dels []types.WriteRequest
+	del := func(id, sk string) {
+		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
+	}
 	for _, it := range items {
 		sk := getS(it, "Status")
-		dels := []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(m.msg.ID), str(sk))}
+		del(m.msg.ID, sk)
 		if strings.HasPrefix(sk, eventPrefix) {
-			ref := eventRef(getS(getM(it, "Attributes"), "EventId"))
-			dels = append(dels, stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(ref), str(eventRefStatus)))
-		}
-		if _, err := s.txn(ctx, dels); err != nil {
-			return true, err
+			del(eventRef(getS(getM(it, "Attributes"), "EventId")), eventRefStatus)
 		}
 	}
-	return true, nil
+	return true, s.writeItems(ctx, dels)
 }
