@@ -16,7 +16,6 @@ import (
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/dkim"
-	"github.com/genropy/postino/spool"
 )
 
 // Signer DKIM-signs a message as it leaves.
@@ -33,6 +32,12 @@ type Signer interface {
 type Store interface {
 	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
 	Transition(ctx context.Context, t backends.Transition) error
+}
+
+// Bodies opens a message's bytes by the path its row records: a spool file,
+// or bytes the outbox keeps (spool.Bodies).
+type Bodies interface {
+	Open(path string) (io.ReadCloser, error)
 }
 
 // Outcomes writes the outcomes of attempts to the outbox until they land
@@ -90,7 +95,7 @@ type Config struct {
 type Engine struct {
 	cfg      Config
 	store    Store
-	spool    *spool.Spool
+	spool    Bodies
 	routes   *Routes
 	resolver Resolver
 	log      *slog.Logger
@@ -112,7 +117,7 @@ type Engine struct {
 }
 
 // NewEngine builds the engine; Run starts it.
-func NewEngine(cfg Config, store Store, sp *spool.Spool, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
+func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
 		cfg: cfg, store: store, spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
