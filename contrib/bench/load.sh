@@ -13,9 +13,10 @@
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
 # message: the deltas of SHOW GLOBAL STATUS Questions, Com_commit,
-# Innodb_row_lock_waits, Innodb_deadlocks and Innodb_data_written (bytes),
-# and mariadbd's CPU time. They
-# are the whole server's: other clients of the server count too.
+# Innodb_row_lock_waits, Innodb_deadlocks, Innodb_data_written and
+# Innodb_os_log_written (bytes to the data files and to the redo log), and
+# mariadbd's CPU time. They are the whole server's: other clients of the
+# server count too.
 # -b dynamodb uses a fresh table on the DynamoDB Local of
 # TEST_POSTINO_DYNAMODB_ENDPOINT (make deps starts one), behind a counting
 # proxy (contrib/bench/ddbcount), and prints the round trips per message.
@@ -150,7 +151,7 @@ metrics() {
 server_status() {
   case $backend in
     mysql)
-      mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks', 'Innodb_data_written')"
+      mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks', 'Innodb_data_written', 'Innodb_os_log_written')"
       awk '{print "mariadbd_cpu_ticks", $14 + $15}' "/proc/$mariadbd_pid/stat"
       ;;
     dynamodb)
