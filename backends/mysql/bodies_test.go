@@ -157,3 +157,37 @@ func TestMigrateBodies(t *testing.T) {
 		t.Errorf("read back %q", got)
 	}
 }
+
+// TestBodiesAtomic fails the statement of a message's bytes after its row
+// was inserted, in one transaction: neither the row nor any byte is left,
+// so no message can be delivered without the 250 its commit gives.
+func TestBodiesAtomic(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshDatabase(t)
+	s, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var packet int
+	if err := db.QueryRow("SELECT @@max_allowed_packet").Scan(&packet); err != nil {
+		t.Fatal(err)
+	}
+	// A budget past the server's packet: the bytes' statement is refused.
+	mysql.SetBodyBudget(s, 2*packet)
+	if err := s.Create(ctx, bodyMessage("too-big", bytes.Repeat([]byte("x"), packet+1))); err == nil {
+		t.Fatal("a statement over max_allowed_packet was accepted")
+	}
+	var rows, chunks int
+	if err := db.QueryRow("SELECT (SELECT COUNT(*) FROM emails), (SELECT COUNT(*) FROM email_bodies)").Scan(&rows, &chunks); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 0 || chunks != 0 {
+		t.Errorf("a failed create left %d rows and %d chunks", rows, chunks)
+	}
+}
