@@ -256,7 +256,7 @@ func (r *Relay) AdminAddr() net.Addr { return r.adminLn.Addr() }
 // progress get ShutdownTimeout to finish, workers finish what they hold.
 func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("postino serving", "smtp", r.smtpLn.Addr().String(), "admin", r.adminLn.Addr().String(),
-		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "host", r.cfg.Hostname)
+		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "spool_store", r.cfg.Spool.Store, "host", r.cfg.Hostname)
 	errc := make(chan error, 2)
 	go func() { errc <- r.intake.Serve(r.smtpLn) }()
 	go func() {
