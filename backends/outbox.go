@@ -30,6 +30,7 @@ var (
 type Outbox interface {
 	Messages
 	Queue
+	Leases
 	Events
 	Batches
 	Cursors

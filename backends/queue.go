@@ -179,8 +179,9 @@ func (c *Claim) Move(id string) Transition {
 
 // RestoreTransition returns m, whose lease ran out, to the status before
 // its working one, keeping its reason and attempts; the history says why.
+// It holds the lease that ran out: a lease renewed since is left alone.
 func RestoreTransition(m *Message, at time.Time) Transition {
 	prev := m.Status.Previous()
-	return Transition{ID: m.ID, From: m.Status, To: prev, At: at, KeepReason: true,
+	return Transition{ID: m.ID, From: m.Status, To: prev, At: at, KeepReason: true, Held: m.LeaseUntil,
 		Reason: fmt.Sprintf("lease of %s expired at %s; returned to %s", m.Status, m.LeaseUntil.UTC().Format(time.RFC3339), prev)}
 }

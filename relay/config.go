@@ -167,9 +167,11 @@ type BoltConfig struct {
 }
 
 type IntakeConfig struct {
-	Workers int      `yaml:"workers"`
-	Lease   Duration `yaml:"lease"`
-	Poll    Duration `yaml:"poll"`
+	Workers int `yaml:"workers"`
+	// Lease is how long a message stays INTAKING without a sign of life;
+	// the worker renews it every third of it.
+	Lease Duration `yaml:"lease"`
+	Poll  Duration `yaml:"poll"`
 }
 
 type DeliveryConfig struct {
@@ -178,9 +180,11 @@ type DeliveryConfig struct {
 	Paused bool `yaml:"paused"`
 	// MaxInFlight bounds the messages being delivered at once.
 	MaxInFlight int `yaml:"max_in_flight"`
-	// Lease must be at least twice the longest delivery attempt: a message
-	// with less than half of it left when a session takes it is handed
-	// back instead of sent.
+	// Lease is how long a message stays PROCESSING without a sign of life:
+	// the relay renews it every third of it while a delivery lasts, and a
+	// dead relay's messages go to another within it. A message with less
+	// than half of it left when a session takes it (renewals failed) is
+	// handed back instead of sent.
 	Lease Duration `yaml:"lease"`
 	Poll  Duration `yaml:"poll"`
 	// IdleTimeout keeps an upstream session open for the next message.
@@ -430,7 +434,7 @@ func DefaultConfig() Config {
 		Intake: IntakeConfig{Workers: 4, Lease: Duration(time.Minute), Poll: Duration(5 * time.Second)},
 		Delivery: DeliveryConfig{
 			MaxInFlight:     512,
-			Lease:           Duration(30 * time.Minute),
+			Lease:           Duration(time.Minute),
 			Poll:            Duration(time.Second),
 			IdleTimeout:     Duration(5 * time.Second),
 			ShutdownTimeout: Duration(30 * time.Second),

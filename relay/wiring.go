@@ -42,6 +42,12 @@ const (
 	// mailboxLease is how long a relay holds a mailbox; it renews at half,
 	// so a relay that died leaves its mailboxes to another within it.
 	mailboxLease = 2 * time.Minute
+	// callbackLease is how long the dispatcher holds the events it claims
+	// (and their messages CALLING-*): it does not renew them, and one claim
+	// calls up to dispatcherConcurrency events through plugins that may
+	// take their whole timeout each, so it stays long; delivery.lease is
+	// short because the engine renews.
+	callbackLease = 30 * time.Minute
 )
 
 // outcomeRetry spaces the writes of an outcome the outbox failed: soon
@@ -220,10 +226,9 @@ func (c *Config) resolver() delivery.Resolver {
 	return c.Resolver
 }
 
-// dispatcherConfig is the plugins dispatcher's settings; an event is
-// leased for delivery.lease.
+// dispatcherConfig is the plugins dispatcher's settings.
 func (c *Config) dispatcherConfig() plugins.Config {
-	return plugins.Config{Poll: dispatcherPoll, Lease: c.Delivery.Lease.D(), Owner: c.Hostname,
+	return plugins.Config{Poll: dispatcherPoll, Lease: callbackLease, Owner: c.Hostname,
 		Concurrency: dispatcherConcurrency, Version: Version()}
 }
 

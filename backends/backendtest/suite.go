@@ -38,6 +38,7 @@ type (
 	messageStore interface {
 		backends.Messages
 		backends.Queue
+		backends.Leases
 	}
 	eventStore interface {
 		messageStore

@@ -30,7 +30,7 @@ func (s *Store) alarmStmt(m *meta, a backends.Alarm) types.ParameterizedStatemen
 			str(key), tm(a.At), str(a.MessageID), str(alarmPrefix+a.Kind))
 	}
 	item := map[string]types.AttributeValue{"Id": str(a.MessageID), "Status": str(alarmPrefix + a.Kind),
-		"Queue": str(alarmQueue + a.Kind), "QueueKey": str(key), "At": tm(a.At)}
+		"Queue": str(sharded(alarmQueue+a.Kind, shardOf(a.MessageID))), "QueueKey": str(key), "At": tm(a.At)}
 	if m.ttl != nil {
 		item["TTL"] = num(*m.ttl)
 	}
@@ -89,7 +89,7 @@ func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
 }
 
 func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
-	items, err := s.queued(ctx, alarmQueue+kind, lowKey, keyTime(now)+"~", limit)
+	items, err := s.queuedShards(ctx, alarmQueue+kind, lowKey, keyTime(now)+"~", limit)
 	if err != nil {
 		return nil, err
 	}

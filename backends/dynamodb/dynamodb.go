@@ -1,7 +1,8 @@
 // Package dynamodb is the outbox in a DynamoDB table, in the seed's single
 // table layout (see items.go), written with PartiQL: every transition is one
 // ExecuteTransaction of the _META update, conditional on the expected
-// status, and the insert of the new status item.
+// status and revision, the insert of the new status item and the counters
+// (counts.go); a claim does that for up to 45 messages at once.
 package dynamodb
 
 import (
@@ -34,13 +35,16 @@ type Options struct {
 	// TTL is how long after its last change a message's items may expire;
 	// zero writes no TTL.
 	TTL time.Duration
+	// HTTPClient, when set, carries the requests (a test counts them).
+	HTTPClient aws.HTTPClient
 }
 
 // Store is an outbox in DynamoDB.
 type Store struct {
-	db    *dynamodb.Client
-	table string
-	ttl   time.Duration
+	db     *dynamodb.Client
+	table  string
+	ttl    time.Duration
+	recent recent
 }
 
 var _ backends.Outbox = (*Store)(nil)
@@ -71,6 +75,9 @@ func Client(ctx context.Context, opts Options) (*dynamodb.Client, string, error)
 		o.RetryMaxAttempts = 10
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
+		}
+		if opts.HTTPClient != nil {
+			o.HTTPClient = opts.HTTPClient
 		}
 		if opts.Endpoint != "" || os.Getenv("AWS_ENDPOINT_URL") != "" {
 			// DynamoDB Local sometimes sends a CRC32 header that does not
@@ -150,28 +157,50 @@ var (
 // are retried by the SDK); a failed condition or an existing item comes
 // back as errCondition or errDupItem, with the index of the statement.
 func (s *Store) txn(ctx context.Context, stmts []types.ParameterizedStatement) (int, error) {
+	refused, err := s.txnRefused(ctx, stmts)
+	if len(refused) > 0 {
+		return refused[0].index, refused[0].err
+	}
+	return -1, err
+}
+
+// refusal is a statement of a cancelled transaction that was refused:
+// errCondition or errDupItem.
+type refusal struct {
+	index int
+	err   error
+}
+
+// txnRefused runs statements as one ExecuteTransaction, as txn does, and
+// when the transaction is cancelled says every statement that was refused,
+// so that a batch can go again without them.
+func (s *Store) txnRefused(ctx context.Context, stmts []types.ParameterizedStatement) ([]refusal, error) {
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		_, err := s.db.ExecuteTransaction(ctx, &dynamodb.ExecuteTransactionInput{TransactStatements: stmts})
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			return -1, err
+			return nil, err
 		}
+		var refused []refusal
 		conflict := false
 		for i, r := range tce.CancellationReasons {
 			switch code := aws.ToString(r.Code); {
 			case code == "ConditionalCheckFailed":
-				return i, errCondition
+				refused = append(refused, refusal{i, errCondition})
 			case code == "DuplicateItem",
 				// DynamoDB Local says so for an INSERT of an existing item.
 				code == "ValidationError" && strings.Contains(aws.ToString(r.Message), "Duplicate primary key"):
-				return i, errDupItem
+				refused = append(refused, refusal{i, errDupItem})
 			case code == "TransactionConflict":
 				conflict = true
 			}
 		}
+		if len(refused) > 0 {
+			return refused, refused[0].err
+		}
 		if !conflict || attempt == 8 {
-			return -1, err
+			return nil, err
 		}
 		time.Sleep(backoff/2 + rand.N(backoff))
 		backoff *= 2
@@ -222,17 +251,35 @@ func (s *Store) getMeta(ctx context.Context, id string) (*meta, error) {
 	return metaFromItem(items[0])
 }
 
+// indexKeys are the top-level attributes of a _META item that place it in
+// the indexes; BatchKey is there only while the message is undelivered.
+func indexKeys(m *meta) map[string]types.AttributeValue {
+	k := map[string]types.AttributeValue{
+		"Queue": str(queueOf(m)), "QueueKey": str(queueKey(&m.msg)), "MetaShard": str(sharded(metaStatus, shardOf(m.msg.ID))),
+	}
+	if m.msg.Batch != "" && m.msg.Status.Undelivered() {
+		k["BatchKey"] = str(m.msg.Batch)
+	}
+	return k
+}
+
 // metaUpdate writes a _META item's new state, conditionally on the state
 // it was read in: its status, and its revision, so that two writers never
 // both succeed.
 func (s *Store) metaUpdate(m *meta, readStatus backends.Status, readSeq int64, hadSeq bool, ttl *int64) types.ParameterizedStatement {
-	params := []types.AttributeValue{
-		&types.AttributeValueMemberM{Value: m.attributes()}, str(string(m.msg.Status)), str(queueKey(&m.msg)),
+	keys := indexKeys(m)
+	params := []types.AttributeValue{&types.AttributeValueMemberM{Value: m.attributes()}, keys["Queue"], keys["QueueKey"], keys["MetaShard"]}
+	text := "UPDATE " + s.from("") + ` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ? SET "MetaShard" = ?`
+	if b, ok := keys["BatchKey"]; ok {
+		text += ` SET "BatchKey" = ?`
+		params = append(params, b)
 	}
-	text := "UPDATE " + s.from("") + ` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ?`
 	if ttl != nil {
 		text += ` SET "TTL" = ?`
 		params = append(params, num(*ttl))
+	}
+	if _, ok := keys["BatchKey"]; !ok {
+		text += ` REMOVE "BatchKey"`
 	}
 	text += ` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`
 	params = append(params, str(m.msg.ID), str(metaStatus), str(string(readStatus)))

@@ -25,7 +25,7 @@ func eventItem(e *backends.Event, ttl *int64) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		"Id": str(e.MessageID), "Status": str(eventKey(e.Seq)),
 		"Attributes": &types.AttributeValueMemberM{Value: eventAttributes(e)},
-		"Queue":      str(eventQueue + string(e.State)), "QueueKey": str(eventQueueKey(e)),
+		"Queue":      str(eventQueueOf(e)), "QueueKey": str(eventQueueKey(e)),
 	}
 	if ttl != nil {
 		item["TTL"] = num(*ttl)
@@ -98,7 +98,7 @@ func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event
 }
 
 func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
-	items, err := s.queued(ctx, eventQueue+string(state), lowKey, "~", limit)
+	items, err := s.queuedShards(ctx, eventQueue+string(state), lowKey, "~", limit)
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (s *Store) getEvent(ctx context.Context, id string) (*backends.Event, error
 // read in.
 func (s *Store) eventUpdate(e *backends.Event, readState backends.EventState) types.ParameterizedStatement {
 	return stmt("UPDATE "+s.from("")+` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ? WHERE "Id" = ? AND "Status" = ? AND "Attributes"."State" = ?`,
-		&types.AttributeValueMemberM{Value: eventAttributes(e)}, str(eventQueue+string(e.State)), str(eventQueueKey(e)),
+		&types.AttributeValueMemberM{Value: eventAttributes(e)}, str(eventQueueOf(e)), str(eventQueueKey(e)),
 		str(e.MessageID), str(eventKey(e.Seq)), str(string(readState)))
 }
 
@@ -155,7 +155,7 @@ func (s *Store) head(ctx context.Context, messageID string) (string, error) {
 	return "", nil
 }
 
-// ClaimEvents reads the due pending events page by page and claims those
+// ClaimEvents reads the due pending events in order, the shards merged, and claims those
 // first in line for their message, until c.Limit are claimed. The events
 // waiting behind an earlier one are passed over, however many: stopping
 // after a fixed number of candidates would let waiting ones fill every
@@ -196,15 +196,10 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		out = append(out, claimed)
 		return nil
 	}
-	err := s.queryEach(ctx, s.queuedStmt(), queuedParams(eventQueue+string(backends.EventPending), lowKey, keyTime(c.Now)+"~"),
-		func(page []map[string]types.AttributeValue) (bool, error) {
-			for _, it := range page {
-				if len(out) == c.Limit {
-					return false, nil
-				}
-				if err := claim(it); err != nil {
-					return false, err
-				}
+	err := s.eachMerged(ctx, eventQueue+string(backends.EventPending), lowKey, keyTime(c.Now)+"~",
+		func(it map[string]types.AttributeValue) (bool, error) {
+			if err := claim(it); err != nil {
+				return false, err
 			}
 			return len(out) < c.Limit, nil
 		})
@@ -289,13 +284,15 @@ func (t *eventTx) Move(tr backends.Transition) error {
 	if err != nil {
 		return err
 	}
-	t.stmts = append(t.stmts, ch.stmts...)
+	moved := counts{}
+	moved.move(tr.From, tr.Final())
+	t.stmts = append(append(t.stmts, ch.stmts...), t.s.counterStmts(moved)...)
 	return nil
 }
 
 // restoreEvents returns calling events whose lease ran out to pending.
 func (s *Store) restoreEvents(ctx context.Context, expiredBefore, now time.Time) (int, error) {
-	items, err := s.queued(ctx, eventQueue+string(backends.EventCalling), lowKey, keyTime(expiredBefore), 0)
+	items, err := s.queuedShards(ctx, eventQueue+string(backends.EventCalling), lowKey, keyTime(expiredBefore), 0)
 	if err != nil {
 		return 0, err
 	}

@@ -3,6 +3,7 @@ package dynamodb
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -26,15 +27,27 @@ import (
 //     ALARM:kind by the time it rings (its _META item keeps which alarms
 //     it has, since a PartiQL UPDATE cannot create an item).
 //
-// Beyond the seed's StatusIndex, two indexes serve the relay: QueueIndex
-// (Queue, QueueKey) orders each status for claims, leases and retention,
-// and MessageIdIndex finds messages by Message-ID.
+// Beyond the seed's StatusIndex, which the store keeps writing for tools
+// that know only the seed, four indexes serve the relay: QueueIndex (Queue,
+// QueueKey) orders each status for claims, leases and retention;
+// MetaIndex (MetaShard, Id) lists the _META items; MessageIdIndex finds
+// messages by Message-ID; BatchIndex (BatchKey) finds the undelivered
+// messages of a batch.
+//
+// No index key is shared by every message: a message's Queue is its status
+// and its shard ("READY#3"), its MetaShard "_META#3", its shard fixed by its
+// id (shardOf); readers query the shards at once and merge them in key
+// order. Events (EVENT:pending#3) and alarms (ALARM:kind#3) go in their
+// message's shard too. The READY message of a suspended batch is held: its Queue is
+// "HELD:READY#3", out of the claims' way, until the batch is activated.
+//
+// Counts come from counter items (counts.go), moved in the transaction of
+// every change of status.
 const (
 	metaStatus  = "_META"
-	batchStatus = "_BATCH"
-	batchPrefix = "_BATCH#"
 	eventPrefix = "EVENT#"
 	eventQueue  = "EVENT:"
+	heldQueue   = "HELD:"
 	keyLayout   = "20060102T150405.000000000" // fixed width: sorts as time
 	timeLayout  = time.RFC3339Nano
 )
@@ -97,6 +110,7 @@ func ttlOf(item map[string]types.AttributeValue) *int64 {
 // store needs.
 type meta struct {
 	msg      backends.Message
+	held     bool              // READY waits for its batch's activation
 	seq      int64             // revision: one more with each write
 	hasSeq   bool              // false for a legacy item
 	eventSeq int64             // events recorded so far
@@ -147,6 +161,9 @@ func metaFromItem(item map[string]types.AttributeValue) (*meta, error) {
 			return nil, fmt.Errorf("message %s: stored results are unreadable: %w", msg.ID, err)
 		}
 	}
+	if v, ok := a["Held"].(*types.AttributeValueMemberBOOL); ok {
+		m.held = v.Value
+	}
 	_, m.hasSeq = a["Seq"]
 	m.seq = getN(a, "Seq")
 	m.eventSeq = getN(a, "EventSeq")
@@ -189,6 +206,9 @@ func (m *meta) attributes() map[string]types.AttributeValue {
 		b, _ := json.Marshal(msg.Results)
 		a["Results"] = str(string(b))
 	}
+	if m.held {
+		a["Held"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	reached := map[string]types.AttributeValue{}
 	for k, v := range m.reached {
 		reached[k] = num(v)
@@ -220,6 +240,29 @@ func queueKey(msg *backends.Message) string {
 	return keyTime(msg.QueueTime()) + "#" + msg.ID
 }
 
+// shards is how many ways every index key shared by all messages is split.
+// It is part of the layout: changing it needs create-table to move the
+// items (see initLayout).
+const shards = 8
+
+// shardOf is the shard of a message, fixed by its id.
+func shardOf(id string) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % shards)
+}
+
+func sharded(key string, shard int) string { return key + "#" + strconv.Itoa(shard) }
+
+// queueOf is the QueueIndex partition of a message.
+func queueOf(m *meta) string {
+	q := string(m.msg.Status)
+	if m.held && m.msg.Status == backends.StatusReady {
+		q = heldQueue + q
+	}
+	return sharded(q, shardOf(m.msg.ID))
+}
+
 // statusSortKey is the sort key of the item of a status reached for the
 // count-th time.
 func statusSortKey(st backends.Status, count int64) string {
@@ -245,6 +288,12 @@ func historyFromItem(item map[string]types.AttributeValue) (backends.HistoryEntr
 }
 
 func eventKey(seq int64) string { return fmt.Sprintf("%s%06d", eventPrefix, seq) }
+
+// eventQueueOf is the QueueIndex partition of an event: its state and its
+// message's shard.
+func eventQueueOf(e *backends.Event) string {
+	return sharded(eventQueue+string(e.State), shardOf(e.MessageID))
+}
 
 // eventQueueKey orders events of one state: due time for pending, lease for
 // calling, last change otherwise.

@@ -3,8 +3,10 @@ package dynamodb_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,9 +109,12 @@ func TestLayoutTTLAndReentry(t *testing.T) {
 	}
 }
 
+// TestLegacyItems: a table of the seed's shape, with items as the seed's
+// writer left them, is upgraded by create-table, and then read, listed,
+// counted and claimed from.
 func TestLegacyItems(t *testing.T) {
 	ctx := context.Background()
-	opts := freshTable(t, 0)
+	opts := seedTable(t)
 	client, table, _ := dynamodb.Client(ctx, opts)
 	put := func(item map[string]types.AttributeValue) {
 		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
@@ -137,7 +142,16 @@ func TestLegacyItems(t *testing.T) {
 	put(map[string]types.AttributeValue{"Id": sv("legacy-1"), "Status": sv("SENT"), "Attributes": attrs("UpdatedAt", "2026-01-02T03:04:00Z", "Reason", "ok")})
 	put(map[string]types.AttributeValue{"Id": sv("legacy-2"), "Status": sv("_META"), "Version": nv("0"),
 		"Attributes": attrs("Latest", "READY", "UpdatedAt", "2026-01-02T03:04:05Z")})
+	// An alarm as a Postino before shards wrote it.
+	put(map[string]types.AttributeValue{"Id": sv("legacy-2"), "Status": sv("_ALARM#pec"), "Queue": sv("ALARM:pec"),
+		"QueueKey": sv("20260102T030405.000000000#legacy-2"), "At": sv("2026-01-02T03:04:05Z")})
 
+	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
+		t.Fatalf("Open on a seed table: %v", err)
+	}
+	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
 	s, err := dynamodb.Open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -156,21 +170,37 @@ func TestLegacyItems(t *testing.T) {
 	if len(h) != 2 || h[0].Status != backends.StatusAccepted || h[1].Status != backends.StatusSent {
 		t.Errorf("legacy history %+v", h)
 	}
-	// The seed's query by status finds them.
 	page, _, err := s.List(ctx, backends.ListQuery{Status: backends.StatusReady, Limit: 10})
 	if err != nil || len(page) != 1 || page[0].ID != "legacy-2" {
 		t.Errorf("list READY %+v, %v", page, err)
 	}
-	// A legacy row moves on under Postino.
-	if err := s.Transition(ctx, backends.Transition{ID: "legacy-2", From: backends.StatusReady, To: backends.StatusProcessing,
-		LeaseUntil: time.Now().Add(time.Minute)}); err != nil {
+	if due, err := s.DueAlarms(ctx, "pec", time.Now(), 10); err != nil || len(due) != 1 || due[0].MessageID != "legacy-2" {
+		t.Errorf("due alarms %+v, %v", due, err)
+	}
+	// create-table counted them.
+	counts, err := s.Counts(ctx)
+	if want := map[backends.Status]int{backends.StatusSentAcknowledged: 1, backends.StatusReady: 1}; err != nil || !maps.Equal(counts, want) {
+		t.Errorf("counts %v, %v; want %v", counts, err, want)
+	}
+	// A legacy row is claimed and moves on under Postino.
+	now := time.Now()
+	claimed, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 5})
+	if err != nil || len(claimed) != 1 || claimed[0].ID != "legacy-2" {
+		t.Fatalf("claim %+v, %v", claimed, err)
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: "legacy-2", From: backends.StatusProcessing, To: backends.StatusSent}); err != nil {
 		t.Fatal(err)
+	}
+	if counts, _ := s.Counts(ctx); counts[backends.StatusSent] != 1 || counts[backends.StatusReady] != 0 {
+		t.Errorf("counts after the move %v", counts)
 	}
 }
 
-func TestCreateTableUpgradesSeedTable(t *testing.T) {
+// seedTable creates a table of the seed's shape, with a name of its own
+// (test runs side by side do not share it).
+func seedTable(t *testing.T) dynamodb.Options {
+	t.Helper()
 	ctx := context.Background()
-	// A name of its own, so that test runs side by side do not share it.
 	opts := dynamodb.Options{Table: fmt.Sprintf("seed_shaped_%d_%d", os.Getpid(), tables.Add(1)), Endpoint: endpoint()}
 	freshTable(t, 0) // skips or fails without DynamoDB Local
 	client, table, _ := dynamodb.Client(ctx, opts)
@@ -187,7 +217,27 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)}) })
+	t.Cleanup(func() {
+		// DynamoDB Local stops building indexes for good when a table is
+		// deleted while one of its indexes is being built: leave it then.
+		desc, err := client.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
+		if err != nil {
+			return
+		}
+		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
+			if gsi.IndexStatus != types.IndexStatusActive {
+				t.Logf("table %s left behind: its index %s is %s", table, aws.ToString(gsi.IndexName), gsi.IndexStatus)
+				return
+			}
+		}
+		client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
+	})
+	return opts
+}
+
+func TestCreateTableUpgradesSeedTable(t *testing.T) {
+	ctx := context.Background()
+	opts := seedTable(t)
 	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
 		t.Fatalf("Open on a seed table: %v", err)
 	}
@@ -199,4 +249,119 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 	if _, err := dynamodb.Open(ctx, opts); err != nil {
 		t.Fatalf("Open after create-table: %v", err)
 	}
+}
+
+// TestLayoutShards: a message's _META item keeps the seed's attributes, so
+// that the seed's query by status finds it, and carries its shard beside
+// them; a held message stays READY for the seed; the counter items and the
+// layout item are where a reader of the table finds them.
+func TestLayoutShards(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Create(ctx, &backends.Message{ID: "shard-1", Batch: "camp", EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := time.Now().Add(time.Minute)
+	for _, tr := range []backends.Transition{
+		{ID: "shard-1", From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
+		{ID: "shard-1", From: backends.StatusIntaking, To: backends.StatusReady},
+	} {
+		if err := s.Transition(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client, table, _ := dynamodb.Client(ctx, opts)
+	seedQuery := func() []string {
+		t.Helper()
+		// As the seed's tool asks: StatusIndex, Status _META, Attributes.Latest.
+		out, err := client.ExecuteStatement(ctx, &awsdynamodb.ExecuteStatementInput{
+			Statement:  aws.String(`SELECT Id, Status, Attributes, TTL FROM "` + table + `"."StatusIndex" WHERE Status=? AND Attributes.Latest =?`),
+			Parameters: []types.AttributeValue{&types.AttributeValueMemberS{Value: "_META"}, &types.AttributeValueMemberS{Value: "READY"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, it := range out.Items {
+			ids = append(ids, sOf(it["Id"]))
+		}
+		return ids
+	}
+	meta := func() map[string]types.AttributeValue { return rawItems(t, opts, "shard-1")["_META"] }
+	m := meta()
+	shard := strings.TrimPrefix(sOf(m["MetaShard"]), "_META#")
+	if n, err := strconv.Atoi(shard); err != nil || n < 0 || n >= 8 {
+		t.Fatalf("MetaShard %q, want _META#0 … _META#7", sOf(m["MetaShard"]))
+	}
+	if q := sOf(m["Queue"]); q != "READY#"+shard {
+		t.Errorf("Queue %q, want READY#%s", q, shard)
+	}
+	if sOf(m["Status"]) != "_META" || sOf(attrsOf(m)["Latest"]) != "READY" || m["Version"].(*types.AttributeValueMemberN).Value != "0" {
+		t.Errorf("the seed's attributes changed: %v", m)
+	}
+	if got := seedQuery(); !slices.Equal(got, []string{"shard-1"}) {
+		t.Errorf("the seed's query for READY found %v", got)
+	}
+
+	if err := s.SuspendBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if q := sOf(meta()["Queue"]); q != "HELD:READY#"+shard {
+		t.Errorf("held message's Queue %q, want HELD:READY#%s", q, shard)
+	}
+	if got := seedQuery(); !slices.Equal(got, []string{"shard-1"}) {
+		t.Errorf("held, the seed's query for READY found %v", got)
+	}
+	if err := s.ActivateBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	if q := sOf(meta()["Queue"]); q != "READY#"+shard {
+		t.Errorf("after activation Queue %q, want READY#%s", q, shard)
+	}
+
+	scan, err := client.Scan(ctx, &awsdynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums := map[string]int{}
+	counters, layouts := 0, 0
+	for _, it := range scan.Items {
+		switch sOf(it["Status"]) {
+		case "_COUNT":
+			counters++
+			id := strings.TrimPrefix(sOf(it["Id"]), "_COUNT#")
+			n, _ := strconv.Atoi(it["N"].(*types.AttributeValueMemberN).Value)
+			sums[id[:strings.LastIndex(id, "#")]] += n
+		case "_LAYOUT":
+			layouts++
+			if it["Shards"].(*types.AttributeValueMemberN).Value != "8" {
+				t.Errorf("layout item %v", it)
+			}
+		}
+	}
+	if counters != 16*len(backends.Statuses()) || layouts != 1 {
+		t.Errorf("%d counter items and %d layout items, want %d and 1", counters, layouts, 16*len(backends.Statuses()))
+	}
+	for st, n := range sums {
+		if want := map[string]int{"READY": 1}[st]; n != want {
+			t.Errorf("counter items of %s sum to %d, want %d", st, n, want)
+		}
+	}
+}
+
+func sOf(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}
+
+func attrsOf(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	if m, ok := item["Attributes"].(*types.AttributeValueMemberM); ok {
+		return m.Value
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package dynamodb
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -24,6 +23,9 @@ func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
 	return &m.msg, nil
 }
 
+// Create writes the _META item, the ACCEPTED item and the count in one
+// transaction. A message of a suspended batch is held from the start, on
+// condition that the batch is still suspended when it is written.
 func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	if err := msg.PrepareCreate(time.Now().UTC()); err != nil {
 		return err
@@ -31,28 +33,47 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	msg.Version = 0
 	ttl := s.ttlFor(msg.CreatedAt)
 	msg.TTL = ttl
-	m := &meta{msg: *msg, seq: 1, reached: map[string]int64{string(backends.StatusAccepted): 1}}
-	item := map[string]types.AttributeValue{
-		"Id": str(msg.ID), "Status": str(metaStatus), "Attributes": &types.AttributeValueMemberM{Value: m.attributes()},
-		"Version": num(0), "Queue": str(string(msg.Status)), "QueueKey": str(queueKey(msg)),
+	for attempt := 1; ; attempt++ {
+		m := &meta{msg: *msg, seq: 1, reached: map[string]int64{string(backends.StatusAccepted): 1}}
+		var held []types.ParameterizedStatement
+		if msg.Batch != "" {
+			suspended, err := s.batchSuspended(ctx, msg.Batch)
+			if err != nil {
+				return fmt.Errorf("create message %s: %w", msg.ID, err)
+			}
+			if suspended {
+				m.held = true
+				held = append(held, s.whileSuspended(msg.Batch))
+			}
+		}
+		item := indexKeys(m)
+		item["Id"], item["Status"] = str(msg.ID), str(metaStatus)
+		item["Attributes"] = &types.AttributeValueMemberM{Value: m.attributes()}
+		item["Version"] = num(0)
+		if msg.MessageID != "" {
+			item["MsgId"] = str(msg.MessageID)
+		}
+		if ttl != nil {
+			item["TTL"] = num(*ttl)
+		}
+		stmts := []types.ParameterizedStatement{
+			s.insert(item),
+			s.insert(s.statusItem(msg.ID, backends.StatusAccepted, 1, 1, msg.Reason, msg.CreatedAt, nil, ttl)),
+		}
+		c := counts{}
+		c.move("", backends.StatusAccepted)
+		stmts = append(append(stmts, s.counterStmts(c)...), held...)
+		i, err := s.txn(ctx, stmts)
+		switch {
+		case errors.Is(err, errDupItem):
+			return fmt.Errorf("create message %s: %w", msg.ID, backends.ErrDuplicate)
+		case errors.Is(err, errCondition) && i == len(stmts)-1 && attempt < 10:
+			continue // the batch was activated meanwhile
+		case err != nil:
+			return fmt.Errorf("create message %s: %w", msg.ID, err)
+		}
+		return nil
 	}
-	if msg.MessageID != "" {
-		item["MsgId"] = str(msg.MessageID)
-	}
-	if ttl != nil {
-		item["TTL"] = num(*ttl)
-	}
-	_, err := s.txn(ctx, []types.ParameterizedStatement{
-		s.insert(item),
-		s.insert(s.statusItem(msg.ID, backends.StatusAccepted, 1, 1, msg.Reason, msg.CreatedAt, nil, ttl)),
-	})
-	if errors.Is(err, errDupItem) {
-		return fmt.Errorf("create message %s: %w", msg.ID, backends.ErrDuplicate)
-	}
-	if err != nil {
-		return fmt.Errorf("create message %s: %w", msg.ID, err)
-	}
-	return nil
 }
 
 // change is a transition prepared against the _META item as read.
@@ -112,111 +133,80 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 	return out, nil
 }
 
-// List reads messages by status the seed's way: the StatusIndex, with the
-// status in Attributes.Latest, page by page with NextToken (the cursor), in
-// id order. Without a status it walks the same index backwards, newest id
-// first (ids are time-ordered UUIDs unless the app gave its own).
+// List reads the _META items from MetaIndex, every shard at once, merged
+// in id order (newest first without a status: ids are time-ordered UUIDs
+// unless the app gave its own), with the status in Attributes.Latest as
+// the seed's StatusIndex has it. The cursor is the last id of the page.
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
 	q.Limit = q.PageSize()
-	if q.Status == "" {
-		return s.listAll(ctx, q)
-	}
-	text := "SELECT * FROM " + s.from("StatusIndex") + ` WHERE "Status" = ? AND "Attributes"."Latest" = ?`
-	params := []types.AttributeValue{str(metaStatus), str(string(q.Status))}
-	var next *string
-	if q.After != "" {
-		next = aws.String(q.After)
-	}
-	var out []*backends.Message
-	for len(out) < q.Limit {
-		resp, err := s.db.ExecuteStatement(ctx, &dynamodb.ExecuteStatementInput{
-			Statement: aws.String(text), Parameters: params, NextToken: next, Limit: aws.Int32(int32(q.Limit - len(out))),
-		})
-		if err != nil {
-			return nil, "", fmt.Errorf("list: %w", err)
-		}
-		for _, it := range resp.Items {
-			m, err := metaFromItem(it)
-			if err != nil {
-				return nil, "", err
-			}
-			out = append(out, &m.msg)
-		}
-		next = resp.NextToken
-		if next == nil {
-			return out, "", nil
-		}
-	}
-	return out, aws.ToString(next), nil
-}
-
-func (s *Store) listAll(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	var start map[string]types.AttributeValue
+	var after string
 	if q.After != "" {
 		b, err := base64.RawURLEncoding.DecodeString(q.After)
 		if err != nil || len(b) == 0 {
 			return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
 		}
-		var k struct{ Id, Status string }
-		if err := json.Unmarshal(b, &k); err != nil {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
-		}
-		start = map[string]types.AttributeValue{"Id": str(k.Id), "Status": str(k.Status)}
+		after = string(b)
 	}
-	var out []*backends.Message
-	for len(out) < q.Limit {
-		resp, err := s.db.Query(ctx, &dynamodb.QueryInput{
-			TableName: aws.String(s.table), IndexName: aws.String("StatusIndex"), ScanIndexForward: aws.Bool(false),
-			KeyConditionExpression:    aws.String("#s = :m"),
-			ExpressionAttributeNames:  map[string]string{"#s": "Status"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":m": str(metaStatus)},
-			Limit:                     aws.Int32(int32(q.Limit - len(out))), ExclusiveStartKey: start,
-		})
+	ascending := q.Status != ""
+	pages := make([][]map[string]types.AttributeValue, shards)
+	err := eachAtOnce(shards, func(i int) error {
+		var err error
+		pages[i], err = s.listShard(ctx, i, q.Status, after, ascending, q.Limit+1)
+		return err
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("list: %w", err)
+	}
+	items := mergeBy(pages, "Id", ascending)
+	more := len(items) > q.Limit
+	items = items[:min(len(items), q.Limit)]
+	out := make([]*backends.Message, 0, len(items))
+	for _, it := range items {
+		m, err := metaFromItem(it)
 		if err != nil {
-			return nil, "", fmt.Errorf("list: %w", err)
+			return nil, "", err
 		}
-		for _, it := range resp.Items {
-			m, err := metaFromItem(it)
-			if err != nil {
-				return nil, "", err
-			}
-			out = append(out, &m.msg)
-		}
-		if resp.LastEvaluatedKey == nil {
-			return out, "", nil
-		}
-		start = resp.LastEvaluatedKey
+		out = append(out, &m.msg)
 	}
-	b, _ := json.Marshal(struct{ Id, Status string }{getS(start, "Id"), getS(start, "Status")})
-	return out, base64.RawURLEncoding.EncodeToString(b), nil
+	if !more {
+		return out, "", nil
+	}
+	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].ID)), nil
 }
 
-func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
-	out := map[backends.Status]int{}
-	for _, st := range backends.Statuses() {
-		var start map[string]types.AttributeValue
-		for {
-			resp, err := s.db.Query(ctx, &dynamodb.QueryInput{
-				TableName: aws.String(s.table), IndexName: aws.String("QueueIndex"), Select: types.SelectCount,
-				KeyConditionExpression:    aws.String("#q = :s"),
-				ExpressionAttributeNames:  map[string]string{"#q": "Queue"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":s": str(string(st))},
-				ExclusiveStartKey:         start,
-			})
-			if err != nil {
-				return nil, err
-			}
-			out[st] += int(resp.Count)
-			if resp.LastEvaluatedKey == nil {
-				break
-			}
-			start = resp.LastEvaluatedKey
+// listShard reads up to limit _META items of one shard past the id after,
+// in status st when it is not empty.
+func (s *Store) listShard(ctx context.Context, shard int, st backends.Status, after string, ascending bool, limit int) ([]map[string]types.AttributeValue, error) {
+	in := &dynamodb.QueryInput{
+		TableName: aws.String(s.table), IndexName: aws.String("MetaIndex"), ScanIndexForward: aws.Bool(ascending),
+		KeyConditionExpression:    aws.String("MetaShard = :m"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": str(sharded(metaStatus, shard))},
+	}
+	if after != "" {
+		op := ">"
+		if !ascending {
+			op = "<"
 		}
-		if out[st] == 0 {
-			delete(out, st)
+		in.KeyConditionExpression = aws.String("MetaShard = :m AND Id " + op + " :after")
+		in.ExpressionAttributeValues[":after"] = str(after)
+	}
+	if st != "" {
+		in.FilterExpression = aws.String("#a.Latest = :st")
+		in.ExpressionAttributeNames = map[string]string{"#a": "Attributes"}
+		in.ExpressionAttributeValues[":st"] = str(string(st))
+	}
+	var out []map[string]types.AttributeValue
+	for len(out) < limit {
+		in.Limit = aws.Int32(int32(limit - len(out)))
+		resp, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, resp.Items...)
+		if resp.LastEvaluatedKey == nil {
+			break
+		}
+		in.ExclusiveStartKey = resp.LastEvaluatedKey
 	}
 	return out, nil
 }
-
-// lowKey is below every QueueKey (a key may not be empty).

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends"
@@ -23,6 +26,10 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 	readStatus, readSeq, hadSeq := m.msg.Status, m.seq, m.hasSeq
 	msg := &m.msg
 	t.Apply(msg, t.Final())
+	// A message held for its batch and delivered is held no more: should an
+	// operator send it again, a claim holds it again if the batch still is
+	// suspended.
+	m.held = m.held && msg.Status.Undelivered()
 	ttl := s.ttlFor(t.At)
 	if ttl != nil {
 		msg.TTL = ttl
@@ -60,12 +67,17 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 }
 
 // transition reads, prepares and commits t, again when another writer
-// changed the message but left it in t.From.
+// changed the message but left it in t.From. A message this store wrote
+// last is not read first: the write's condition on its revision tells
+// whether it changed since.
 func (s *Store) transition(ctx context.Context, t backends.Transition) (*backends.Message, error) {
 	for attempt := 1; ; attempt++ {
-		m, err := s.getMeta(ctx, t.ID)
-		if err != nil {
-			return nil, err
+		m, ok := s.recent.take(t.ID)
+		if !ok || attempt > 1 || m.msg.Status != t.From {
+			var err error
+			if m, err = s.getMeta(ctx, t.ID); err != nil {
+				return nil, err
+			}
 		}
 		if !t.Holds(&m.msg) {
 			return nil, backends.ErrLockNotAcquired
@@ -74,13 +86,16 @@ func (s *Store) transition(ctx context.Context, t backends.Transition) (*backend
 		if err != nil {
 			return nil, err
 		}
-		_, err = s.txn(ctx, c.stmts)
+		moved := counts{}
+		moved.move(t.From, t.Final())
+		_, err = s.txn(ctx, append(c.stmts, s.counterStmts(moved)...))
 		if errors.Is(err, errCondition) && attempt < 10 {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
+		s.recent.remember(c.m)
 		return &c.m.msg, nil
 	}
 }
@@ -95,10 +110,11 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
+// lowKey is below every QueueKey (a key may not be empty).
 const lowKey = "!"
 
-// queued reads the QueueIndex entries of a status between two keys, in
-// order, up to limit (0: all).
+// queued reads the QueueIndex entries of one partition between two keys,
+// in order, up to limit (0: all).
 func (s *Store) queued(ctx context.Context, queue, from, to string, limit int) ([]map[string]types.AttributeValue, error) {
 	return s.query(ctx, s.queuedStmt(), limit, queuedParams(queue, from, to)...)
 }
@@ -112,6 +128,214 @@ func queuedParams(queue, from, to string) []types.AttributeValue {
 	return []types.AttributeValue{str(queue), str(from), str(to)}
 }
 
+// queuedShards reads a queue (a status, say) from every shard at once,
+// between two keys, up to limit of each (0: all), merged in key order and
+// cut to limit.
+func (s *Store) queuedShards(ctx context.Context, queue, from, to string, limit int) ([]map[string]types.AttributeValue, error) {
+	pages := make([][]map[string]types.AttributeValue, shards)
+	err := eachAtOnce(shards, func(i int) error {
+		var err error
+		pages[i], err = s.queued(ctx, sharded(queue, i), from, to, limit)
+		return err
+	})
+	out := mergeBy(pages, "QueueKey", true)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}
+
+// eachMerged hands fn the entries of a sharded queue between two keys in
+// key order, reading each shard page by page as the merge needs it (the
+// first pages at once), until fn says no more.
+func (s *Store) eachMerged(ctx context.Context, queue, from, to string, fn func(map[string]types.AttributeValue) (bool, error)) error {
+	type cursor struct {
+		items []map[string]types.AttributeValue
+		next  *string
+		done  bool
+	}
+	cs := make([]cursor, shards)
+	read := func(i int) error {
+		resp, err := s.db.ExecuteStatement(ctx, &dynamodb.ExecuteStatementInput{Statement: aws.String(s.queuedStmt()),
+			Parameters: queuedParams(sharded(queue, i), from, to), NextToken: cs[i].next})
+		if err != nil {
+			return err
+		}
+		cs[i] = cursor{items: resp.Items, next: resp.NextToken, done: resp.NextToken == nil}
+		return nil
+	}
+	if err := eachAtOnce(shards, read); err != nil {
+		return err
+	}
+	for {
+		best := -1
+		for i := range cs {
+			for len(cs[i].items) == 0 && !cs[i].done {
+				if err := read(i); err != nil {
+					return err
+				}
+			}
+			if len(cs[i].items) > 0 && (best < 0 || getS(cs[i].items[0], "QueueKey") < getS(cs[best].items[0], "QueueKey")) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		it := cs[best].items[0]
+		cs[best].items = cs[best].items[1:]
+		if more, err := fn(it); err != nil || !more {
+			return err
+		}
+	}
+}
+
+// mergeBy merges pages, each in order of the string attribute key, into
+// one in that order.
+func mergeBy(pages [][]map[string]types.AttributeValue, key string, ascending bool) []map[string]types.AttributeValue {
+	var out []map[string]types.AttributeValue
+	for _, p := range pages {
+		out = append(out, p...)
+	}
+	slices.SortStableFunc(out, func(a, b map[string]types.AttributeValue) int {
+		if ascending {
+			return strings.Compare(getS(a, key), getS(b, key))
+		}
+		return strings.Compare(getS(b, key), getS(a, key))
+	})
+	return out
+}
+
+// prioritized reports whether a status's QueueKey starts with the
+// priority (see queueKey).
+func prioritized(st backends.Status) bool {
+	return st == backends.StatusAccepted || st == backends.StatusReady
+}
+
+// claimable reads up to n messages of one shard that c may take, in claim
+// order. A status ordered by priority is read as one range, from the first
+// priority to the last's due messages; a message met that is not due yet
+// ends its priority's due ones, and the read goes on from the next
+// priority, so that not-yet-due messages cost at most one read each
+// priority, however many they are.
+func (s *Store) claimable(ctx context.Context, c backends.Claim, shard, n int) ([]map[string]types.AttributeValue, error) {
+	lo, hi := lowKey, keyTime(c.Now)+"~"
+	if prioritized(c.From) {
+		lo, hi = fmt.Sprintf("%d#", backends.PriorityImmediate), fmt.Sprintf("%d#%s~", backends.PriorityLow, keyTime(c.Now))
+	}
+	in := &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String("QueueIndex"),
+		KeyConditionExpression: aws.String("#q = :q AND QueueKey BETWEEN :lo AND :hi"), ExpressionAttributeNames: map[string]string{"#q": "Queue"}}
+	var out []map[string]types.AttributeValue
+	for len(out) < n {
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":q": str(sharded(string(c.From), shard)), ":lo": str(lo), ":hi": str(hi)}
+		in.Limit = aws.Int32(int32(n - len(out)))
+		resp, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		next := ""
+		for _, it := range resp.Items {
+			m, err := metaFromItem(it)
+			if err != nil {
+				return nil, err
+			}
+			if !m.msg.QueueTime().After(c.Now) {
+				out = append(out, it)
+				continue
+			}
+			if !prioritized(c.From) || m.msg.Priority >= backends.PriorityLow {
+				return out, nil
+			}
+			next = fmt.Sprintf("%d#", m.msg.Priority+1)
+			break
+		}
+		switch {
+		case next != "":
+			lo, in.ExclusiveStartKey = next, nil
+		case resp.LastEvaluatedKey == nil:
+			return out, nil
+		default:
+			in.ExclusiveStartKey = resp.LastEvaluatedKey
+		}
+	}
+	return out, nil
+}
+
+// perTxn is how many messages a batch writes in one transaction: two
+// statements each (the _META item and the new status item), beside the
+// counters, within DynamoDB's 100.
+const perTxn = 45
+
+// batch writes, for messages as an index read them, what apply makes of
+// each (statements, and what the counters gain), up to perTxn messages a
+// transaction. A message refused by its condition, because it changed
+// since the index was read, is left out and the others go again. It
+// returns the messages written that apply kept, as apply left them.
+func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeValue,
+	apply func(m *meta, c counts) (stmts []types.ParameterizedStatement, keep bool, err error)) ([]*backends.Message, error) {
+	var out []*backends.Message
+	for len(items) > 0 {
+		chunk := items[:min(perTxn, len(items))]
+		items = items[len(chunk):]
+		for len(chunk) > 0 {
+			var (
+				stmts []types.ParameterizedStatement
+				ends  []int // the end of each message's statements
+				kept  []*meta
+			)
+			moved := counts{}
+			for _, it := range chunk {
+				m, err := metaFromItem(it)
+				if err != nil {
+					return out, err
+				}
+				st, keep, err := apply(m, moved)
+				if err != nil {
+					return out, err
+				}
+				stmts = append(stmts, st...)
+				ends = append(ends, len(stmts))
+				if keep {
+					kept = append(kept, m)
+				}
+			}
+			refused, err := s.txnRefused(ctx, append(stmts, s.counterStmts(moved)...))
+			if len(refused) == 0 {
+				if err != nil {
+					return out, err
+				}
+				for _, m := range kept {
+					s.recent.remember(m)
+					out = append(out, &m.msg)
+				}
+				break
+			}
+			gone := map[int]bool{}
+			for _, r := range refused {
+				i, _ := slices.BinarySearch(ends, r.index+1)
+				if i == len(chunk) {
+					return out, fmt.Errorf("counter refused: %w", err)
+				}
+				gone[i] = true
+			}
+			var rest []map[string]types.AttributeValue
+			for i, it := range chunk {
+				if !gone[i] {
+					rest = append(rest, it)
+				}
+			}
+			chunk = rest
+		}
+	}
+	return out, nil
+}
+
+// Claim reads the first messages of every shard at once, and claims them
+// in claim order, a transaction for up to perTxn of them: claimers racing
+// for the first ones see those refused and go on with the next. A READY
+// message of a suspended batch that is not held yet (it became READY as
+// the batch was suspended) is held by the same transaction, so that no
+// claim reads it again.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
 	if err := c.Check(); err != nil {
 		return nil, err
@@ -119,76 +343,86 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
-	var skip []string
+	var suspended []string
 	if c.From == backends.StatusReady {
 		var err error
-		if skip, err = s.SuspendedBatches(ctx); err != nil {
-			return nil, err
-		}
-	}
-	var out []*backends.Message
-	ranges := [][2]string{{lowKey, keyTime(c.Now) + "~"}}
-	if c.From == backends.StatusReady || c.From == backends.StatusAccepted {
-		ranges = nil
-		for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
-			ranges = append(ranges, [2]string{fmt.Sprintf("%d#", p), fmt.Sprintf("%d#%s~", p, keyTime(c.Now))})
-		}
-	}
-	for _, r := range ranges {
-		if len(out) == c.Limit {
-			break
-		}
-		// More candidates than wanted: claimers racing for the first ones
-		// move on to the next.
-		items, err := s.queued(ctx, string(c.From), r[0], r[1], 4*c.Limit+16+len(skip))
-		if err != nil {
+		if suspended, err = s.SuspendedBatches(ctx); err != nil {
 			return nil, fmt.Errorf("claim %s: %w", c.From, err)
 		}
-		for _, it := range items {
-			if len(out) == c.Limit {
-				break
+	}
+	pages := make([][]map[string]types.AttributeValue, shards)
+	err := eachAtOnce(shards, func(i int) error {
+		var err error
+		pages[i], err = s.claimable(ctx, c, i, c.Limit+4)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	cands := mergeBy(pages, "QueueKey", true)
+	toHold := func(it map[string]types.AttributeValue) bool {
+		b := getS(getM(it, "Attributes"), "Batch")
+		return b != "" && slices.Contains(suspended, b)
+	}
+	apply := func(m *meta, moved counts) ([]types.ParameterizedStatement, bool, error) {
+		if m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) {
+			return []types.ParameterizedStatement{s.holdUpdate(m, true)}, false, nil
+		}
+		ch, err := s.prepare(m, c.Move(m.msg.ID))
+		moved.move(c.From, c.To)
+		return ch.stmts, true, err
+	}
+	var out []*backends.Message
+	for len(out) < c.Limit && len(cands) > 0 {
+		var chunk []map[string]types.AttributeValue
+		wanted := 0
+		for ; len(cands) > 0 && wanted < c.Limit-len(out) && len(chunk) < perTxn; cands = cands[1:] {
+			chunk = append(chunk, cands[0])
+			if !toHold(cands[0]) {
+				wanted++
 			}
-			if b := getS(getM(it, "Attributes"), "Batch"); b != "" && slices.Contains(skip, b) {
-				continue
-			}
-			m, err := s.transition(ctx, c.Move(getS(it, "Id")))
-			if errors.Is(err, backends.ErrLockNotAcquired) || errors.Is(err, backends.ErrNotFound) {
-				continue // another relay was faster
-			}
-			if err != nil {
-				return out, fmt.Errorf("claim %s: %w", c.From, err)
-			}
-			out = append(out, m)
+		}
+		got, err := s.batch(ctx, chunk, apply)
+		out = append(out, got...)
+		if err != nil {
+			return out, fmt.Errorf("claim %s: %w", c.From, err)
+		}
+		if len(got) < wanted && len(cands) > 1 {
+			// Other claimers are taking the first ones, and will take the
+			// next ones as well: go on from further along.
+			off := rand.N(len(cands))
+			cands = append(cands[off:], cands[:off]...)
 		}
 	}
 	return out, nil
 }
 
+// Restore reads the expired leases of every working status from every
+// shard, and moves them back in batches.
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
 	total := 0
 	now := time.Now().UTC()
 	for _, st := range backends.WorkingStatuses() {
-		items, err := s.queued(ctx, string(st), lowKey, keyTime(expiredBefore), 0)
+		items, err := s.queuedShards(ctx, string(st), lowKey, keyTime(expiredBefore), 0)
 		if err != nil {
 			return total, fmt.Errorf("restore: %w", err)
 		}
-		for _, it := range items {
-			m, err := metaFromItem(it)
-			if err != nil {
-				return total, err
+		got, err := s.batch(ctx, items, func(m *meta, moved counts) ([]types.ParameterizedStatement, bool, error) {
+			if m.msg.Status != st || !m.msg.LeaseUntil.Before(expiredBefore) {
+				return nil, false, nil
 			}
-			if !m.msg.LeaseUntil.Before(expiredBefore) {
-				continue
-			}
-			_, err = s.transition(ctx, backends.RestoreTransition(&m.msg, now))
-			if errors.Is(err, backends.ErrLockNotAcquired) {
-				continue
-			}
-			if err != nil {
-				return total, fmt.Errorf("restore: %w", err)
-			}
-			total++
+			t := backends.RestoreTransition(&m.msg, now)
+			ch, err := s.prepare(m, t)
+			moved.move(t.From, t.To)
+			return ch.stmts, true, err
+		})
+		total += len(got)
+		if err != nil {
+			return total, fmt.Errorf("restore: %w", err)
 		}
+	}
+	if err := s.sweepActivated(ctx); err != nil {
+		return total, fmt.Errorf("restore: %w", err)
 	}
 	n, err := s.restoreEvents(ctx, expiredBefore, now)
 	return total + n, err
@@ -200,7 +434,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if len(out) >= limit {
 			break
 		}
-		items, err := s.queued(ctx, string(st), lowKey, keyTime(cutoff), limit-len(out))
+		items, err := s.queuedShards(ctx, string(st), lowKey, keyTime(cutoff), limit-len(out))
 		if err != nil {
 			return out, fmt.Errorf("purge: %w", err)
 		}
@@ -228,11 +462,14 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 }
 
 // remove deletes a message's items: the _META item first, on condition that
-// it is still in status st, then the others (history, events), which are
-// of no use without it.
+// it is still in status st, then the others (history, events, the events'
+// references), which are of no use without it, 25 to a request.
 func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, error) {
-	_, err := s.txn(ctx, []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+
-		` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`, str(m.msg.ID), str(metaStatus), str(string(st)))})
+	gone := counts{}
+	gone.move(st, "")
+	_, err := s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+
+		` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`, str(m.msg.ID), str(metaStatus), str(string(st)))},
+		s.counterStmts(gone)...))
 	if errors.Is(err, errCondition) {
 		return false, nil
 	}
@@ -243,16 +480,16 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, 
 	if err != nil {
 		return true, err
 	}
+	var dels []types.WriteRequest
+	del := func(id, sk string) {
+		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
+	}
 	for _, it := range items {
 		sk := getS(it, "Status")
-		dels := []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(m.msg.ID), str(sk))}
+		del(m.msg.ID, sk)
 		if strings.HasPrefix(sk, eventPrefix) {
-			ref := eventRef(getS(getM(it, "Attributes"), "EventId"))
-			dels = append(dels, stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, str(ref), str(eventRefStatus)))
-		}
-		if _, err := s.txn(ctx, dels); err != nil {
-			return true, err
+			del(eventRef(getS(getM(it, "Attributes"), "EventId")), eventRefStatus)
 		}
 	}
-	return true, nil
+	return true, s.writeItems(ctx, dels)
 }

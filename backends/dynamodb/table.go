@@ -13,7 +13,7 @@ import (
 )
 
 // indexes are the table's global secondary indexes: the seed's StatusIndex,
-// and the two the relay adds.
+// and those the relay adds (see items.go).
 func indexes() []types.GlobalSecondaryIndex {
 	key := func(hash, rng string) []types.KeySchemaElement {
 		k := []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}}
@@ -29,20 +29,26 @@ func indexes() []types.GlobalSecondaryIndex {
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
 		{IndexName: aws.String("MessageIdIndex"), KeySchema: key("MsgId", ""),
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}},
+		{IndexName: aws.String("MetaIndex"), KeySchema: key("MetaShard", "Id"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{"Attributes", "TTL"}}},
+		{IndexName: aws.String("BatchIndex"), KeySchema: key("BatchKey", "Id"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
 	}
 }
 
 func attributes() []types.AttributeDefinition {
 	var out []types.AttributeDefinition
-	for _, name := range []string{"Id", "Status", "Queue", "QueueKey", "MsgId"} {
+	for _, name := range []string{"Id", "Status", "Queue", "QueueKey", "MsgId", "MetaShard", "BatchKey"} {
 		out = append(out, types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeS})
 	}
 	return out
 }
 
 // CreateTable creates the outbox table with its indexes, or adds the
-// indexes a table of the seed's shape lacks, and turns TTL on. It is safe to
-// run on a table that has everything.
+// indexes a table of the seed's shape lacks, and turns TTL on. On a table
+// not yet prepared for this store it then places every message in its
+// shards and counts them once, with a scan (initLayout): run it while no
+// relay uses the table. It is safe to run on a table that has everything.
 func CreateTable(ctx context.Context, opts Options) (string, error) {
 	client, table, err := Client(ctx, opts)
 	if err != nil {
@@ -97,7 +103,7 @@ func CreateTable(ctx context.Context, opts Options) (string, error) {
 	if err != nil && !isTTLAlreadyOn(err) {
 		return table, fmt.Errorf("turn TTL on for %s: %w", table, err)
 	}
-	return table, nil
+	return table, initLayout(ctx, client, table)
 }
 
 func isTTLAlreadyOn(err error) bool {
@@ -147,6 +153,12 @@ func checkTable(ctx context.Context, client *dynamodb.Client, table string) erro
 			return fmt.Errorf("DynamoDB table %s lacks the index %s; run: postino dynamodb create-table --table %s (it adds what is missing)",
 				table, aws.ToString(gsi.IndexName), table)
 		}
+	}
+	if ok, err := layoutReady(ctx, client, table); !ok || err != nil {
+		if err != nil {
+			return err
+		}
+		return errNoLayout(table)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/dkim"
 )
@@ -32,6 +33,7 @@ type Signer interface {
 type Store interface {
 	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
 	Transition(ctx context.Context, t backends.Transition) error
+	Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 }
 
 // Bodies opens a message's bytes by the path its row records: a spool file,
@@ -59,11 +61,13 @@ type Retry struct {
 type Config struct {
 	// MaxInFlight bounds the messages being delivered at once.
 	MaxInFlight int
-	// Lease is how long a message may stay PROCESSING. A message that has
-	// less than half of it left when a session takes it (it waited for a
-	// busy or rate-limited destination) is handed back instead of sent, so
-	// a lease does not run out while the message waits; one attempt must
-	// fit in the other half.
+	// Lease is how long a message stays PROCESSING without a sign of
+	// life: the engine renews the leases of the messages it holds every
+	// third of it, so a slow delivery keeps its message while one whose
+	// relay died goes to another within a lease. A message that has less
+	// than half of it left when a session takes it (the renewals failed
+	// while it waited for a busy or rate-limited destination) is handed
+	// back instead of sent.
 	Lease time.Duration
 	// Poll is how often READY messages are looked for without a wake-up.
 	Poll time.Duration
@@ -95,6 +99,7 @@ type Config struct {
 type Engine struct {
 	cfg      Config
 	store    Store
+	leases   *lease.Renewer
 	spool    Bodies
 	routes   *Routes
 	resolver Resolver
@@ -120,7 +125,7 @@ type Engine struct {
 func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
-		cfg: cfg, store: store, spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
+		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
 		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
 		abort: abort, stop: stop,
 	}
@@ -136,8 +141,14 @@ func (e *Engine) Wake() {
 
 // Run claims and delivers until ctx ends. Then it claims nothing more, lets
 // the deliveries in progress finish for ShutdownTimeout, ends the others
-// and hands their messages back to READY without counting an attempt.
+// and hands their messages back to READY without counting an attempt. The
+// leases of the messages it holds are renewed until then.
 func (e *Engine) Run(ctx context.Context) {
+	renewCtx, stopRenewing := context.WithCancel(context.Background())
+	var renewer sync.WaitGroup
+	renewer.Go(func() { e.leases.Run(renewCtx) })
+	defer renewer.Wait()
+	defer stopRenewing()
 	poll := time.NewTicker(e.cfg.Poll)
 	defer poll.Stop()
 	backoff := time.Duration(0)
@@ -232,6 +243,7 @@ type flight struct {
 	m       *backends.Message
 	route   *Route
 	start   time.Time
+	hold    *lease.Hold // the message's lease, renewed while the flight lasts
 	mu      sync.Mutex
 	results []outcome.Recipient
 	tried   []int // the recipients of this attempt
@@ -301,7 +313,7 @@ type job struct {
 // dispatch queues m's jobs; m, as claimed, carries the claim's lease.
 func (e *Engine) dispatch(m *backends.Message) {
 	route := e.routes.get(m)
-	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults()}
+	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
 	byDest := map[string][]int{}
 	var order []string
 	for i, r := range f.results {
@@ -441,12 +453,14 @@ func (f *flight) finish() {
 	defer e.landed()
 	m := f.m
 	attemptNo := m.Attempts + 1
+	// No renewal runs past this: the transition names the lease.
+	leases := e.leases.Release(f.hold)
 	if f.lost {
 		// Recorded now, the attempt could overwrite a newer claim of the
 		// message and lose that claim's outcome; left unrecorded, the
 		// recipients this attempt reached may get the message twice.
 		e.log.Warn("delivery: the lease ran out before every destination was tried; the attempt is not recorded and the next claim sends again what it does not know was sent",
-			"id", m.ID, "lease_until", m.LeaseUntil, "sent_to", addresses(f.results, outcome.RecipientSent))
+			"id", m.ID, "lease_until", leases[0], "sent_to", addresses(f.results, outcome.RecipientSent))
 		return
 	}
 	now := time.Now().UTC()
@@ -457,7 +471,7 @@ func (f *flight) finish() {
 	f.results = d.results
 	e.observe(d, f.route.Name, now.Sub(m.CreatedAt))
 	t := f.transition(d, now, attemptNo)
-	if err := e.record(t); err != nil {
+	if err := e.record(t, leases); err != nil {
 		// The lease returns the message to READY: delivered recipients may
 		// then get it twice, never none.
 		e.log.Error("delivery: cannot record the attempt", "id", m.ID, "to", t.To, "error", err)
@@ -474,12 +488,16 @@ func (f *flight) finish() {
 	}
 }
 
-// record writes the outbox's record of an attempt.
-func (e *Engine) record(t backends.Transition) error {
-	if e.cfg.Outcomes != nil {
-		return e.cfg.Outcomes.Write(context.Background(), t)
-	}
-	return e.store.Transition(context.Background(), t)
+// record writes the outbox's record of an attempt, holding the message's
+// lease: the first of leases, or the next when the outbox refuses it (a
+// renewal whose outcome was unknown may have landed).
+func (e *Engine) record(t backends.Transition, leases []time.Time) error {
+	return lease.Write(t, leases, func(t backends.Transition) error {
+		if e.cfg.Outcomes != nil {
+			return e.cfg.Outcomes.Write(context.Background(), t)
+		}
+		return e.store.Transition(context.Background(), t)
+	})
 }
 
 // landed frees the place of a flight that has finished.
@@ -580,7 +598,7 @@ func (e *Engine) observe(d decision, route string, age time.Duration) {
 // event.
 func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.Transition {
 	t := backends.Transition{ID: f.m.ID, From: backends.StatusProcessing, To: d.to, At: now, Results: d.results,
-		Reason: d.reason, KeepReason: d.keepReason, DueAt: d.dueAt, AddAttempt: d.addAttempt, Held: f.m.LeaseUntil}
+		Reason: d.reason, KeepReason: d.keepReason, DueAt: d.dueAt, AddAttempt: d.addAttempt}
 	if f.e.cfg.Acknowledge {
 		t.Then = acknowledged(t.To)
 	}

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,9 +63,17 @@ func TestSessionDoesNotWaitForTheOutbox(t *testing.T) {
 	}
 }
 
-// A message that waits long for a session (here a rate-limited route) must
-// not be sent once its lease may run out: the lease would return it to READY
-// while it is on its way, and a second claim would send it again.
+// noRenewals is an outbox that cannot renew leases, as one that fails does.
+type noRenewals struct{ *bolt.Store }
+
+func (noRenewals) Renew(context.Context, backends.Renewal) ([]string, error) {
+	return nil, errors.New("outbox unavailable (test)")
+}
+
+// A message that waits long for a session (here a rate-limited route) while
+// its lease cannot be renewed must not be sent once the lease may run out:
+// the lease would return it to READY while it is on its way, and a second
+// claim would send it again.
 func TestLongWaitIsHandedBack(t *testing.T) {
 	sp, store := outboxtest.Open(t)
 	const n = 50
@@ -73,7 +82,7 @@ func TestLongWaitIsHandedBack(t *testing.T) {
 	const lease = 4 * time.Second
 	// Ten a second through one connection: the last of the fifty would
 	// wait five seconds, past the lease.
-	stop := runEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1, Rate: 10}, lease)
+	stop := runEngine(t, noRenewals{store}, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1, Rate: 10}, lease)
 	ctx, cancel := context.WithCancel(context.Background())
 	restored := make(chan struct{})
 	go func() { // the relay's housekeeping, quicker

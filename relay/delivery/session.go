@@ -186,22 +186,25 @@ func (s *session) carry(j *job) {
 // not, it ends the job without sending.
 func (d *destination) inTime(j *job) bool {
 	e := d.e
-	left := time.Until(j.f.m.LeaseUntil)
-	if left >= e.cfg.Lease/2 {
+	until, lost := e.leases.Until(j.f.hold)
+	left := time.Until(until)
+	// The lease is renewed while the message waits: less than half of it
+	// left means the renewals fail, and sent now, the message could still
+	// be on its way when the lease runs out and another claim sends it
+	// again. Checked before the rate limit, so that handing back spends
+	// none of it.
+	if left >= e.cfg.Lease/2 && !lost {
 		return true
 	}
-	// Sent now, it could still be on its way when the lease runs out and
-	// another claim sends it again. Checked before the rate limit, so that
-	// handing back spends none of it.
-	if left <= 0 {
+	if lost || left <= 0 {
 		j.loseClaim()
 		return false
 	}
 	// It waits about as long again before the next claim, so that the
 	// destination's queue drains instead of taking it straight back.
 	waited := time.Since(j.f.start)
-	j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s, leaving less than half its lease (%s); the attempt does not count",
-		waited.Round(time.Millisecond), d.key, e.cfg.Lease), waited)
+	j.handBack(fmt.Sprintf("handed back: it waited %s for a session to %s and its lease could not be renewed meanwhile (%s left of %s); the attempt does not count",
+		waited.Round(time.Millisecond), d.key, left.Round(time.Millisecond), e.cfg.Lease), waited)
 	return false
 }
 

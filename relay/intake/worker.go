@@ -12,6 +12,7 @@ import (
 	"github.com/emersion/go-message"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/lease"
 )
 
 // maxMIMEDepth bounds nested multiparts: deeper is an attack or a bug.
@@ -21,6 +22,7 @@ const maxMIMEDepth = 32
 type WorkerStore interface {
 	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
 	Transition(ctx context.Context, t backends.Transition) error
+	Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 }
 
 // Bodies opens a message's bytes by the path its row records: a spool file,
@@ -36,8 +38,9 @@ type Router func(m *backends.Message) (string, error)
 type WorkerConfig struct {
 	// Concurrency is how many messages are prepared at once.
 	Concurrency int
-	// Lease is how long a message may stay INTAKING before another worker
-	// may take it over.
+	// Lease is how long a message may stay INTAKING without a sign of life
+	// before another worker may take it over; the worker renews the leases
+	// of the messages it holds every third of it.
 	Lease time.Duration
 	// Poll is how often the outbox is checked when nothing wakes the worker
 	// (messages accepted by another relay, restored leases).
@@ -53,16 +56,18 @@ type WorkerConfig struct {
 
 // Worker moves ACCEPTED messages to READY, or INVALID with the reason.
 type Worker struct {
-	cfg   WorkerConfig
-	store WorkerStore
-	spool Bodies
-	route Router
-	log   *slog.Logger
-	wake  chan struct{}
+	cfg    WorkerConfig
+	store  WorkerStore
+	leases *lease.Renewer
+	spool  Bodies
+	route  Router
+	log    *slog.Logger
+	wake   chan struct{}
 }
 
 func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log *slog.Logger) *Worker {
-	return &Worker{cfg: cfg, store: store, spool: sp, route: route, log: log, wake: make(chan struct{}, 1)}
+	return &Worker{cfg: cfg, store: store, leases: lease.New(store, backends.StatusIntaking, cfg.Lease, log),
+		spool: sp, route: route, log: log, wake: make(chan struct{}, 1)}
 }
 
 // Wake tells the worker that a message is waiting.
@@ -74,8 +79,14 @@ func (w *Worker) Wake() {
 }
 
 // Run prepares messages until ctx ends. The messages it holds when ctx ends
-// are finished first: preparing one takes milliseconds.
+// are finished first: preparing one takes milliseconds, but a claim holds
+// many, so their leases are renewed meanwhile.
 func (w *Worker) Run(ctx context.Context) {
+	renewCtx, stopRenewing := context.WithCancel(context.Background())
+	var renewer sync.WaitGroup
+	renewer.Go(func() { w.leases.Run(renewCtx) })
+	defer renewer.Wait()
+	defer stopRenewing()
 	ticker := time.NewTicker(w.cfg.Poll)
 	defer ticker.Stop()
 	backoff := time.Duration(0)
@@ -122,12 +133,14 @@ func (w *Worker) prepareAll(msgs []*backends.Message) {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for _, m := range msgs {
+		hold := w.leases.Hold(m.ID, m.LeaseUntil)
 		wg.Go(func() {
 			slots <- struct{}{}
 			t, ok := w.prepare(m)
 			<-slots
+			leases := w.leases.Release(hold)
 			if ok {
-				w.record(m, t)
+				w.record(m, t, leases)
 			}
 		})
 	}
@@ -170,10 +183,13 @@ func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	return t, true
 }
 
-// record moves the message on. Whatever happens, the message leaves
-// INTAKING, or its lease brings it back to ACCEPTED.
-func (w *Worker) record(m *backends.Message, t backends.Transition) {
-	if err := w.store.Transition(context.Background(), t); err != nil {
+// record moves the message on, holding its lease: the first of leases, or
+// the next when the outbox refuses it (a renewal whose outcome was unknown
+// may have landed). Whatever happens, the message leaves INTAKING, or its
+// lease brings it back to ACCEPTED.
+func (w *Worker) record(m *backends.Message, t backends.Transition, leases []time.Time) {
+	err := lease.Write(t, leases, func(t backends.Transition) error { return w.store.Transition(context.Background(), t) })
+	if err != nil {
 		// The lease will hand the message back; nothing is lost.
 		w.log.Error("intake: cannot record the prepared message; its lease will return it", "id", t.ID, "to", t.To, "error", err)
 		return

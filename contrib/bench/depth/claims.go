@@ -27,9 +27,9 @@ type claimFigures struct{ empty, one percentiles }
 // the relay not running: first with nothing due (the suspended batch is
 // due but held, the rest deferred), then with one message due, which is
 // handed back after each claim.
-func measureClaims(ctx context.Context, o backends.Outbox, samples int) (claimFigures, error) {
+func measureClaims(ctx context.Context, o backends.Outbox, samples int, budget time.Duration) (claimFigures, error) {
 	var out claimFigures
-	empty, err := timeClaims(ctx, o, samples, 0, nil)
+	empty, err := timeClaims(ctx, o, samples, budget, 0, nil)
 	if err != nil {
 		return out, err
 	}
@@ -46,7 +46,7 @@ func measureClaims(ctx context.Context, o backends.Outbox, samples int) (claimFi
 		return o.Transition(ctx, backends.Transition{ID: id, From: backends.StatusProcessing, To: backends.StatusReady,
 			KeepReason: true, Reason: "handed back by the benchmark"})
 	}
-	one, err := timeClaims(ctx, o, samples, 1, handBack)
+	one, err := timeClaims(ctx, o, samples, budget, 1, handBack)
 	if err != nil {
 		return out, err
 	}
@@ -57,17 +57,19 @@ func measureClaims(ctx context.Context, o backends.Outbox, samples int) (claimFi
 		return out, err
 	}
 	out.empty, out.one = summarize(empty), summarize(one)
-	fmt.Printf("claims (limit %d, relay stopped, %d samples each): nothing due p50 %s p99 %s max %s; one due p50 %s p99 %s max %s\n",
-		claimLimit, samples, fmtDur(out.empty.p50), fmtDur(out.empty.p99), fmtDur(out.empty.max),
+	fmt.Printf("claims (limit %d, relay stopped, %d and %d samples): nothing due p50 %s p99 %s max %s; one due p50 %s p99 %s max %s\n",
+		claimLimit, len(empty), len(one), fmtDur(out.empty.p50), fmtDur(out.empty.p99), fmtDur(out.empty.max),
 		fmtDur(out.one.p50), fmtDur(out.one.p99), fmtDur(out.one.max))
 	return out, nil
 }
 
-// timeClaims times samples claims, each of which must return want
-// messages; after each, release gives back what it took.
-func timeClaims(ctx context.Context, o backends.Outbox, samples, want int, release func(id string) error) ([]time.Duration, error) {
+// timeClaims times samples claims, or as many as budget allows, each of
+// which must return want messages; after each, release gives back what it
+// took.
+func timeClaims(ctx context.Context, o backends.Outbox, samples int, budget time.Duration, want int, release func(id string) error) ([]time.Duration, error) {
 	out := make([]time.Duration, 0, samples)
-	for range samples {
+	deadline := time.Now().Add(budget)
+	for i := 0; i < samples && (i == 0 || time.Now().Before(deadline)); i++ {
 		now := time.Now().UTC()
 		start := time.Now()
 		ms, err := o.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now,
@@ -107,12 +109,14 @@ func lateCursors(ctx context.Context, o backends.Outbox) (cursors, error) {
 	return c, nil
 }
 
-// lastCursor walks a listing in pages of 1000 and returns the cursor of
-// its last page.
+// lastCursor walks a listing in pages of 50,000 (the store takes any
+// size; few pages keep the walk short where a page's cost grows with its
+// depth) and returns the cursor of its last page: the admin API's page
+// after it is within the last 50,000 messages.
 func lastCursor(ctx context.Context, o backends.Outbox, st backends.Status) (string, error) {
 	after := ""
 	for {
-		_, next, err := o.List(ctx, backends.ListQuery{Status: st, After: after, Limit: 1000})
+		_, next, err := o.List(ctx, backends.ListQuery{Status: st, After: after, Limit: 50000})
 		if err != nil {
 			return "", err
 		}

@@ -25,6 +25,8 @@ type store struct {
 	relayArgs []string
 	relayEnv  []string
 	drop      func() error
+	// open opens the outbox again, as the relay does at its start.
+	open func(ctx context.Context) (backends.Outbox, error)
 }
 
 func (s *store) cleanup(keep bool) {
@@ -44,7 +46,10 @@ func newStore(ctx context.Context, o options, work string) (*store, error) {
 	var err error
 	switch o.store {
 	case "bolt":
-		s.outbox, err = bolt.Open(filepath.Join(s.data, "outbox.db"), bolt.Options{})
+		s.open = func(context.Context) (backends.Outbox, error) {
+			return bolt.Open(filepath.Join(s.data, "outbox.db"), bolt.Options{})
+		}
+		s.outbox, err = s.open(ctx)
 	case "mysql":
 		err = s.openMySQL(ctx, o.dsn)
 	case "dynamodb":
@@ -90,7 +95,10 @@ func (s *store) openMySQL(ctx context.Context, server string) error {
 	if err != nil {
 		return fmt.Errorf("migrate %s: %w", name, err)
 	}
-	if s.outbox, err = mysql.Open(ctx, dsn, mysql.Options{MaxConns: 32}); err != nil {
+	s.open = func(ctx context.Context) (backends.Outbox, error) {
+		return mysql.Open(ctx, dsn, mysql.Options{MaxConns: 32})
+	}
+	if s.outbox, err = s.open(ctx); err != nil {
 		return err
 	}
 	s.relayArgs = []string{"--dsn", dsn}
@@ -119,8 +127,9 @@ func (s *store) openDynamoDB(ctx context.Context, endpoint string) error {
 		_, err = client.DeleteTable(context.Background(), &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
 		return err
 	}
+	s.open = func(ctx context.Context) (backends.Outbox, error) { return dynamodb.Open(ctx, opts) }
 	var err error
-	if s.outbox, err = dynamodb.Open(ctx, opts); err != nil {
+	if s.outbox, err = s.open(ctx); err != nil {
 		return err
 	}
 	s.relayArgs = []string{"--table", table}

@@ -1,0 +1,174 @@
+package dynamodb
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The layout item (Id and Status "_LAYOUT") says that the table's items are
+// placed as this store reads them: every _META item, event and alarm in its
+// shard, a message held when its batch is suspended, and the counter items
+// made from a count of the messages. create-table writes it once, after a scan of the table has done
+// that (initLayout); Open wants it there.
+const layoutStatus = "_LAYOUT"
+
+func layoutKey() map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"Id": str(layoutStatus), "Status": str(layoutStatus)}
+}
+
+// layoutReady reports whether the table's items were placed and counted for
+// this store's number of shards.
+func layoutReady(ctx context.Context, client *dynamodb.Client, table string) (bool, error) {
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: layoutKey(), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return false, fmt.Errorf("DynamoDB table %s: %w", table, err)
+	}
+	return out.Item != nil && getN(out.Item, "Shards") == shards, nil
+}
+
+// initLayout places every _META item, event and alarm of the table in its
+// shard (a table of the seed's shape, or of an earlier store, has them in
+// none) and makes the
+// counter items from a count of them, once: it scans the whole table, so
+// create-table does it, before relays use the table. Run again after an
+// interruption, it starts over and counts anew.
+func initLayout(ctx context.Context, client *dynamodb.Client, table string) error {
+	if ok, err := layoutReady(ctx, client, table); ok || err != nil {
+		return err
+	}
+	s := &Store{db: client, table: table}
+	suspended, err := s.SuspendedBatches(ctx)
+	if err != nil {
+		return fmt.Errorf("read suspended batches of %s: %w", table, err)
+	}
+	total := counts{}
+	var start map[string]types.AttributeValue
+	for {
+		resp, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start})
+		if err != nil {
+			return fmt.Errorf("scan %s: %w", table, err)
+		}
+		for _, it := range resp.Items {
+			if err := s.placeItem(ctx, it, suspended, total); err != nil {
+				return err
+			}
+		}
+		if resp.LastEvaluatedKey == nil {
+			break
+		}
+		start = resp.LastEvaluatedKey
+	}
+	if err := s.putItems(ctx, counterItems(total)); err != nil {
+		return fmt.Errorf("write the counters of %s: %w", table, err)
+	}
+	marker := layoutKey()
+	marker["Shards"] = num(shards)
+	marker["CountedAt"] = tm(time.Now())
+	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: marker}); err != nil {
+		return fmt.Errorf("mark %s as counted: %w", table, err)
+	}
+	return nil
+}
+
+// placeItem places an item of the table in its shard, when it has one: a
+// message (counted in total), an event, an alarm.
+func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total counts) error {
+	id, sk := getS(it, "Id"), getS(it, "Status")
+	queue := ""
+	switch {
+	case sk == metaStatus:
+		m, err := metaFromItem(it)
+		if err != nil {
+			return err
+		}
+		total[m.msg.Status]++
+		m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) && m.msg.Status.Undelivered()
+		return s.place(ctx, m)
+	case strings.HasPrefix(sk, eventPrefix):
+		queue = eventQueueOf(eventFromItem(it))
+	case strings.HasPrefix(sk, alarmPrefix):
+		queue = sharded(alarmQueue+strings.TrimPrefix(sk, alarmPrefix), shardOf(id))
+	}
+	if queue == "" || getS(it, "Queue") == queue {
+		return nil
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
+		Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}, UpdateExpression: aws.String("SET #q = :q"),
+		ExpressionAttributeNames: map[string]string{"#q": "Queue"}, ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)}})
+	if err != nil {
+		return fmt.Errorf("place %s %s in its shard: %w", id, sk, err)
+	}
+	return nil
+}
+
+// place writes the index keys of a _META item as this store has them.
+func (s *Store) place(ctx context.Context, m *meta) error {
+	keys := indexKeys(m)
+	names := map[string]string{}
+	values := map[string]types.AttributeValue{}
+	expr := ""
+	for k, v := range keys {
+		if expr != "" {
+			expr += ", "
+		}
+		expr += "#" + k + " = :" + k
+		names["#"+k] = k
+		values[":"+k] = v
+	}
+	if m.held {
+		expr += ", #a.Held = :held"
+		names["#a"] = "Attributes"
+		values[":held"] = &types.AttributeValueMemberBOOL{Value: true}
+	}
+	expr = "SET " + expr
+	if _, ok := keys["BatchKey"]; !ok {
+		expr += " REMOVE BatchKey"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
+		Key:              map[string]types.AttributeValue{"Id": str(m.msg.ID), "Status": str(metaStatus)},
+		UpdateExpression: aws.String(expr), ExpressionAttributeNames: names, ExpressionAttributeValues: values})
+	if err != nil {
+		return fmt.Errorf("place message %s in its shard: %w", m.msg.ID, err)
+	}
+	return nil
+}
+
+// putItems writes items 25 to a request.
+func (s *Store) putItems(ctx context.Context, items []map[string]types.AttributeValue) error {
+	reqs := make([]types.WriteRequest, len(items))
+	for i, it := range items {
+		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+	}
+	return s.writeItems(ctx, reqs)
+}
+
+// writeItems makes writes (puts, deletes) 25 to a request, again for those
+// DynamoDB leaves unprocessed.
+func (s *Store) writeItems(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		n := min(25, len(reqs))
+		pending := map[string][]types.WriteRequest{s.table: reqs[:n]}
+		reqs = reqs[n:]
+		for len(pending[s.table]) > 0 {
+			resp, err := s.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return err
+			}
+			pending = resp.UnprocessedItems
+		}
+	}
+	return nil
+}
+
+// errNoLayout tells an operator how to prepare a table for this store.
+func errNoLayout(table string) error {
+	return fmt.Errorf("DynamoDB table %s has not been prepared for this version of postino (its messages placed in %d shards and counted); "+
+		"stop the relays that use it and run: postino dynamodb create-table --table %s", table, shards, table)
+}
