@@ -59,6 +59,11 @@ if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
   exit 2
 fi
 
+if [ "$spoolstore" = outbox ] && [ "$backend" != mysql ]; then
+  echo "-S outbox keeps the bytes in the outbox: only -b mysql does" >&2
+  exit 2
+fi
+
 tool() {
   local bin
   bin=$(command -v "$1" || true)
