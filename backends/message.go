@@ -40,8 +40,13 @@ type Message struct {
 	// Route names the delivery route chosen at intake.
 	Route string `json:"route,omitempty"`
 
-	// EmlPath is the spool file, relative to the spool directory.
+	// EmlPath is the spool file, relative to the spool directory, or
+	// BodyRef's name for bytes the store keeps itself (spool.store outbox).
 	EmlPath string `json:"eml_path"`
+	// Body is the message's bytes, given to Create when the store keeps
+	// them (EmlPath is then a BodyRef): they are committed with the row.
+	// Stores never fill it on read; OpenBody reads them.
+	Body []byte `json:"-"`
 	// PayloadPath is kept for rows migrated from the seed layout, whose
 	// envelope lived in a JSON file; Postino keeps the envelope in the row.
 	PayloadPath string `json:"payload_path,omitempty"`

@@ -34,6 +34,7 @@ type Config struct {
 	SMTP      SMTPConfig     `yaml:"smtp"`
 	Admin     AdminConfig    `yaml:"admin"`
 	Outbox    OutboxConfig   `yaml:"outbox"`
+	Spool     SpoolConfig    `yaml:"spool"`
 	Intake    IntakeConfig   `yaml:"intake"`
 	Delivery  DeliveryConfig `yaml:"delivery"`
 	Routes    RoutesConfig   `yaml:"routes"`
@@ -113,6 +114,28 @@ type OutboxConfig struct {
 	Bolt     BoltConfig     `yaml:"bolt"`
 	MySQL    MySQLConfig    `yaml:"mysql"`
 	DynamoDB DynamoDBConfig `yaml:"dynamodb"`
+}
+
+// Where a message's bytes live (spool.store).
+const (
+	// SpoolLocal is the spool directory on this relay's own disk: only
+	// this relay can deliver what it accepted.
+	SpoolLocal = "local"
+	// SpoolShared is the spool directory on a filesystem every relay of
+	// the fleet mounts (NFS, EFS, a shared volume): the same code as
+	// local, and any relay delivers any message, as long as the mount
+	// holds; fsync must reach the shared storage for a 250 to be safe.
+	SpoolShared = "shared"
+	// SpoolOutbox keeps the bytes in the outbox store, committed with the
+	// row: the relays share nothing but the store, and their data
+	// directories hold only their journals and PEC receipts.
+	SpoolOutbox = "outbox"
+)
+
+// SpoolConfig says where messages' bytes are kept.
+type SpoolConfig struct {
+	// Store is local (the default), shared or outbox (MySQL only).
+	Store string `yaml:"store"`
 }
 
 type MySQLConfig struct {
@@ -407,6 +430,7 @@ func DefaultConfig() Config {
 		},
 		Admin:  AdminConfig{Listen: "127.0.0.1:8525"},
 		Outbox: OutboxConfig{Backend: "bolt"},
+		Spool:  SpoolConfig{Store: SpoolLocal},
 		Intake: IntakeConfig{Workers: 4, Lease: Duration(time.Minute), Poll: Duration(5 * time.Second)},
 		Delivery: DeliveryConfig{
 			MaxInFlight:     512,
@@ -482,7 +506,7 @@ func (c *Config) Check() error {
 			return fmt.Errorf("%s %q is not a host:port address: %v", l.key, l.addr, err)
 		}
 	}
-	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.Intake.check,
+	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
 		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkRetention, c.Log.check} {
 		if err := check(); err != nil {
 			return err
@@ -568,6 +592,20 @@ func (o *OutboxConfig) check() error {
 		}
 	default:
 		return fmt.Errorf("outbox.backend %q: use bolt, mysql or dynamodb", o.Backend)
+	}
+	return nil
+}
+
+func (c *Config) checkSpool() error {
+	switch c.Spool.Store {
+	case SpoolLocal, SpoolShared:
+	case SpoolOutbox:
+		if c.Outbox.Backend == "bolt" {
+			return errors.New("spool.store outbox keeps messages in a store the fleet shares, and bbolt is this relay's own file: " +
+				"use spool.store local with bolt, or outbox.backend mysql")
+		}
+	default:
+		return fmt.Errorf("spool.store %q: use local, shared or outbox", c.Spool.Store)
 	}
 	return nil
 }

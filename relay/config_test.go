@@ -60,6 +60,12 @@ retention: 3d
 					t.Errorf("from env %+v", c)
 				}
 			}},
+		{name: "spool store from env", env: []string{"POSTINO_SPOOL_STORE=outbox"},
+			check: func(t *testing.T, c Config) {
+				if c.Spool.Store != SpoolOutbox {
+					t.Errorf("spool.store %q", c.Spool.Store)
+				}
+			}},
 		{name: "flag twins", env: []string{"POSTINO_LISTEN=127.0.0.1:2600", "POSTINO_ADMIN=127.0.0.1:8600", "POSTINO_DATA=/d", "POSTINO_CONFIG=/ignored"},
 			check: func(t *testing.T, c Config) {
 				if c.SMTP.Listen != "127.0.0.1:2600" || c.Admin.Listen != "127.0.0.1:8600" || c.DataDir != "/d" {
@@ -214,6 +220,8 @@ var checkErrors = []struct {
 	{"admin without token", func(c *Config) { c.Admin.Listen = "0.0.0.0:8525" }, "admin.token_file"},
 	{"mysql without dsn", func(c *Config) { c.Outbox.Backend = "mysql" }, "outbox.mysql"},
 	{"backend", func(c *Config) { c.Outbox.Backend = "sqlite" }, "outbox.backend"},
+	{"spool store", func(c *Config) { c.Spool.Store = "s3" }, "spool.store"},
+	{"spool store outbox with bolt", func(c *Config) { c.Spool.Store = SpoolOutbox }, "bbolt"},
 	{"intake", func(c *Config) { c.Intake.Poll = 0 }, "intake.poll"},
 	{"delivery", func(c *Config) { c.Delivery.MXPort = 0 }, "mx_port"},
 	{"delivery timeouts", func(c *Config) { c.Delivery.Timeouts.DataEnd = 0 }, "delivery.timeouts"},

@@ -39,7 +39,10 @@ type Relay struct {
 	cfg Config
 	log *slog.Logger
 
-	spool  *spool.Spool
+	spool *spool.Spool
+	// bodies reads and removes messages' bytes, in the spool or the
+	// outbox, as each row's path says.
+	bodies *spool.Bodies
 	outbox backends.Outbox
 	// outcomes keeps the delivery outcomes the outbox failed to take.
 	outcomes *journal.Journal
@@ -88,6 +91,13 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.outbox, r.exclusive, err = cfg.openOutbox(context.Background()); err != nil {
 		return nil, err
 	}
+	// Whatever this relay writes, it reads bytes another relay kept in the
+	// outbox when the store keeps any.
+	store, keeps := r.outbox.(spool.Store)
+	if cfg.Spool.Store == SpoolOutbox && !keeps {
+		return nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
+	}
+	r.bodies = spool.NewBodies(r.spool, store)
 
 	if r.outcomes, err = journal.Open(cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: log}); err != nil {
 		return nil, err
@@ -149,8 +159,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
-	r.engine = delivery.NewEngine(dcfg, r.outbox, r.spool, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
-	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.spool, routes.Choose, log)
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
 
 	r.admin = &http.Server{
@@ -246,7 +256,7 @@ func (r *Relay) AdminAddr() net.Addr { return r.adminLn.Addr() }
 // progress get ShutdownTimeout to finish, workers finish what they hold.
 func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("postino serving", "smtp", r.smtpLn.Addr().String(), "admin", r.adminLn.Addr().String(),
-		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "host", r.cfg.Hostname)
+		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "spool_store", r.cfg.Spool.Store, "host", r.cfg.Hostname)
 	errc := make(chan error, 2)
 	go func() { errc <- r.intake.Serve(r.smtpLn) }()
 	go func() {

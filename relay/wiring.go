@@ -99,6 +99,7 @@ func (c *Config) intakeConfig(getenv func(string) string) (intake.Config, error)
 		WriteTimeout:       c.SMTP.WriteTimeout.D(),
 		CommitTimeout:      commitTimeout,
 		PEC:                c.PEC.intakeAccounts(),
+		StoreBodies:        c.Spool.Store == SpoolOutbox,
 	}, nil
 }
 

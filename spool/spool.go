@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -103,9 +104,7 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	if err := s.ensureBucket(bucket); err != nil {
 		return nil, err
 	}
-	var nonce [nonceLen / 2]byte
-	rand.Read(nonce[:])
-	rel := filepath.Join(bucket, id+"."+hex.EncodeToString(nonce[:])+suffix)
+	rel := filepath.Join(bucket, id+"."+Nonce()+suffix)
 	f, err := openFile(filepath.Join(s.dir, rel), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
@@ -120,6 +119,14 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	// message is received and its data synced, instead of after.
 	synced := s.dirSyncs.Submit(context.Background(), filepath.Join(s.dir, bucket))
 	return &File{s: s, f: f, w: w, rel: rel, dirSynced: synced}, nil
+}
+
+// Nonce tells apart two submissions of one message id: a spool file's name
+// or a backends.BodyRef holds one.
+func Nonce() string {
+	var nonce [nonceLen / 2]byte
+	rand.Read(nonce[:])
+	return hex.EncodeToString(nonce[:])
 }
 
 // ensureBucket creates a bucket directory and makes its entry durable in
@@ -239,7 +246,7 @@ func syncDir(dir string) error {
 // A file that cannot be opened is counted (Unreadable): the relay never
 // takes it for a message gone for good, since a missing mount or a
 // shared volume's hiccup looks the same.
-func (s *Spool) Open(path string) (*os.File, error) {
+func (s *Spool) Open(path string) (io.ReadCloser, error) {
 	full, err := s.resolve(path)
 	if err == nil {
 		var f *os.File
@@ -250,9 +257,14 @@ func (s *Spool) Open(path string) (*os.File, error) {
 	if full == "" {
 		full = path
 	}
-	s.unreadable.Add(1)
-	s.lastFailure.Store(&Failure{Path: full, Err: err, At: time.Now()})
+	s.failed(full, err)
 	return nil, fmt.Errorf("spool: message file %s cannot be read: %w", path, err)
+}
+
+// failed counts a message whose bytes could not be read.
+func (s *Spool) failed(path string, err error) {
+	s.unreadable.Add(1)
+	s.lastFailure.Store(&Failure{Path: path, Err: err, At: time.Now()})
 }
 
 // Remove deletes a message file and the receipts kept with it; what is

@@ -16,6 +16,12 @@ import (
 )
 
 func (s *Store) Create(ctx context.Context, m *backends.Message) error {
+	// The file is one relay's own: bytes in it serve no other relay, and
+	// bbolt never gives back the space of deleted ones. The spool does both
+	// jobs better.
+	if m.Body != nil {
+		return backends.ErrBodiesNotKept
+	}
 	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
 		return err
 	}

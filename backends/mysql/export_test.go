@@ -26,3 +26,7 @@ type ListCursor = cursor
 
 // Parts returns the statement's text and arguments.
 func (s stmt) Parts() (string, []any) { return s.query, s.args }
+
+// SetBodyBudget makes the statements of message bytes small, so that a
+// test sees them split without sending megabytes.
+func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }

@@ -41,6 +41,9 @@ type Options struct {
 type Store struct {
 	db      *sql.DB
 	commits *groupcommit.Committer[*op]
+	// bodyBudget bounds the message bytes of one statement, so that it
+	// stays within the server's max_allowed_packet (see bodyBudgetOf).
+	bodyBudget int
 }
 
 var _ backends.Outbox = (*Store)(nil)
@@ -141,7 +144,12 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("%w: it is at version %d, this postino needs %d; run: postino migrate --backend mysql --dsn DSN", ErrSchemaBehind, v, want)
 	}
-	st := &Store{db: db}
+	var packet int
+	if err := db.QueryRowContext(ctx, "SELECT @@max_allowed_packet").Scan(&packet); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("MySQL: read max_allowed_packet: %w", err)
+	}
+	st := &Store{db: db, bodyBudget: bodyBudgetOf(packet)}
 	st.commits = groupcommit.New(commitConfig, st.commit)
 	return st, nil
 }

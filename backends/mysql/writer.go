@@ -116,9 +116,10 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 	return w.write()
 }
 
-// insertMessages creates messages with one statement. An id already taken
-// keeps its row (ON DUPLICATE KEY changes nothing); reading the spool paths
-// back tells which rows are ours, since each submission has its own file.
+// insertMessages creates messages with one statement, and their bodies
+// when the store keeps them. An id already taken keeps its row (ON
+// DUPLICATE KEY changes nothing); reading the spool paths back tells which
+// rows are ours, since each submission has its own file or BodyRef.
 func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *changes) error {
 	if len(creates) == 0 {
 		return nil
@@ -162,6 +163,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 	}
 	mine := map[string]bool{}
 	batched := map[string][]any{}
+	var bodies []*backends.Message
 	for _, o := range creates {
 		m := o.create
 		// Two creates of one id in one group: the first is the row.
@@ -170,11 +172,19 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 			continue
 		}
 		mine[m.ID] = true
+		if m.Body != nil {
+			bodies = append(bodies, m)
+		}
 		h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
 		h.count(m.Status, 1)
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}
+	}
+	// The bytes commit with their row, or not at all: only the rows this
+	// group made get them.
+	if err := s.insertBodies(ctx, tx, bodies); err != nil {
+		return err
 	}
 	return holdSuspended(ctx, tx, batched)
 }

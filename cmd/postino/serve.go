@@ -25,6 +25,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	smarthostTLS := fs.String("smarthost-tls", "", "TLS `mode` with the smarthost: none, starttls or tls (POSTINO_SMARTHOST_TLS)")
 	backend := fs.String("backend", "", "outbox `store`: bolt (default), mysql or dynamodb (POSTINO_BACKEND)")
 	dsn := fs.String("dsn", "", "MySQL `DSN`; implies --backend mysql (POSTINO_OUTBOX_MYSQL_DSN)")
+	spoolStore := fs.String("spool-store", "", "where message bytes live: local (default), shared or outbox (POSTINO_SPOOL_STORE)")
 	table := fs.String("table", "", "DynamoDB `table`; implies --backend dynamodb (EMAIL_OUTBOX_TABLE)")
 	var pluginPaths []string
 	fs.Func("plugin", "run the status-callback plugin at `path`, with default settings (repeatable)", func(p string) error {
@@ -57,7 +58,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		dst *string
 	}{{*listen, &cfg.SMTP.Listen}, {*adminAddr, &cfg.Admin.Listen}, {*data, &cfg.DataDir},
 		{*smarthost, &cfg.Routes.Default.Smarthost}, {*smarthostTLS, &cfg.Routes.Default.TLS},
-		{*backend, &cfg.Outbox.Backend}, {*table, &cfg.Outbox.DynamoDB.Table}} {
+		{*backend, &cfg.Outbox.Backend}, {*table, &cfg.Outbox.DynamoDB.Table}, {*spoolStore, &cfg.Spool.Store}} {
 		if f.val != "" {
 			*f.dst = f.val
 		}

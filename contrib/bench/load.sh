@@ -8,13 +8,15 @@
 # and checks that every message reached the sink exactly once (by the
 # X-Genro-Mail-ID the relay adds).
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|dynamodb] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
+#   contrib/bench/load.sh [-d] [-b bolt|mysql|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
 # message: the deltas of SHOW GLOBAL STATUS Questions, Com_commit,
-# Innodb_row_lock_waits and Innodb_deadlocks, and mariadbd's CPU time. They
-# are the whole server's: other clients of the server count too.
+# Innodb_row_lock_waits, Innodb_deadlocks, Innodb_data_written and
+# Innodb_os_log_written (bytes to the data files and to the redo log), and
+# mariadbd's CPU time. They are the whole server's: other clients of the
+# server count too.
 # -b dynamodb uses a fresh table on the DynamoDB Local of
 # TEST_POSTINO_DYNAMODB_ENDPOINT (make deps starts one), behind a counting
 # proxy (contrib/bench/ddbcount), and prints the round trips per message.
@@ -25,7 +27,9 @@
 # sessions and messages split between them. They share one data directory:
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
-# share the spool (README, Outbox stores).
+# share the spool (README, Outbox stores). -S outbox keeps the messages'
+# bytes in the outbox instead (spool.store, MySQL only): each relay then has
+# a data directory of its own.
 #
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
 # live in a temporary directory under the current one, removed at the end.
@@ -37,20 +41,26 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1
-while getopts "db:r:s:m:l:" opt; do
+sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local
+while getopts "db:S:r:s:m:l:" opt; do
   case $opt in
     d) deliver=1 ;;
     b) backend=$OPTARG ;;
+    S) spoolstore=$OPTARG ;;
     r) relays=$OPTARG ;;
     s) sessions=$OPTARG ;;
     m) messages=$OPTARG ;;
     l) length=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|dynamodb] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
   esac
 done
 if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
   echo "-r $relays needs a shared outbox: -b mysql or -b dynamodb (bbolt is one process's)" >&2
+  exit 2
+fi
+
+if [ "$spoolstore" = outbox ] && [ "$backend" != mysql ]; then
+  echo "-S outbox keeps the bytes in the outbox: only -b mysql does" >&2
   exit 2
 fi
 
@@ -129,7 +139,9 @@ smtps=() admins=()
 for i in $(seq "$relays"); do
   smtp=127.0.0.1:$(free_port)
   admin=127.0.0.1:$(free_port)
-  "$work/postino" serve --data "$work/var" --listen "$smtp" --admin "$admin" "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
+  data=$work/var
+  [ "$spoolstore" = outbox ] && data=$work/var-$i
+  "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
   pids+=($!) smtps+=("$smtp") admins+=("$admin")
 done
 for admin in "${admins[@]}"; do
@@ -144,7 +156,7 @@ metrics() {
 server_status() {
   case $backend in
     mysql)
-      mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks')"
+      mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks', 'Innodb_data_written', 'Innodb_os_log_written')"
       awk '{print "mariadbd_cpu_ticks", $14 + $15}' "/proc/$mariadbd_pid/stat"
       ;;
     dynamodb)
@@ -181,7 +193,7 @@ after=$(server_status)
 all_metrics=$(metrics)
 accepted=$(sum_metric postino_intake_accepted_total)
 
-echo "store=$backend relays=$relays sessions=$sessions messages=$messages size=${length}B"
+echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then
   awk -v n="$messages" -v s="$start" -v e="$last" 'BEGIN { printf "delivered end to end: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'

@@ -17,7 +17,6 @@ import (
 	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/dkim"
-	"github.com/genropy/postino/spool"
 )
 
 // Signer DKIM-signs a message as it leaves.
@@ -35,6 +34,12 @@ type Store interface {
 	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
 	Transition(ctx context.Context, t backends.Transition) error
 	Renew(ctx context.Context, r backends.Renewal) ([]string, error)
+}
+
+// Bodies opens a message's bytes by the path its row records: a spool file,
+// or bytes the outbox keeps (spool.Bodies).
+type Bodies interface {
+	Open(path string) (io.ReadCloser, error)
 }
 
 // Outcomes writes the outcomes of attempts to the outbox until they land
@@ -95,7 +100,7 @@ type Engine struct {
 	cfg      Config
 	store    Store
 	leases   *lease.Renewer
-	spool    *spool.Spool
+	spool    Bodies
 	routes   *Routes
 	resolver Resolver
 	log      *slog.Logger
@@ -117,7 +122,7 @@ type Engine struct {
 }
 
 // NewEngine builds the engine; Run starts it.
-func NewEngine(cfg Config, store Store, sp *spool.Spool, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
+func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,

@@ -6,6 +6,7 @@ package intake
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -53,6 +54,9 @@ type Config struct {
 	CommitTimeout time.Duration
 	// PEC are the certified-mail accounts, by lower-case address.
 	PEC map[string]PECAccount
+	// StoreBodies hands a message's bytes to the outbox with its row
+	// (spool.store outbox) instead of writing them to the spool.
+	StoreBodies bool
 }
 
 // Outbox is what intake needs of the store.
@@ -362,11 +366,44 @@ func (s *session) addTrace(h *textproto.Header, ident *identity, now time.Time) 
 	addField(h, "Received", receivedField(s.conn.Hostname(), s.clientIP.String(), cfg.Hostname, s.protocol(), ident.id, s.rcpts, now))
 }
 
+// draft is a message's bytes being written: a spool file, or memory that
+// the outbox takes with the row (Config.StoreBodies).
+type draft interface {
+	io.Writer
+	// Commit makes the bytes durable before the row is created; after an
+	// error the caller must Abort.
+	Commit() error
+	Abort()
+	// Path is the reference the row records.
+	Path() string
+	Size() int64
+}
+
+// memDraft holds a message for the outbox, which commits it with its row.
+type memDraft struct {
+	bytes.Buffer
+	path string
+}
+
+func (d *memDraft) Commit() error { return nil }
+func (d *memDraft) Abort()        {}
+func (d *memDraft) Path() string  { return d.path }
+func (d *memDraft) Size() int64   { return int64(d.Len()) }
+
+// createDraft starts the bytes of message id where the configuration keeps
+// them.
+func (s *Server) createDraft(id string, now time.Time) (draft, error) {
+	if s.cfg.StoreBodies {
+		return &memDraft{path: backends.BodyRef(id, spool.Nonce())}, nil
+	}
+	return s.spool.Create(id, now)
+}
+
 // spoolMessage writes the header h and the rest of the message, read from
-// body, to the spool and commits it. A write that fails is a temporary
+// body, to its draft and commits it. A write that fails is a temporary
 // failure; a read that fails is the client's, replied as readError says.
-func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (*spool.File, error) {
-	f, err := s.srv.spool.Create(id, now)
+func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
+	f, err := s.srv.createDraft(id, now)
 	if err != nil {
 		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
 	}
@@ -392,7 +429,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 // record records the spooled message f in the outbox and returns the
 // reply: queued, also when the outbox has the message already (an app's
 // retry that raced with the first submission).
-func (s *session) record(ctx context.Context, f *spool.File, ident identity, ctrl control, eightBit bool, now time.Time) error {
+func (s *session) record(ctx context.Context, f draft, ident identity, ctrl control, eightBit bool, now time.Time) error {
 	m := &backends.Message{
 		ID:        ident.id,
 		MessageID: ident.messageID,
@@ -416,8 +453,11 @@ func (s *session) record(ctx context.Context, f *spool.File, ident identity, ctr
 			Control:    ctrl.raw,
 		},
 	}
+	if d, ok := f.(*memDraft); ok {
+		m.Body = d.Bytes()
+	}
 	if err := s.srv.outbox.Create(ctx, m); err != nil {
-		s.srv.spool.Remove(f.Path())
+		f.Abort()
 		if errors.Is(err, backends.ErrDuplicate) {
 			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
 			return queued(ident.id)

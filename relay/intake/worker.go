@@ -13,7 +13,6 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/lease"
-	"github.com/genropy/postino/spool"
 )
 
 // maxMIMEDepth bounds nested multiparts: deeper is an attack or a bug.
@@ -24,6 +23,12 @@ type WorkerStore interface {
 	Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error)
 	Transition(ctx context.Context, t backends.Transition) error
 	Renew(ctx context.Context, r backends.Renewal) ([]string, error)
+}
+
+// Bodies opens a message's bytes by the path its row records: a spool file,
+// or bytes the outbox keeps (spool.Bodies).
+type Bodies interface {
+	Open(path string) (io.ReadCloser, error)
 }
 
 // Router names the route a message will take, or says why it cannot be sent.
@@ -54,13 +59,13 @@ type Worker struct {
 	cfg    WorkerConfig
 	store  WorkerStore
 	leases *lease.Renewer
-	spool  *spool.Spool
+	spool  Bodies
 	route  Router
 	log    *slog.Logger
 	wake   chan struct{}
 }
 
-func NewWorker(cfg WorkerConfig, store WorkerStore, sp *spool.Spool, route Router, log *slog.Logger) *Worker {
+func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log *slog.Logger) *Worker {
 	return &Worker{cfg: cfg, store: store, leases: lease.New(store, backends.StatusIntaking, cfg.Lease, log),
 		spool: sp, route: route, log: log, wake: make(chan struct{}, 1)}
 }

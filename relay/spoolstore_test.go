@@ -1,0 +1,182 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/relay"
+)
+
+// mysqlOutbox makes a migrated MySQL database for one test, dropped at its
+// end, and returns its DSN.
+func mysqlOutbox(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("TEST_POSTINO_MYSQL_DSN")
+	if base == "" {
+		base = "root@tcp(127.0.0.1:3306)/"
+	}
+	ctx := context.Background()
+	db, err := mysql.Connect(ctx, base, mysql.Options{MaxConns: 1})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("MySQL/MariaDB is needed (TEST_POSTINO_MYSQL_DSN): %v", err)
+		}
+		t.Skipf("no MySQL/MariaDB: %v", err)
+	}
+	name := fmt.Sprintf("postino_relay_%d", time.Now().UnixNano())
+	_, err = db.Exec("CREATE DATABASE " + name)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if db, err := mysql.Connect(ctx, base, mysql.Options{MaxConns: 1}); err == nil {
+			db.Exec("DROP DATABASE " + name)
+			db.Close()
+		}
+	})
+	db, err = mysql.Connect(ctx, base+name, mysql.Options{MaxConns: 2}) // Migrate holds one connection and reads with another
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return base + name
+}
+
+// fleetConfig is one relay of a fleet on the MySQL outbox dsn, with the
+// data directory dir and the spool store given.
+func fleetConfig(t *testing.T, dsn, host, dir, store string) (relay.Config, func() string) {
+	cfg, up := testConfig(t)
+	cfg.Outbox.Backend = "mysql"
+	cfg.Outbox.MySQL.DSN = dsn
+	cfg.Hostname = host
+	cfg.DataDir = dir
+	cfg.Spool.Store = store
+	return cfg, func() string { return up.Addr }
+}
+
+// spoolFiles lists the message files under a data directory.
+func spoolFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".eml") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestSpoolStoreOutbox: with spool.store outbox the relays share nothing
+// but the database. Messages accepted by relay A, held in a suspended
+// batch, are delivered by relay B, which has its own empty data directory
+// and starts after A's is gone: their bytes, one of several chunks, came
+// from the outbox.
+func TestSpoolStoreOutbox(t *testing.T) {
+	dsn := mysqlOutbox(t)
+	cfgA, _ := fleetConfig(t, dsn, "relay-a", t.TempDir(), relay.SpoolOutbox)
+	a := start(t, cfgA)
+	ctx := context.Background()
+	if err := a.client.SuspendBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string]string{
+		"small": "hello from relay A\r\n",
+		// Larger than a chunk of email_bodies: read back from several rows.
+		"large": strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\r\n", 40000),
+	}
+	ids := map[string]string{}
+	for name, body := range bodies {
+		ids[name] = sendTo(t, a.r.SMTPAddr().String(), []string{"user@example.net"}, "X-Postino-Batch: held\r\n", body)
+	}
+	for name, id := range ids {
+		m := waitStatus(t, a.client, id, "READY")
+		if !strings.HasPrefix(m.EmlPath, "outbox:") {
+			t.Errorf("%s: eml path %q, want the outbox's", name, m.EmlPath)
+		}
+	}
+	if files := spoolFiles(t, cfgA.DataDir); len(files) != 0 {
+		t.Errorf("relay A wrote message files: %v", files)
+	}
+	a.stop()
+	if err := os.RemoveAll(cfgA.DataDir); err != nil {
+		t.Fatal(err)
+	}
+
+	cfgB, up := testConfig(t)
+	cfgB.Outbox.Backend, cfgB.Outbox.MySQL.DSN, cfgB.Hostname, cfgB.Spool.Store = "mysql", dsn, "relay-b", relay.SpoolOutbox
+	b := start(t, cfgB)
+	if err := b.client.ActivateBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		waitStatus(t, b.client, id, "SENT-ACKNOWLEDGED")
+	}
+	got := map[string][]byte{}
+	for _, m := range up.Messages() {
+		got[m.Header("X-Genro-Mail-ID")] = m.Data
+	}
+	for name, id := range ids {
+		if _, body, _ := bytes.Cut(got[id], []byte("\r\n\r\n")); string(body) != bodies[name] {
+			t.Errorf("%s: upstream got a body of %d bytes, want %d", name, len(body), len(bodies[name]))
+		}
+	}
+	if n := len(up.Messages()); n != len(ids) {
+		t.Errorf("upstream got %d messages, want %d", n, len(ids))
+	}
+	if files := spoolFiles(t, cfgB.DataDir); len(files) != 0 {
+		t.Errorf("relay B wrote message files: %v", files)
+	}
+}
+
+// TestSpoolStoreSharedToOutbox moves a fleet from a shared directory to
+// the outbox without stopping it: a relay restarted with spool.store
+// outbox writes new messages to the store and still reads the old ones
+// from the directory, as each row's path says.
+func TestSpoolStoreSharedToOutbox(t *testing.T) {
+	dsn := mysqlOutbox(t)
+	shared := t.TempDir()
+	cfgA, _ := fleetConfig(t, dsn, "relay-a", shared, relay.SpoolShared)
+	a := start(t, cfgA)
+	ctx := context.Background()
+	if err := a.client.SuspendBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	old := sendTo(t, a.r.SMTPAddr().String(), []string{"user@example.net"}, "X-Postino-Batch: held\r\n", "written to the shared directory\r\n")
+	if m := waitStatus(t, a.client, old, "READY"); strings.HasPrefix(m.EmlPath, "outbox:") || len(spoolFiles(t, shared)) != 1 {
+		t.Fatalf("a shared relay recorded %q", m.EmlPath)
+	}
+	a.stop()
+
+	cfgB, up := testConfig(t)
+	cfgB.Outbox.Backend, cfgB.Outbox.MySQL.DSN, cfgB.Hostname, cfgB.Spool.Store, cfgB.DataDir = "mysql", dsn, "relay-a", relay.SpoolOutbox, shared
+	b := start(t, cfgB)
+	fresh := sendTo(t, b.r.SMTPAddr().String(), []string{"user@example.net"}, "X-Postino-Batch: held\r\n", "written to the outbox\r\n")
+	if err := b.client.ActivateBatch(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+	if m := waitStatus(t, b.client, fresh, "SENT-ACKNOWLEDGED"); !strings.HasPrefix(m.EmlPath, "outbox:") {
+		t.Errorf("after the restart, a new message went to %q", m.EmlPath)
+	}
+	if m := waitStatus(t, b.client, old, "SENT-ACKNOWLEDGED"); m.EmlPath == "" || strings.HasPrefix(m.EmlPath, "outbox:") {
+		t.Errorf("the old message's path became %q", m.EmlPath)
+	}
+	if n := len(up.Messages()); n != 2 {
+		t.Errorf("upstream got %d messages, want 2", n)
+	}
+	if n := len(spoolFiles(t, shared)); n != 1 {
+		t.Errorf("%d files in the shared directory, want the old message's only", n)
+	}
+}
