@@ -141,11 +141,24 @@ for i in $(seq "$relays"); do
   admin=127.0.0.1:$(free_port)
   data=$work/var
   [ "$spoolstore" = outbox ] && data=$work/var-$i
-  "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
+  # Each relay names itself: relays sharing a data directory keep their
+  # outcome journals apart by host name.
+  POSTINO_HOSTNAME=bench-relay-$i "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
+    "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
   pids+=($!) smtps+=("$smtp") admins+=("$admin")
 done
-for admin in "${admins[@]}"; do
-  wait_for curl -sf "http://$admin/readyz" -o /dev/null
+# ready says whether relay i answers /readyz, and stops the script with
+# its log when it has exited.
+ready() {
+  if ! kill -0 "${pids[$1]}" 2>/dev/null; then
+    echo "relay $(($1 + 1)) exited:" >&2
+    cat "$work/serve-$(($1 + 1)).log" >&2
+    exit 1
+  fi
+  curl -sf "http://${admins[$1]}/readyz" -o /dev/null
+}
+for i in "${!admins[@]}"; do
+  wait_for ready "$i"
 done
 
 # metrics prints every relay's metrics, one after the other.
