@@ -212,8 +212,8 @@ func manifestFiles(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
-	if len(files) < 3 {
-		t.Fatalf("expected compose.yaml, deployment.yaml and secret.example.yaml; found %v", files)
+	if len(files) < 4 {
+		t.Fatalf("expected compose.yaml, deployment.yaml, fleet.yaml and secret.example.yaml; found %v", files)
 	}
 	return files
 }
@@ -272,8 +272,20 @@ func TestManifestSettings(t *testing.T) {
 		t.Errorf("compose.yaml: found %d services on the postino image, want postino and migrate", seen)
 	}
 
-	seen = 0
-	for _, doc := range yamlDocs(t, "../k8s/deployment.yaml") {
+	// deployment.yaml: the relay alone; fleet.yaml: its migration too.
+	for file, want := range map[string]int{"../k8s/deployment.yaml": 1, "../k8s/fleet.yaml": 2} {
+		if seen := checkK8s(t, file, image); seen != want {
+			t.Errorf("%s: found %d postino containers, want %d", file, seen, want)
+		}
+	}
+}
+
+// checkK8s checks the POSTINO_* variables of every postino container of the
+// Deployments of file, and says how many it found.
+func checkK8s(t *testing.T, file string, image map[string]string) int {
+	t.Helper()
+	seen := 0
+	for _, doc := range yamlDocs(t, file) {
 		if doc["kind"] != "Deployment" {
 			continue
 		}
@@ -296,13 +308,11 @@ func TestManifestSettings(t *testing.T) {
 				}
 				_, cmd := ctr["command"]
 				_, args := ctr["args"]
-				checkEnv(t, "deployment container "+ctr["name"].(string), merge(image, env), !cmd && !args)
+				checkEnv(t, file+" container "+ctr["name"].(string), merge(image, env), !cmd && !args)
 			}
 		}
 	}
-	if seen != 1 {
-		t.Errorf("deployment.yaml: found %d postino containers, want 1", seen)
-	}
+	return seen
 }
 
 // checkEnv loads each POSTINO_* variable alone, so that every unknown name
