@@ -95,28 +95,29 @@ func timeClaims(ctx context.Context, o backends.Outbox, samples int, budget time
 // the store before the relay runs, for the admin API's late pages.
 type cursors struct{ newest, ready string }
 
-func lateCursors(ctx context.Context, o backends.Outbox) (cursors, error) {
+func lateCursors(ctx context.Context, o backends.Outbox, n int) (cursors, error) {
 	var c cursors
 	var err error
 	start := time.Now()
-	if c.newest, err = lastCursor(ctx, o, ""); err != nil {
+	page := min(50000, max(1000, n/20))
+	if c.newest, err = lastCursor(ctx, o, "", page); err != nil {
 		return c, err
 	}
-	if c.ready, err = lastCursor(ctx, o, backends.StatusReady); err != nil {
+	if c.ready, err = lastCursor(ctx, o, backends.StatusReady, page); err != nil {
 		return c, err
 	}
 	fmt.Printf("walked both listings through the store to their last pages in %s\n", time.Since(start).Round(10*time.Millisecond))
 	return c, nil
 }
 
-// lastCursor walks a listing in pages of 50,000 (the store takes any
-// size; few pages keep the walk short where a page's cost grows with its
+// lastCursor walks a listing in pages of the given size (the store takes
+// any; few pages keep the walk short where a page's cost grows with its
 // depth) and returns the cursor of its last page: the admin API's page
-// after it is within the last 50,000 messages.
-func lastCursor(ctx context.Context, o backends.Outbox, st backends.Status) (string, error) {
+// after it is in the listing's last twentieth (or last 1,000 messages).
+func lastCursor(ctx context.Context, o backends.Outbox, st backends.Status, page int) (string, error) {
 	after := ""
 	for {
-		_, next, err := o.List(ctx, backends.ListQuery{Status: st, After: after, Limit: 50000})
+		_, next, err := o.List(ctx, backends.ListQuery{Status: st, After: after, Limit: page})
 		if err != nil {
 			return "", err
 		}

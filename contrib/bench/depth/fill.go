@@ -4,6 +4,7 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -92,13 +93,17 @@ func (f *filler) fill(ctx context.Context) error {
 	wg.Wait()
 	stopProgress()
 	rate := float64(done.Load()) / time.Since(start).Seconds()
+	// Past -max-fill the workers fail on the deadline: say that, with the rate.
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("fill given up after %s (-max-fill) at %d of %d messages: %.0f msg/s", time.Since(start).Round(time.Second), done.Load(), f.o.n, rate)
+	}
 	select {
 	case err := <-errc:
 		return fmt.Errorf("fill stopped after %d messages: %w", done.Load(), err)
 	default:
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("fill stopped after %s at %d of %d messages (%.0f msg/s): %w", time.Since(start).Round(time.Second), done.Load(), f.o.n, rate, ctx.Err())
+		return ctx.Err()
 	}
 	fmt.Printf("filled %d messages in %s = %.0f msg/s (%d workers, spool files: %v)\n", f.o.n, time.Since(start).Round(100*time.Millisecond), rate, f.o.workers, f.o.files)
 	return nil

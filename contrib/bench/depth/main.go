@@ -126,7 +126,7 @@ func run(ctx context.Context, o options) error {
 	if err := f.fill(ctx); err != nil {
 		return err
 	}
-	curs, err := lateCursors(ctx, st.outbox)
+	curs, err := lateCursors(ctx, st.outbox, o.n)
 	if err != nil {
 		return err
 	}

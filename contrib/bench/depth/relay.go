@@ -99,9 +99,9 @@ func (r *relayRun) measure(ctx context.Context, c cursors, out *relayFigures) er
 	}
 	pages := []struct{ name, path string }{
 		{"listing, newest first: first page (50)", "/v1/messages?limit=50"},
-		{"listing, newest first: last page (50)", "/v1/messages?limit=50&after=" + url.QueryEscape(c.newest)},
+		{"listing, newest first: a late page (50)", "/v1/messages?limit=50&after=" + url.QueryEscape(c.newest)},
 		{"listing, READY in claim order: first page", "/v1/messages?status=READY&limit=50"},
-		{"listing, READY in claim order: last page", "/v1/messages?status=READY&limit=50&after=" + url.QueryEscape(c.ready)},
+		{"listing, READY in claim order: a late page", "/v1/messages?status=READY&limit=50&after=" + url.QueryEscape(c.ready)},
 	}
 	for _, p := range pages {
 		first, maxd, err := r.timeGet(ctx, p.path, 5)
