@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/relay"
@@ -75,7 +76,7 @@ func migrate(ctx context.Context, args []string, stdout io.Writer) error {
 
 // printAdoption says what migrate found of the seed layout's rows and did
 // with them.
-func printAdoption(w io.Writer, a mysql.Adoption) {
+func printAdoption(w io.Writer, a backends.Adoption) {
 	if len(a.Found) == 0 {
 		return
 	}
