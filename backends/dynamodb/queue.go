@@ -33,6 +33,10 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 	ttl := s.ttlFor(t.At)
 	if ttl != nil {
 		msg.TTL = ttl
+	} else if m.ttl != nil {
+		// Kept at the root: the seed's writer kept it in Attributes, which
+		// the write replaces.
+		ttl = m.ttl
 	}
 	var items []map[string]types.AttributeValue
 	for i, st := range t.Steps() {

@@ -10,20 +10,6 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// Adoption is what Adopt found among the rows of the seed layout and did
-// with them.
-type Adoption struct {
-	// Found counts the seed's rows by status, as Adopt found them.
-	Found map[backends.Status]int
-	// Queued rows were on their way: they are ACCEPTED now, and intake
-	// gives each the envelope its payload file or its headers say.
-	Queued int
-	// Told rows had an outcome no plugin was told of: an event tells it.
-	Told int
-	// Unsendable rows name no message file: INVALID, and the plugins told.
-	Unsendable int
-}
-
 // adoptPage bounds one adoption transaction.
 const adoptPage = 500
 
@@ -41,8 +27,8 @@ const (
 // spool paths are honoured); one whose outcome no plugin was told of gets
 // the event that tells it; one that names no message file becomes INVALID,
 // told too. It can run again: what it did is not done twice.
-func Adopt(ctx context.Context, db *sql.DB) (Adoption, error) {
-	a := Adoption{Found: map[backends.Status]int{}}
+func Adopt(ctx context.Context, db *sql.DB) (backends.Adoption, error) {
+	a := backends.Adoption{Found: map[backends.Status]int{}}
 	rows, err := db.QueryContext(ctx, "SELECT status, COUNT(*) FROM emails WHERE envelope IS NULL GROUP BY status")
 	if err != nil {
 		return a, fmt.Errorf("adopt the seed's rows: %w", err)
@@ -69,7 +55,7 @@ func Adopt(ctx context.Context, db *sql.DB) (Adoption, error) {
 }
 
 // adoptAll pages through the seed rows that where selects, by id.
-func adoptAll(ctx context.Context, db *sql.DB, where string, a *Adoption) error {
+func adoptAll(ctx context.Context, db *sql.DB, where string, a *backends.Adoption) error {
 	after := ""
 	for {
 		var ids []string
@@ -97,7 +83,7 @@ func adoptAll(ctx context.Context, db *sql.DB, where string, a *Adoption) error 
 	}
 }
 
-func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *Adoption) error {
+func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adoption) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -107,29 +93,20 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *Adoption) err
 	if err := w.lockMessages(ids); err != nil {
 		return err
 	}
-	var queued, told, unsendable int
+	var done backends.Adoption
 	now := time.Now().UTC()
 	for _, id := range ids {
 		m, ok := w.msgs[id]
 		if !ok || m.Envelope.Recipients != nil {
 			continue // gone, or taken meanwhile
 		}
-		t, kind := adoption(m, now)
-		if t == nil {
-			queued++ // ACCEPTED already: intake takes it as it is
-			continue
+		t, kind := backends.SeedAdoption(m, now)
+		if t != nil {
+			if err := w.Move(*t); err != nil {
+				return fmt.Errorf("message %s: %w", id, err)
+			}
 		}
-		if err := w.Move(*t); err != nil {
-			return fmt.Errorf("message %s: %w", id, err)
-		}
-		switch kind {
-		case "queued":
-			queued++
-		case "told":
-			told++
-		default:
-			unsendable++
-		}
+		done.Count(kind)
 	}
 	if err := w.write(); err != nil {
 		return err
@@ -137,38 +114,6 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *Adoption) err
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	a.Queued, a.Told, a.Unsendable = a.Queued+queued, a.Told+told, a.Unsendable+unsendable
+	a.Queued, a.Told, a.Unsendable = a.Queued+done.Queued, a.Told+done.Told, a.Unsendable+done.Unsendable
 	return nil
 }
-
-// adoption is the move that takes a seed row over, and what kind it is; nil
-// when the row needs none.
-func adoption(m *backends.Message, now time.Time) (*backends.Transition, string) {
-	from := m.Status
-	t := &backends.Transition{ID: m.ID, From: from, At: now}
-	switch {
-	case from.Undelivered() && m.EmlPath == "":
-		t.To = backends.StatusInvalid
-		t.Reason = fmt.Sprintf("taken over from the seed layout (was %s) with no message file (eml_file_path): send it again from the app", from)
-		t.Event = backends.OutcomeEvent(from, t.To, t.Reason, seedDetails())
-		return t, "unsendable"
-	case from == backends.StatusAccepted:
-		return nil, "queued"
-	case from.Undelivered():
-		t.To = backends.StatusAccepted
-		t.Reason = fmt.Sprintf("taken over from the seed layout (was %s): intake reads its envelope from its payload file or its headers", from)
-		return t, "queued"
-	}
-	// An outcome, or the seed's callback of one under way: the plugins are
-	// told it as Postino tells its own.
-	t.To = from
-	if from.Working() {
-		t.To = from.Previous()
-	}
-	t.Reason = fmt.Sprintf("taken over from the seed layout (was %s): its outcome is told to the plugins", from)
-	t.Event = backends.OutcomeEvent(from, t.To, m.Reason, seedDetails())
-	return t, "told"
-}
-
-// seedDetails marks the events of rows taken over from the seed layout.
-func seedDetails() map[string]any { return map[string]any{"taken_over_from": "seed layout"} }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,10 +11,69 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/relay/admin"
 )
+
+// seedVolume writes, on a directory standing for the seed's shared volume,
+// a message and the JSON payload that holds its envelope, and gives their
+// absolute paths.
+func seedVolume(t *testing.T) (eml, payload string) {
+	t.Helper()
+	volume := t.TempDir()
+	eml = filepath.Join(volume, "legacy-ready.eml")
+	payload = filepath.Join(volume, "legacy-ready.json")
+	if err := os.WriteFile(eml, []byte("From: App <app@example.com>\r\nTo: shown@example.net\r\nSubject: from the old relay\r\n\r\nhello\r\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(payload, []byte(`{"from": "app@example.com", "to": ["one@example.net", "two@example.net"]}`), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	return eml, payload
+}
+
+// checkTakenOver checks the report of a take-over (out) of legacy-ready,
+// READY at the paths seedVolume gives, legacy-lost, READY with no message
+// file, and legacy-done, SENT-ACKNOWLEDGED; then runs a relay on the store
+// and waits for legacy-ready to be delivered to its payload's recipients,
+// and legacy-lost to end INVALID.
+func checkTakenOver(t *testing.T, out string, store, env []string) {
+	t.Helper()
+	for _, want := range []string{"READY                        2", "SENT-ACKNOWLEDGED            1", "taken over: 1 on their way",
+		"could not: 1 name no message file"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	ctx := context.Background()
+	up := smtptest.Start(t, smtptest.Options{})
+	p := startProcess(t, buildBinary(t), t.TempDir(), append(store, "--smarthost", up.Addr), env)
+	c := &admin.Client{Base: p.admin}
+	for id, want := range map[string]string{"legacy-ready": "SENT-ACKNOWLEDGED", "legacy-lost": "INVALID-ACKNOWLEDGED"} {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			m, err := c.Get(ctx, id)
+			if err == nil && m.Status == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %+v, %v; want %s", id, m, err, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	msgs := up.Messages()
+	if len(msgs) != 1 || msgs[0].From != "app@example.com" || !slices.Equal(msgs[0].To, []string{"one@example.net", "two@example.net"}) ||
+		!strings.Contains(string(msgs[0].Data), "from the old relay") {
+		t.Errorf("the upstream got %+v; want the old message once, to the payload's recipients", msgs)
+	}
+}
 
 // TestAdoptSeedOutbox takes over, in place, a MariaDB outbox as the seed's
 // relay leaves it: a READY row whose message and JSON payload sit at
@@ -23,18 +84,9 @@ func TestAdoptSeedOutbox(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a relay process")
 	}
-	ctx := context.Background()
 	dsn := emptyDatabase(t)
-	volume := t.TempDir() // the seed's shared volume
-	eml := filepath.Join(volume, "legacy-ready.eml")
-	payload := filepath.Join(volume, "legacy-ready.json")
-	if err := os.WriteFile(eml, []byte("From: App <app@example.com>\r\nTo: shown@example.net\r\nSubject: from the old relay\r\n\r\nhello\r\n"), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(payload, []byte(`{"from": "app@example.com", "to": ["one@example.net", "two@example.net"]}`), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
+	eml, payload := seedVolume(t)
+	db, err := mysql.Connect(context.Background(), dsn, mysql.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,32 +114,101 @@ func TestAdoptSeedOutbox(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("migrate: %s", errOut)
 	}
-	for _, want := range []string{"READY                        2", "SENT-ACKNOWLEDGED            1", "taken over: 1 on their way",
-		"could not: 1 name no message file"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("migrate's report lacks %q:\n%s", want, out)
-		}
-	}
+	checkTakenOver(t, out, []string{"--backend", "mysql", "--dsn", dsn}, nil)
+}
 
-	up := smtptest.Start(t, smtptest.Options{})
-	p := startProcess(t, buildBinary(t), t.TempDir(), []string{"--backend", "mysql", "--dsn", dsn, "--smarthost", up.Addr}, nil)
-	c := &admin.Client{Base: p.admin}
-	for id, want := range map[string]string{"legacy-ready": "SENT-ACKNOWLEDGED", "legacy-lost": "INVALID-ACKNOWLEDGED"} {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			m, err := c.Get(ctx, id)
-			if err == nil && m.Status == want {
-				break
+// TestAdoptSeedDynamoDB takes over, in place, a DynamoDB table as the
+// seed's relay leaves it, as TestAdoptSeedOutbox does a MariaDB outbox:
+// postino dynamodb create-table reports what it found and did.
+func TestAdoptSeedDynamoDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a relay process")
+	}
+	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		endpoint = "http://127.0.0.1:8000"
+	}
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), time.Second); err != nil {
+		serviceMissing(t, "DynamoDB Local", err)
+	} else {
+		c.Close()
+	}
+	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_ACCESS_KEY_ID=postino", "AWS_SECRET_ACCESS_KEY=postino", "AWS_REGION=us-east-1"}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	table := fmt.Sprintf("seed_adopt_%d", time.Now().UnixNano())
+	eml, payload := seedVolume(t)
+	seedDynamoDBTable(t, table, map[string]map[string]string{
+		"legacy-ready": {"Latest": "READY", "EmlFilePath": eml, "PayloadFilePath": payload, "Reason": "queued by the old relay"},
+		"legacy-lost":  {"Latest": "READY"},
+		"legacy-done":  {"Latest": "SENT-ACKNOWLEDGED", "EmlFilePath": "/efs/done.eml", "Reason": "250 ok"},
+	})
+
+	out, errOut, code := cli(t, "dynamodb", "create-table", "--table", table)
+	if code != 0 {
+		t.Fatalf("create-table: %s", errOut)
+	}
+	checkTakenOver(t, out, []string{"--backend", "dynamodb", "--table", table}, env)
+}
+
+// seedDynamoDBTable creates a table of the seed's shape holding messages
+// as the seed's writer leaves them (a _META item with these Attributes, and
+// the item of its status), and deletes it at the end, once its indexes are
+// built: DynamoDB Local stops building indexes for good when a table is
+// deleted while one is.
+func seedDynamoDBTable(t *testing.T, table string, messages map[string]map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	client, _, err := dynamodb.Client(ctx, dynamodb.Options{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []types.KeySchemaElement{{AttributeName: aws.String("Id"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange}}
+	_, err = client.CreateTable(ctx, &awsdynamodb.CreateTableInput{
+		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest, KeySchema: key,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("Id"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("Status"), AttributeType: types.ScalarAttributeTypeS}},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{IndexName: aws.String("StatusIndex"),
+			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String("Status"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Id"), KeyType: types.KeyTypeRange}},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+			desc, err := client.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
+			if err != nil {
+				return
+			}
+			building := slices.ContainsFunc(desc.Table.GlobalSecondaryIndexes, func(g types.GlobalSecondaryIndexDescription) bool {
+				return g.IndexStatus != types.IndexStatusActive
+			})
+			if !building {
+				client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
+				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v, %v; want %s", id, m, err, want)
+				t.Logf("table %s left behind: an index is still being built", table)
+				return
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
-	}
-	msgs := up.Messages()
-	if len(msgs) != 1 || msgs[0].From != "app@example.com" || !slices.Equal(msgs[0].To, []string{"one@example.net", "two@example.net"}) ||
-		!strings.Contains(string(msgs[0].Data), "from the old relay") {
-		t.Errorf("the upstream got %+v; want the old message once, to the payload's recipients", msgs)
+	})
+	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	for id, attrs := range messages {
+		a := map[string]types.AttributeValue{"UpdatedAt": sv("2026-01-02T03:04:05Z")}
+		for k, v := range attrs {
+			a[k] = sv(v)
+		}
+		for _, item := range []map[string]types.AttributeValue{
+			{"Id": sv(id), "Status": sv("_META"), "Version": &types.AttributeValueMemberN{Value: "0"}, "Attributes": &types.AttributeValueMemberM{Value: a}},
+			{"Id": sv(id), "Status": sv(attrs["Latest"]), "Attributes": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"UpdatedAt": sv("2026-01-02T03:04:05Z")}}},
+		} {
+			if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/relay"
@@ -73,21 +74,21 @@ func migrate(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// printAdoption says what migrate found of the seed layout's rows and did
-// with them.
-func printAdoption(w io.Writer, a mysql.Adoption) {
+// printAdoption says what migrate or dynamodb create-table found of the
+// seed layout's messages and did with them.
+func printAdoption(w io.Writer, a backends.Adoption) {
 	if len(a.Found) == 0 {
 		return
 	}
 	statuses := slices.Sorted(maps.Keys(a.Found))
-	fmt.Fprintln(w, "rows of the seed layout (no envelope in the row), by status:")
+	fmt.Fprintln(w, "messages of the seed layout (no envelope of their own), by status:")
 	for _, st := range statuses {
 		fmt.Fprintf(w, "  %-28s %d\n", st, a.Found[st])
 	}
 	fmt.Fprintf(w, "taken over: %d on their way, back in ACCEPTED: intake reads each envelope from its payload file or its headers\n", a.Queued)
 	fmt.Fprintf(w, "told: %d outcomes no plugin was told of now have their event\n", a.Told)
 	if a.Unsendable > 0 {
-		fmt.Fprintf(w, "could not: %d name no message file (eml_file_path): INVALID, and the plugins told; the app must send them again "+
+		fmt.Fprintf(w, "could not: %d name no message file (eml_file_path, EmlFilePath): INVALID, and the plugins told; the app must send them again "+
 			"(postino queue list --status INVALID)\n", a.Unsendable)
 	}
 }
@@ -113,5 +114,10 @@ func dynamodbCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stdout, "table %s is ready: keys Id and Status, indexes StatusIndex, QueueIndex and MessageIdIndex, TTL on\n", name)
+	a, err := dynamodb.Adopt(ctx, dynamodb.Options{Table: name, Endpoint: *endpoint, Region: *region})
+	if err != nil {
+		return err
+	}
+	printAdoption(stdout, a)
 	return nil
 }
