@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/emersion/go-smtp"
+
+	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/relay/admin"
+)
+
+// submit sends one message on c and says whether the relay kept it: a
+// refusal or a cut before the final dot is notKept, a cut after it is
+// ambiguous. c is unusable after an error that is not a refusal.
+func submit(c *smtp.Client, id string) (outcome, error) {
+	if err := c.Mail("app@example.com", nil); err != nil {
+		return notKept, err
+	}
+	if err := c.Rcpt("user@example.net", nil); err != nil {
+		return notKept, err
+	}
+	w, err := c.Data()
+	if err != nil {
+		return notKept, err
+	}
+	if _, err := fmt.Fprintf(w, "From: app@example.com\r\nX-Genro-Mail-ID: %s\r\nSubject: fleet\r\n\r\n%s", id, strings.Repeat("fleet test line\r\n", 50)); err != nil {
+		return notKept, err
+	}
+	resp, err := w.CloseWithResponse()
+	if err == nil && strings.Contains(resp.StatusText, "queued as "+id) {
+		return acked, nil
+	}
+	if err == nil {
+		return ambiguous, fmt.Errorf("250 without the id: %s", resp.StatusText)
+	}
+	var se *smtp.SMTPError
+	if errors.As(err, &se) {
+		return notKept, err
+	}
+	return ambiguous, err
+}
+
+// fleetLoad submits ids over clients concurrent sessions, spread over the
+// relays addrs returns (read again at each reconnection, so a relay
+// restarted on a new address is used). A message not kept is sent again,
+// on the next relay; one whose fate is unknown is not, and counted. It
+// returns what each id ended as.
+func fleetLoad(t *testing.T, addrs func() []string, clients int, ids []string, sent *atomic.Int64) map[string]outcome {
+	var (
+		mu      sync.Mutex
+		results = map[string]outcome{}
+		wg      sync.WaitGroup
+		queue   = make(chan string)
+	)
+	for w := range clients {
+		wg.Go(func() {
+			var c *smtp.Client
+			defer func() {
+				if c != nil {
+					c.Close()
+				}
+			}()
+			next := w
+			for id := range queue {
+				for tries := 0; ; tries++ {
+					if tries > 200 {
+						t.Errorf("%s: not kept after %d tries", id, tries)
+						break
+					}
+					if c == nil {
+						a := addrs()
+						next++
+						var err error
+						if c, err = smtp.Dial(a[next%len(a)]); err != nil {
+							c = nil
+							time.Sleep(50 * time.Millisecond) // a pause between tries, not a proof
+							continue
+						}
+					}
+					o, err := submit(c, id)
+					if o != notKept {
+						mu.Lock()
+						results[id] = o
+						mu.Unlock()
+						sent.Add(1)
+						if err != nil {
+							c.Close()
+							c = nil
+						}
+						break
+					}
+					var se *smtp.SMTPError
+					if errors.As(err, &se) && c.Reset() == nil {
+						time.Sleep(50 * time.Millisecond) // a pause between tries, not a proof
+						continue
+					}
+					c.Close()
+					c = nil
+				}
+			}
+		})
+	}
+	for _, id := range ids {
+		queue <- id
+	}
+	close(queue)
+	wg.Wait()
+	return results
+}
+
+// waitFor polls done until it is true, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what func() string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", limit, what())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// heldBy returns the messages of the outbox in a working status whose
+// current claim was made by owner.
+func heldBy(t *testing.T, c *admin.Client, owner string) []string {
+	t.Helper()
+	var out []string
+	for id, m := range listAll(t, c) {
+		if strings.HasSuffix(m.Status, "-ACKNOWLEDGED") || m.Status == "READY" || m.Status == "ACCEPTED" {
+			continue
+		}
+		full, err := c.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := len(full.History) - 1; i >= 0; i-- {
+			if h := full.History[i]; h.Status == full.Status {
+				if strings.HasSuffix(h.Reason, " by "+owner) {
+					out = append(out, id)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// deliveredTimes counts the messages the upstream got by id.
+func deliveredTimes(up *smtptest.Server) map[string]int {
+	times := map[string]int{}
+	for _, m := range up.Messages() {
+		times[m.Header("X-Genro-Mail-ID")]++
+	}
+	return times
+}
+
+// TestFleetKillMySQL runs three relays that share nothing but a MySQL
+// outbox holding the bytes too, kills one with SIGKILL under load and
+// restarts it on a new empty data directory: every message answered 250 is
+// delivered, only those the dead relay was delivering may go twice, and
+// the others take its claims over within 90 seconds.
+func TestFleetKillMySQL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three relays and kills one")
+	}
+	dsn := migratedDatabase(t)
+	bin := buildBinary(t)
+	up := smtptest.Start(t, smtptest.Options{})
+	up.Hang(20 * time.Millisecond) // deliveries take a while, so that the kill cuts some
+	args := []string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", dsn, "--spool-store", "outbox"}
+	start := func(name string) *process {
+		return startProcess(t, bin, t.TempDir(), args, []string{"POSTINO_HOSTNAME=" + name})
+	}
+	var (
+		mu     sync.Mutex
+		relays = []*process{start("relay-1"), start("relay-2"), start("relay-3")}
+	)
+	addrs := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, p := range relays {
+			if p != nil {
+				out = append(out, p.smtp)
+			}
+		}
+		return out
+	}
+	live := &admin.Client{Base: relays[0].admin}
+
+	const total = 3000
+	ids := make([]string, total)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("fleet-%05d", i)
+	}
+	var sent atomic.Int64
+	loadDone := make(chan map[string]outcome)
+	go func() { loadDone <- fleetLoad(t, addrs, 12, ids, &sent) }()
+
+	// Kill relay-2 once a third is submitted and deliveries are flowing.
+	for sent.Load() < total/3 || len(up.Messages()) < total/10 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	victim := relays[1]
+	victim.cmd.Process.Signal(syscall.SIGKILL)
+	killedAt := time.Now()
+	victim.cmd.Wait()
+	mu.Lock()
+	relays[1] = nil
+	mu.Unlock()
+	held := heldBy(t, live, "relay-2")
+	t.Logf("relay-2 killed with %d submitted and %d delivered; it held %d messages", sent.Load(), len(up.Messages()), len(held))
+	if len(held) == 0 {
+		t.Error("the killed relay held no message: the kill proved nothing")
+	}
+	restarted := start("relay-2")
+	mu.Lock()
+	relays[1] = restarted
+	mu.Unlock()
+
+	// The others (or the new relay-2) take its claims over.
+	pending := map[string]bool{}
+	for _, id := range held {
+		pending[id] = true
+	}
+	waitFor(t, 3*time.Minute, func() string {
+		return fmt.Sprintf("%d of the dead relay's %d messages not SENT yet", len(pending), len(held))
+	}, func() bool {
+		for id := range pending {
+			m, err := live.Get(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(m.Status, "SENT") {
+				delete(pending, id)
+			}
+		}
+		return len(pending) == 0
+	})
+	takeover := time.Since(killedAt)
+	t.Logf("take-over: the %d messages relay-2 held were all SENT %s after the kill", len(held), takeover.Round(time.Millisecond))
+	if takeover > 90*time.Second {
+		t.Errorf("take-over took %s, over 90s", takeover)
+	}
+
+	results := <-loadDone
+	counts := map[outcome]int{}
+	for _, o := range results {
+		counts[o]++
+	}
+	t.Logf("submitted: %d answered 250, %d with no reply after the final dot", counts[acked], counts[ambiguous])
+
+	// Every row ends acknowledged.
+	var kept map[string]admin.Message
+	waitFor(t, 5*time.Minute, func() string { return fmt.Sprintf("%d rows, not all SENT-ACKNOWLEDGED", len(kept)) }, func() bool {
+		kept = listAll(t, live)
+		for _, m := range kept {
+			if m.Status != "SENT-ACKNOWLEDGED" {
+				return false
+			}
+		}
+		return len(kept) >= counts[acked]
+	})
+	inFlight := map[string]bool{}
+	for _, id := range held {
+		inFlight[id] = true
+	}
+	times := deliveredTimes(up)
+	dups := 0
+	for id, o := range results {
+		_, ok := kept[id]
+		switch n := times[id]; {
+		case o == acked && !ok:
+			t.Errorf("%s was answered 250 but is not in the outbox", id)
+		case ok && n == 0:
+			t.Errorf("%s is acknowledged but the upstream never got it", id)
+		case n > 1:
+			dups++
+			t.Logf("%s delivered %d times (in flight at the kill: %t)", id, n, inFlight[id])
+			if !inFlight[id] {
+				t.Errorf("%s delivered %d times but the dead relay did not hold it", id, n)
+			}
+		}
+	}
+	for id := range times {
+		if _, ok := results[id]; !ok {
+			t.Errorf("the upstream got %s, which was never submitted", id)
+		}
+	}
+	t.Logf("%d rows, all SENT-ACKNOWLEDGED; %d duplicates, all in flight at the kill", len(kept), dups)
+}
