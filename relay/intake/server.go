@@ -426,6 +426,27 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 	return f, nil
 }
 
+// needsUTF8 reports whether the message must go on with SMTPUTF8: the
+// client said it, and something may need it (an address, or 8-bit text
+// that could be in a header). Apps whose library says SMTPUTF8 whenever the
+// server offers it (Go's net/smtp does) send plain ASCII mail that way;
+// passing it on without SMTPUTF8 is what RFC 6531 lets a relay do, and it
+// then reaches upstreams that do not offer the extension.
+func (s *session) needsUTF8(eightBit bool) bool {
+	if !s.opts.UTF8 {
+		return false
+	}
+	if eightBit || !isASCII(s.from) {
+		return true
+	}
+	for _, r := range s.rcpts {
+		if !isASCII(r) {
+			return true
+		}
+	}
+	return false
+}
+
 // record records the spooled message f in the outbox and returns the
 // reply: queued, also when the outbox has the message already (an app's
 // retry that raced with the first submission).
@@ -447,7 +468,7 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 			AuthUser:   s.authUser,
 			TLS:        s.tls,
 			ReceivedAt: now,
-			SMTPUTF8:   s.opts.UTF8,
+			SMTPUTF8:   s.needsUTF8(eightBit),
 			EightBit:   eightBit,
 			Size:       f.Size(),
 			Control:    ctrl.raw,

@@ -382,20 +382,37 @@ func TestCommandErrors(t *testing.T) {
 	}
 }
 
+// TestSMTPUTF8: a message goes on with SMTPUTF8 when the client said it and
+// something may need it; plain ASCII mail from a library that says SMTPUTF8
+// whenever it is offered (Go's net/smtp) goes on without, so that an
+// upstream that lacks the extension still takes it.
 func TestSMTPUTF8(t *testing.T) {
+	tests := []struct {
+		name, from, to, data string
+		utf8, eightBit       bool
+	}{
+		{"utf-8 addresses and header", "josé@exämple.com", "zoë@example.net", "From: José <josé@exämple.com>\r\nSubject: caffè\r\n\r\nciao\r\n", true, true},
+		{"utf-8 recipient only", "app@example.com", "zoë@example.net", "From: app@example.com\r\nSubject: hello\r\n\r\nciao\r\n", true, false},
+		{"8-bit header", "app@example.com", "user@example.net", "From: app@example.com\r\nSubject: caffè\r\n\r\nciao\r\n", true, true},
+		{"plain ascii", "app@example.com", "user@example.net", "From: app@example.com\r\nSubject: hello\r\n\r\nciao\r\n", false, false},
+	}
 	e := newEnv(t, nil)
-	r := dialEHLO(t, e.addr)
-	r.send("MAIL FROM:<josé@exämple.com> SMTPUTF8 BODY=8BITMIME\r\n")
-	r.expect("250")
-	r.send("RCPT TO:<zoë@example.net>\r\n")
-	r.expect("250")
-	r.send("DATA\r\n")
-	r.expect("354")
-	r.send("From: José <josé@exämple.com>\r\nSubject: caffè\r\n\r\nciao\r\n.\r\n")
-	id := queuedID(t, r.reply())
-	m, _ := e.store.Get(context.Background(), id)
-	if !m.Envelope.SMTPUTF8 || !m.Envelope.EightBit || m.Envelope.Recipients[0] != "zoë@example.net" {
-		t.Errorf("envelope %+v", m.Envelope)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := dialEHLO(t, e.addr)
+			r.send("MAIL FROM:<" + tt.from + "> SMTPUTF8 BODY=8BITMIME\r\n")
+			r.expect("250")
+			r.send("RCPT TO:<" + tt.to + ">\r\n")
+			r.expect("250")
+			r.send("DATA\r\n")
+			r.expect("354")
+			r.send(tt.data + ".\r\n")
+			id := queuedID(t, r.reply())
+			m, _ := e.store.Get(context.Background(), id)
+			if m.Envelope.SMTPUTF8 != tt.utf8 || m.Envelope.EightBit != tt.eightBit || m.Envelope.Recipients[0] != tt.to {
+				t.Errorf("envelope %+v; want SMTPUTF8 %v, 8-bit %v", m.Envelope, tt.utf8, tt.eightBit)
+			}
+		})
 	}
 }
 
