@@ -174,7 +174,7 @@ func TestFleetKillMySQL(t *testing.T) {
 	dsn := migratedDatabase(t)
 	bin := buildBinary(t)
 	up := smtptest.Start(t, smtptest.Options{})
-	up.Hang(20 * time.Millisecond) // deliveries take a while, so that the kill cuts some
+	up.Hang(200 * time.Millisecond) // deliveries take a while, so that the kill cuts some
 	args := []string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", dsn, "--spool-store", "outbox"}
 	start := func(name string) *process {
 		return startProcess(t, bin, t.TempDir(), args, []string{"POSTINO_HOSTNAME=" + name})
