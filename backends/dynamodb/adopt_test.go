@@ -167,3 +167,33 @@ func TestAdoptSeedMessages(t *testing.T) {
 		t.Errorf("counts after intake and a second adoption %v, %v; want %v", counts, err, wantCounts)
 	}
 }
+
+// TestSeedMessageRetried: a message the seed finished, which adoption
+// leaves as it is, moves on under Postino to a status the seed's items
+// already hold (an operator's retry) without colliding with them.
+func TestSeedMessageRetried(t *testing.T) {
+	ctx := context.Background()
+	opts := seedTable(t)
+	putSeedMessage(t, opts, "r-failed", "/efs/r-failed.eml", "", "550 no such user",
+		"ACCEPTED", "READY", "PROCESSING", "FAILED", "CALLING-FAILED-CALLBACK", "FAILED-ACKNOWLEDGED")
+	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	if a, err := dynamodb.Adopt(ctx, opts); err != nil || a.Queued+a.Told+a.Unsendable != 0 {
+		t.Fatalf("Adopt = %+v, %v; want nothing done", a, err)
+	}
+	s, err := dynamodb.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: "r-failed", From: backends.StatusFailedAcknowledged, To: backends.StatusReady, Reason: "retry"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.History(ctx, "r-failed")
+	if err != nil || len(h) != 7 || h[6].Status != backends.StatusReady || h[6].Reason != "retry" {
+		t.Errorf("history after the retry %+v, %v; want the seed's six steps, then READY", h, err)
+	}
+	if counts, err := s.Counts(ctx); err != nil || !maps.Equal(counts, map[backends.Status]int{backends.StatusReady: 1}) {
+		t.Errorf("counts after the retry %v, %v", counts, err)
+	}
+}

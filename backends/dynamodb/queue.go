@@ -82,6 +82,13 @@ func (s *Store) transition(ctx context.Context, t backends.Transition) (*backend
 			if m, err = s.getMeta(ctx, t.ID); err != nil {
 				return nil, err
 			}
+			// The seed's writer kept no count of the statuses reached:
+			// its items say them, lest a new one collide with them.
+			if !m.hasSeq {
+				if _, err := s.readReached(ctx, m); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if !t.Holds(&m.msg) {
 			return nil, backends.ErrLockNotAcquired
