@@ -134,7 +134,7 @@ const (
 
 // SpoolConfig says where messages' bytes are kept.
 type SpoolConfig struct {
-	// Store is local (the default), shared or outbox (MySQL only).
+	// Store is local (the default), shared or outbox (MySQL or DynamoDB).
 	Store string `yaml:"store"`
 }
 
@@ -602,7 +602,7 @@ func (c *Config) checkSpool() error {
 	case SpoolOutbox:
 		if c.Outbox.Backend == "bolt" {
 			return errors.New("spool.store outbox keeps messages in a store the fleet shares, and bbolt is this relay's own file: " +
-				"use spool.store local with bolt, or outbox.backend mysql")
+				"use spool.store local with bolt, or outbox.backend mysql or dynamodb")
 		}
 	default:
 		return fmt.Errorf("spool.store %q: use local, shared or outbox", c.Spool.Store)

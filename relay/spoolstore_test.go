@@ -5,12 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/relay"
 )
@@ -79,14 +85,67 @@ func spoolFiles(t *testing.T, dir string) []string {
 	return out
 }
 
+// dynamodbOutbox makes a table on DynamoDB Local for one test, deleted at
+// its end, and returns a function that points a relay's outbox at it.
+func dynamodbOutbox(t *testing.T) func(*relay.Config) {
+	t.Helper()
+	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		endpoint = "http://127.0.0.1:8000"
+	}
+	u, _ := url.Parse(endpoint)
+	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("DynamoDB Local is needed (TEST_POSTINO_DYNAMODB_ENDPOINT): %v", err)
+		}
+		t.Skipf("no DynamoDB Local at %s: %v", endpoint, err)
+	} else {
+		c.Close()
+	}
+	// DynamoDB Local takes any credentials, but the SDK wants some.
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": "postino", "AWS_SECRET_ACCESS_KEY": "postino", "AWS_REGION": "us-east-1"} {
+		if os.Getenv(k) == "" {
+			t.Setenv(k, v)
+		}
+	}
+	opts := dynamodb.Options{Table: fmt.Sprintf("relay_%d_%d", os.Getpid(), time.Now().UnixNano()), Endpoint: endpoint}
+	ctx := context.Background()
+	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// CreateTable returned with every index ACTIVE: deleting is safe.
+		if client, table, err := dynamodb.Client(ctx, opts); err == nil {
+			client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
+		}
+	})
+	return func(c *relay.Config) {
+		c.Outbox.Backend, c.Outbox.DynamoDB.Table, c.Outbox.DynamoDB.Endpoint = "dynamodb", opts.Table, endpoint
+	}
+}
+
 // TestSpoolStoreOutbox: with spool.store outbox the relays share nothing
-// but the database. Messages accepted by relay A, held in a suspended
-// batch, are delivered by relay B, which has its own empty data directory
-// and starts after A's is gone: their bytes, one of several chunks, came
-// from the outbox.
+// but the store. Messages accepted by relay A, held in a suspended batch,
+// are delivered by relay B, which has its own empty data directory and
+// starts after A's is gone: their bytes, one of several chunks, came from
+// the outbox.
 func TestSpoolStoreOutbox(t *testing.T) {
-	dsn := mysqlOutbox(t)
-	cfgA, _ := fleetConfig(t, dsn, "relay-a", t.TempDir(), relay.SpoolOutbox)
+	stores := map[string]func(t *testing.T) func(*relay.Config){
+		"mysql": func(t *testing.T) func(*relay.Config) {
+			dsn := mysqlOutbox(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
+		},
+		"dynamodb": dynamodbOutbox,
+	}
+	for name, outbox := range stores {
+		t.Run(name, func(t *testing.T) { testSpoolStoreOutbox(t, outbox(t)) })
+	}
+}
+
+func testSpoolStoreOutbox(t *testing.T, outbox func(*relay.Config)) {
+	cfgA, _ := testConfig(t)
+	outbox(&cfgA)
+	cfgA.Hostname, cfgA.Spool.Store = "relay-a", relay.SpoolOutbox
 	a := start(t, cfgA)
 	ctx := context.Background()
 	if err := a.client.SuspendBatch(ctx, "held"); err != nil {
@@ -94,8 +153,10 @@ func TestSpoolStoreOutbox(t *testing.T) {
 	}
 	bodies := map[string]string{
 		"small": "hello from relay A\r\n",
-		// Larger than a chunk of email_bodies: read back from several rows.
-		"large": strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\r\n", 40000),
+		// Larger than a chunk of email_bodies (1 MiB) and than what a
+		// DynamoDB create's transaction carries (3 MiB): read back from
+		// several rows or items.
+		"large": strings.Repeat("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\r\n", 60000),
 	}
 	ids := map[string]string{}
 	for name, body := range bodies {
@@ -116,7 +177,8 @@ func TestSpoolStoreOutbox(t *testing.T) {
 	}
 
 	cfgB, up := testConfig(t)
-	cfgB.Outbox.Backend, cfgB.Outbox.MySQL.DSN, cfgB.Hostname, cfgB.Spool.Store = "mysql", dsn, "relay-b", relay.SpoolOutbox
+	outbox(&cfgB)
+	cfgB.Hostname, cfgB.Spool.Store = "relay-b", relay.SpoolOutbox
 	b := start(t, cfgB)
 	if err := b.client.ActivateBatch(ctx, "held"); err != nil {
 		t.Fatal(err)

@@ -23,9 +23,10 @@ func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
 	return &m.msg, nil
 }
 
-// Create writes the _META item, the ACCEPTED item and the count in one
-// transaction. A message of a suspended batch is held from the start, on
-// condition that the batch is still suspended when it is written.
+// Create writes the _META item, the ACCEPTED item, the count and the
+// message's bytes when it has them (bodies.go) in one transaction. A
+// message of a suspended batch is held from the start, on condition that
+// the batch is still suspended when it is written.
 func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	if err := msg.PrepareCreate(time.Now().UTC()); err != nil {
 		return err
@@ -33,6 +34,14 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	msg.Version = 0
 	ttl := s.ttlFor(msg.CreatedAt)
 	msg.TTL = ttl
+	var body []types.ParameterizedStatement
+	chunks := 0
+	if msg.Body != nil {
+		var err error
+		if body, chunks, err = s.spoolBody(ctx, msg, ttl); err != nil {
+			return err
+		}
+	}
 	for attempt := 1; ; attempt++ {
 		m := &meta{msg: *msg, seq: 1, reached: map[string]int64{string(backends.StatusAccepted): 1}}
 		var held []types.ParameterizedStatement
@@ -56,10 +65,13 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 		if ttl != nil {
 			item["TTL"] = num(*ttl)
 		}
-		stmts := []types.ParameterizedStatement{
+		if chunks > 0 {
+			item["BodyChunks"] = num(int64(chunks))
+		}
+		stmts := append([]types.ParameterizedStatement{
 			s.insert(item),
 			s.insert(s.statusItem(msg.ID, backends.StatusAccepted, 1, 1, msg.Reason, msg.CreatedAt, nil, ttl)),
-		}
+		}, body...)
 		c := counts{}
 		c.move("", backends.StatusAccepted)
 		stmts = append(append(stmts, s.counterStmts(c)...), held...)
@@ -67,6 +79,8 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 		switch {
 		case errors.Is(err, errDupItem):
 			return fmt.Errorf("create message %s: %w", msg.ID, backends.ErrDuplicate)
+		case errors.Is(err, errCondition) && i == 2 && msg.Body != nil:
+			return fmt.Errorf("create message %s: its bytes waited too long and were given up; submit it again", msg.ID)
 		case errors.Is(err, errCondition) && i == len(stmts)-1 && attempt < 10:
 			continue // the batch was activated meanwhile
 		case err != nil:
@@ -78,7 +92,8 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 
 // change is a transition prepared against the _META item as read.
 func (s *Store) History(ctx context.Context, id string) ([]backends.HistoryEntry, error) {
-	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ?`, 0, str(id))
+	// Up to _META: not the message's bytes, which sort after it.
+	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND "Status" <= ?`, 0, str(id), str(metaStatus))
 	if err != nil {
 		return nil, err
 	}

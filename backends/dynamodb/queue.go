@@ -435,6 +435,9 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 	if err := s.sweepActivated(ctx); err != nil {
 		return total, fmt.Errorf("restore: %w", err)
 	}
+	if err := s.sweepSpooling(ctx, now); err != nil {
+		return total, fmt.Errorf("restore: %w", err)
+	}
 	n, err := s.restoreEvents(ctx, expiredBefore, now)
 	return total + n, err
 }
@@ -460,7 +463,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			if !m.msg.UpdatedAt.Before(cutoff) {
 				continue
 			}
-			ok, err := s.remove(ctx, m, st)
+			ok, err := s.remove(ctx, m, st, getN(it, "BodyChunks"))
 			if err != nil {
 				return out, fmt.Errorf("purge: %w", err)
 			}
@@ -474,8 +477,9 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 
 // remove deletes a message's items: the _META item first, on condition that
 // it is still in status st, then the others (history, events, the events'
-// references), which are of no use without it, 25 to a request.
-func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, error) {
+// references, its bytes), which are of no use without it, 25 to a request.
+// Its bytes, which sort after _META, are deleted by their keys, unread.
+func (s *Store) remove(ctx context.Context, m *meta, st backends.Status, chunks int64) (bool, error) {
 	gone := counts{}
 	gone.move(st, "")
 	_, err := s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+
@@ -487,11 +491,11 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status) (bool, 
 	if err != nil {
 		return false, err
 	}
-	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ?`, 0, str(m.msg.ID))
+	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND "Status" < ?`, 0, str(m.msg.ID), str(metaStatus))
 	if err != nil {
 		return true, err
 	}
-	var dels []types.WriteRequest
+	dels := bodyDeletes(m, chunks)
 	del := func(id, sk string) {
 		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
 	}

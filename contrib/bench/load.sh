@@ -28,7 +28,7 @@
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
 # share the spool (README, Outbox stores). -S outbox keeps the messages'
-# bytes in the outbox instead (spool.store, MySQL only): each relay then has
+# bytes in the outbox instead (spool.store, MySQL or DynamoDB): each relay then has
 # a data directory of its own.
 #
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
@@ -59,8 +59,8 @@ if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
   exit 2
 fi
 
-if [ "$spoolstore" = outbox ] && [ "$backend" != mysql ]; then
-  echo "-S outbox keeps the bytes in the outbox: only -b mysql does" >&2
+if [ "$spoolstore" = outbox ] && [ "$backend" = bolt ]; then
+  echo "-S outbox keeps the bytes in an outbox the relays share: -b mysql or -b dynamodb" >&2
   exit 2
 fi
 

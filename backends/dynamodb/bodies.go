@@ -1,0 +1,215 @@
+package dynamodb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/genropy/postino/backends"
+)
+
+// A message's bytes (spool.store outbox) are items of its own partition,
+// sort key _SPOOL#<nonce>#0001, _SPOOL#<nonce>#0002 …, each holding up to
+// bodyChunk bytes in Data. The nonce is the one of the message's BodyRef:
+// a second submission of an id writes its own keys, and cannot overwrite
+// the bytes of the row that was made first. The prefix sorts after _META,
+// so that History and Purge read the message's other items with
+// "Status" <= '_META' and never pay for its bytes. Like every item with an
+// Id and a Status they have an entry in the seed's StatusIndex, under
+// their own Status, with only the keys and TTL projected: a few bytes
+// each, and out of the way of its Status = '_META' query.
+//
+// Bytes that fit in the create's transaction are written by it. Larger
+// ones are written first, 25 to a request, with a pending item
+// (_SPOOLING#<nonce>, in QueueIndex under SPOOLING by the time it was
+// written) that the create's transaction deletes on condition that it is
+// still there and not given up. Bytes whose row never came keep their
+// pending item: Restore, which the relays' housekeeping runs, gives up on
+// those older than spoolGrace and deletes them.
+const (
+	spoolPrefix    = "_SPOOL#"
+	spoolingPrefix = "_SPOOLING#"
+	spoolingQueue  = "SPOOLING"
+	// bodyChunk keeps a chunk's item under DynamoDB's 400 KB.
+	bodyChunk = 350_000
+	// txBodyBytes is how many bytes a create's transaction carries with
+	// the row's own items, under its 4 MB and 100 statements.
+	txBodyBytes = 3 << 20
+	// spoolGrace is how long bytes may wait for their row: far beyond a
+	// create's commit timeout.
+	spoolGrace = time.Hour
+	// sweepLimit bounds the pending items one Restore gives up on.
+	sweepLimit = 100
+)
+
+func spoolKey(nonce string, seq int) string { return fmt.Sprintf("%s%s#%04d", spoolPrefix, nonce, seq) }
+
+// bodyNonce is the nonce of the BodyRef msg.EmlPath.
+func bodyNonce(msg *backends.Message) (string, error) {
+	ref, ok := strings.CutPrefix(msg.EmlPath, backends.BodyRef(msg.ID, ""))
+	if !ok || ref == "" || strings.Contains(ref, "#") {
+		return "", fmt.Errorf("create message %s: its bytes need a path made by backends.BodyRef, not %q", msg.ID, msg.EmlPath)
+	}
+	return ref, nil
+}
+
+// bodyItems cuts msg.Body into its chunks' items; an empty body has one.
+func bodyItems(msg *backends.Message, nonce string, ttl *int64) []map[string]types.AttributeValue {
+	var out []map[string]types.AttributeValue
+	for seq, off := 1, 0; off < len(msg.Body) || seq == 1; seq++ {
+		end := min(off+bodyChunk, len(msg.Body))
+		it := map[string]types.AttributeValue{"Id": str(msg.ID), "Status": str(spoolKey(nonce, seq)),
+			"Data": &types.AttributeValueMemberB{Value: msg.Body[off:end]}}
+		if ttl != nil {
+			it["TTL"] = num(*ttl)
+		}
+		out = append(out, it)
+		off = end
+	}
+	return out
+}
+
+// spoolBody prepares the bytes of a create: the statements its
+// transaction carries for them, after it has written those too large to
+// go with it. It returns how many chunks there are, kept on the _META item
+// for Purge.
+func (s *Store) spoolBody(ctx context.Context, msg *backends.Message, ttl *int64) ([]types.ParameterizedStatement, int, error) {
+	nonce, err := bodyNonce(msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	items := bodyItems(msg, nonce, ttl)
+	if len(msg.Body) <= txBodyBytes {
+		stmts := make([]types.ParameterizedStatement, len(items))
+		for i, it := range items {
+			stmts[i] = s.insert(it)
+		}
+		return stmts, len(items), nil
+	}
+	pending := map[string]types.AttributeValue{"Id": str(msg.ID), "Status": str(spoolingPrefix + nonce),
+		"Queue": str(sharded(spoolingQueue, shardOf(msg.ID))), "QueueKey": str(keyTime(time.Now()))}
+	if err := s.putItems(ctx, append([]map[string]types.AttributeValue{pending}, items...)); err != nil {
+		return nil, 0, fmt.Errorf("create message %s: write its bytes: %w", msg.ID, err)
+	}
+	// On a missing item only the Queue's comparison fails the condition.
+	claim := stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ? AND "Queue" = ? AND "GivenUp" IS MISSING`,
+		str(msg.ID), str(spoolingPrefix+nonce), pending["Queue"])
+	return []types.ParameterizedStatement{claim}, len(items), nil
+}
+
+// OpenBody reads the bytes the store keeps for message id, chunk by chunk
+// in order. Bytes of another submission of the id that never made the row
+// may lie beside them until swept: then the row's path says which are its.
+func (s *Store) OpenBody(ctx context.Context, id string) (io.ReadCloser, error) {
+	chunks := map[string][][]byte{}
+	var nonces []string
+	in := &dynamodb.QueryInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("Id = :id AND begins_with(#s, :p)"),
+		ExpressionAttributeNames:  map[string]string{"#s": "Status"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": str(id), ":p": str(spoolPrefix)}}
+	for {
+		resp, err := s.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("read the body of %s: %w", id, err)
+		}
+		for _, it := range resp.Items {
+			nonce, _, _ := strings.Cut(strings.TrimPrefix(getS(it, "Status"), spoolPrefix), "#")
+			if _, ok := chunks[nonce]; !ok {
+				nonces = append(nonces, nonce)
+			}
+			data, _ := it["Data"].(*types.AttributeValueMemberB)
+			if data == nil {
+				return nil, fmt.Errorf("the body of %s: a chunk without Data", id)
+			}
+			chunks[nonce] = append(chunks[nonce], data.Value)
+		}
+		if resp.LastEvaluatedKey == nil {
+			break
+		}
+		in.ExclusiveStartKey = resp.LastEvaluatedKey
+	}
+	nonce, err := s.rowNonce(ctx, id, nonces)
+	if err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(bytes.Join(chunks[nonce], nil))), nil
+}
+
+// rowNonce picks, among the nonces of the bytes found for id, the one of
+// the row's path; the only one found needs no read.
+func (s *Store) rowNonce(ctx context.Context, id string, nonces []string) (string, error) {
+	switch len(nonces) {
+	case 0:
+		return "", fmt.Errorf("the body of %s: %w", id, backends.ErrNotFound)
+	case 1:
+		return nonces[0], nil
+	}
+	m, err := s.getMeta(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("the body of %s: %w", id, err)
+	}
+	nonce, err := bodyNonce(&m.msg)
+	if err != nil {
+		return "", fmt.Errorf("the body of %s: %w", id, err)
+	}
+	return nonce, nil
+}
+
+// bodyDeletes are the deletes of the bytes a message's row kept.
+func bodyDeletes(m *meta, chunks int64) []types.WriteRequest {
+	nonce, err := bodyNonce(&m.msg)
+	if err != nil || chunks <= 0 {
+		return nil
+	}
+	out := make([]types.WriteRequest, chunks)
+	for i := range out {
+		out[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{
+			"Id": str(m.msg.ID), "Status": str(spoolKey(nonce, i+1))}}}
+	}
+	return out
+}
+
+// sweepSpooling gives up on the bytes that have waited for their row for
+// longer than spoolGrace, up to sweepLimit of them: it marks the pending
+// item given up, so that a create that comes after all fails instead of
+// making a row without bytes, then deletes the bytes and the pending item.
+// Interrupted, it starts over from the pending item next time.
+func (s *Store) sweepSpooling(ctx context.Context, now time.Time) error {
+	items, err := s.queuedShards(ctx, spoolingQueue, lowKey, keyTime(now.Add(-spoolGrace)), sweepLimit)
+	if err != nil {
+		return fmt.Errorf("read bytes without their row: %w", err)
+	}
+	for _, it := range items {
+		id, sk := getS(it, "Id"), getS(it, "Status")
+		_, err := s.txn(ctx, []types.ParameterizedStatement{stmt("UPDATE "+s.from("")+` SET "GivenUp" = ? WHERE "Id" = ? AND "Status" = ?`,
+			tm(now), str(id), str(sk))})
+		if errors.Is(err, errCondition) {
+			continue // its create made the row after all
+		}
+		if err != nil {
+			return fmt.Errorf("give up the bytes of %s: %w", id, err)
+		}
+		keys, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND begins_with("Status", ?)`, 0,
+			str(id), str(spoolPrefix+strings.TrimPrefix(sk, spoolingPrefix)+"#"))
+		if err != nil {
+			return fmt.Errorf("read the bytes of %s given up: %w", id, err)
+		}
+		dels := make([]types.WriteRequest, 0, len(keys)+1)
+		for _, k := range append(keys, it) {
+			dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{
+				"Id": str(id), "Status": k["Status"]}}})
+		}
+		if err := s.writeItems(ctx, dels); err != nil {
+			return fmt.Errorf("delete the bytes of %s given up: %w", id, err)
+		}
+	}
+	return nil
+}
