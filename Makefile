@@ -15,7 +15,7 @@ export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 .PHONY: test deps lint vet build proto bench-accept bench-relay bench-stores bench-depth
 
 test: deps lint vet
-	$(GO) test -race -count=1 -timeout 14m ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 
 deps:
 	@TEST_POSTINO_DYNAMODB_PORT=$(DYNAMODB_PORT) .ci/deps
