@@ -101,9 +101,25 @@ func letDigHyp(r rune) bool {
 	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-'
 }
 
-func isASCII(s string) bool {
+// isASCII reports whether s holds no octet above 127; it takes the bytes
+// read as they are, without a string copy of each buffer.
+func isASCII[T string | []byte](s T) bool {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// asciiAddresses reports whether the sender and every recipient are plain
+// ASCII, so that none of them needs SMTPUTF8.
+func asciiAddresses(from string, rcpts []string) bool {
+	if !isASCII(from) {
+		return false
+	}
+	for _, r := range rcpts {
+		if !isASCII(r) {
 			return false
 		}
 	}

@@ -40,11 +40,7 @@ func (w *Worker) seedEnvelope(m *backends.Message) (backends.Envelope, error) {
 		return env, fmt.Errorf("taken over from the seed layout with no envelope, and neither its payload file %q nor the "+
 			"message's To, Cc and Bcc name a recipient: send it again from the app, or cancel it (postino queue cancel)", m.PayloadPath)
 	}
-	for _, a := range append([]string{env.Sender}, env.Recipients...) {
-		if !isASCII(a) {
-			env.SMTPUTF8 = true
-		}
-	}
+	env.SMTPUTF8 = !asciiAddresses(env.Sender, env.Recipients)
 	env.ReceivedAt = time.Now().UTC()
 	return env, nil
 }
@@ -90,7 +86,7 @@ type counter struct {
 func (s *counter) Read(p []byte) (int, error) {
 	n, err := s.r.Read(p)
 	s.n += int64(n)
-	if !s.eightBit && !isASCII(string(p[:n])) {
+	if !s.eightBit && !isASCII(p[:n]) {
 		s.eightBit = true
 	}
 	return n, err

@@ -433,18 +433,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 // passing it on without SMTPUTF8 is what RFC 6531 lets a relay do, and it
 // then reaches upstreams that do not offer the extension.
 func (s *session) needsUTF8(eightBit bool) bool {
-	if !s.opts.UTF8 {
-		return false
-	}
-	if eightBit || !isASCII(s.from) {
-		return true
-	}
-	for _, r := range s.rcpts {
-		if !isASCII(r) {
-			return true
-		}
-	}
-	return false
+	return s.opts.UTF8 && (eightBit || !asciiAddresses(s.from, s.rcpts))
 }
 
 // record records the spooled message f in the outbox and returns the
