@@ -49,9 +49,9 @@ func (w *Worker) seedEnvelope(m *backends.Message) (backends.Envelope, error) {
 // headers, its size, and whether it holds 8-bit octets.
 func (w *Worker) messageEnvelope(path string) (backends.Envelope, error) {
 	var env backends.Envelope
-	f, err := w.spool.Open(path)
+	f, err := w.open(path)
 	if err != nil {
-		return env, unreadable{err}
+		return env, err
 	}
 	defer f.Close()
 	r := &counter{r: f}
@@ -106,9 +106,9 @@ type seedPayload struct {
 
 func (w *Worker) payloadEnvelope(path string) (backends.Envelope, error) {
 	var env backends.Envelope
-	f, err := w.spool.Open(path)
+	f, err := w.open(path)
 	if err != nil {
-		return env, unreadable{err}
+		return env, err
 	}
 	defer f.Close()
 	var p seedPayload

@@ -153,6 +153,16 @@ type unreadable struct{ err error }
 
 func (u unreadable) Error() string { return u.err.Error() }
 
+// open opens the bytes at path, a message's or its seed payload's; those
+// that cannot be read are unreadable.
+func (w *Worker) open(path string) (io.ReadCloser, error) {
+	f, err := w.spool.Open(path)
+	if err != nil {
+		return nil, unreadable{err}
+	}
+	return f, nil
+}
+
 // prepare checks one INTAKING message and says where it goes next; ok is
 // false when it stays INTAKING, for its lease to bring it back: its file
 // could not be read (a missing mount, a volume's hiccup), and it is tried
@@ -217,9 +227,9 @@ func (w *Worker) adoptAndCheck(m *backends.Message, t *backends.Transition) (str
 // check reads the spool file through its whole MIME structure and asks the
 // router for a route.
 func (w *Worker) check(m *backends.Message) (string, error) {
-	f, err := w.spool.Open(m.EmlPath)
+	f, err := w.open(m.EmlPath)
 	if err != nil {
-		return "", unreadable{err}
+		return "", err
 	}
 	defer f.Close()
 	e, err := message.Read(f)
