@@ -19,7 +19,7 @@ type Store interface {
 // readTimeout bounds the read of one message's bytes from the store.
 const readTimeout = time.Minute
 
-// Bodies reads and removes a message's bytes where its path says: in the
+// Bodies opens a message's bytes where its path says: in the
 // outbox store for a backends.BodyRef, in the spool directory otherwise.
 // Following the path, not the relay's setting, lets a fleet mix both while
 // it moves from a shared directory to the store.
