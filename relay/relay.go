@@ -40,7 +40,7 @@ type Relay struct {
 	log *slog.Logger
 
 	spool *spool.Spool
-	// bodies reads and removes messages' bytes, in the spool or the
+	// bodies opens messages' bytes, in the spool or the
 	// outbox, as each row's path says.
 	bodies *spool.Bodies
 	outbox backends.Outbox
