@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -58,22 +57,13 @@ func Adopt(ctx context.Context, db *sql.DB) (backends.Adoption, error) {
 func adoptAll(ctx context.Context, db *sql.DB, where string, a *backends.Adoption) error {
 	after := ""
 	for {
-		var ids []string
 		rows, err := db.QueryContext(ctx, "SELECT id FROM emails WHERE envelope IS NULL AND "+where+
 			" AND id > ? ORDER BY id LIMIT ?", after, adoptPage)
 		if err != nil {
 			return err
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, strings.TrimRight(id, " "))
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(ids) == 0 {
+		ids, err := scanIDs(rows)
+		if err != nil || len(ids) == 0 {
 			return err
 		}
 		after = ids[len(ids)-1]

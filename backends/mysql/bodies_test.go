@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -42,22 +43,31 @@ func randomBytes(n int) []byte {
 	return b
 }
 
-// TestBodies keeps message bytes in the store: created with the row, read
-// back whole whatever their size, cut in chunks and statements within the
-// packet budget, kept once for a duplicate, deleted with the row.
-func TestBodies(t *testing.T) {
+// storeAndDB opens a store on a fresh database, and a connection of its
+// own to look at the tables beside it; both close with the test.
+func storeAndDB(t *testing.T) (*mysql.Store, *sql.DB) {
+	t.Helper()
 	ctx := context.Background()
 	dsn := freshDatabase(t)
 	s, err := mysql.Open(ctx, dsn, mysql.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
 	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
+	return s, db
+}
+
+// TestBodies keeps message bytes in the store: created with the row, read
+// back whole whatever their size, cut in chunks and statements within the
+// packet budget, kept once for a duplicate, deleted with the row.
+func TestBodies(t *testing.T) {
+	ctx := context.Background()
+	s, db := storeAndDB(t)
 	const budget = 64 << 10
 	mysql.SetBodyBudget(s, budget)
 	sizes := []int{0, 1, 4 << 10, budget - 1, budget, budget + 1, 5*budget + 17}
@@ -163,17 +173,7 @@ func TestMigrateBodies(t *testing.T) {
 // so no message can be delivered without the 250 its commit gives.
 func TestBodiesAtomic(t *testing.T) {
 	ctx := context.Background()
-	dsn := freshDatabase(t)
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	s, db := storeAndDB(t)
 	var packet int
 	if err := db.QueryRow("SELECT @@max_allowed_packet").Scan(&packet); err != nil {
 		t.Fatal(err)

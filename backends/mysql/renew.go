@@ -22,7 +22,6 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 	}
 	var renewed []string
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		renewed = renewed[:0]
 		_, err := tx.ExecContext(ctx, "UPDATE emails SET lease_until = ? WHERE status = ? AND lease_until = ? AND id IN ("+inList(len(ids))+")",
 			append([]any{until, r.Status, held}, ids...)...)
 		if err != nil {
@@ -35,15 +34,8 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 		if err != nil {
 			return err
 		}
-		defer rows.Close()
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				return err
-			}
-			renewed = append(renewed, id)
-		}
-		return rows.Err()
+		renewed, err = scanIDs(rows)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases in %s: %w", len(r.IDs), r.Status, err)

@@ -124,7 +124,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 	if len(creates) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 14*len(creates))
+	args := make([]any, 0, 16*len(creates))
 	ids := make([]any, 0, len(creates))
 	for _, o := range creates {
 		m := o.create
@@ -132,14 +132,13 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		if err != nil {
 			return err
 		}
-		args = append(args, m.ID, m.Status, null(m.EmlPath), null(m.PayloadPath), null(m.Reason), m.CreatedAt.UTC(), m.UpdatedAt.UTC(),
-			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), null(m.Route), env)
+		args = append(args, m.ID, m.Status, null(m.EmlPath), null(m.PayloadPath), null(m.Reason), 1, m.CreatedAt.UTC(), m.UpdatedAt.UTC(),
+			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
 		ids = append(ids, m.ID)
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
 		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES `+
-		strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?), ", len(creates)), ", ")+
-		" ON DUPLICATE KEY UPDATE id = id", args...)
+		rowsOf(16, len(creates))+" ON DUPLICATE KEY UPDATE id = id", args...)
 	if err != nil {
 		return err
 	}
