@@ -1,5 +1,7 @@
 package mysql
 
+import "sync"
+
 // MigrateTo lets tests make a database of an older schema.
 var MigrateTo = migrateTo
 
@@ -30,3 +32,17 @@ func (s stmt) Parts() (string, []any) { return s.query, s.args }
 // SetBodyBudget makes the statements of message bytes small, so that a
 // test sees them split without sending megabytes.
 func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }
+
+// FailNextCommit makes the next COMMIT that lands answer err, as a
+// connection lost on its reply would.
+func FailNextCommit(s *Store, err error) {
+	var once sync.Once
+	s.afterCommit = func() error {
+		fail := false
+		once.Do(func() { fail = true })
+		if fail {
+			return err
+		}
+		return nil
+	}
+}

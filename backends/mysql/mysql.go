@@ -44,6 +44,10 @@ type Store struct {
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
+	// afterCommit, set by tests, answers in place of a COMMIT that landed:
+	// a connection lost on the reply makes a commit whose outcome the
+	// store cannot know.
+	afterCommit func() error
 }
 
 var _ backends.Outbox = (*Store)(nil)
@@ -182,6 +186,9 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 		err = fn(tx)
 		if err == nil {
 			err = tx.Commit()
+			if err == nil && s.afterCommit != nil {
+				err = s.afterCommit()
+			}
 		} else {
 			tx.Rollback()
 		}
