@@ -123,8 +123,14 @@ func (s *Store) write(ctx context.Context, fn func(*bbolt.Tx) error) error {
 }
 
 // commit runs a group of writes in one transaction.
-func (s *Store) commit(group []func(*bbolt.Tx) error) []error {
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+func (s *Store) commit(group []func(*bbolt.Tx) error) []error { return CommitGroup(s.db, group) }
+
+// CommitGroup runs a group of writes to db in one transaction, for a
+// groupcommit.Committer: one fsync for all of them. When the transaction
+// fails, each write is run again alone, so that one write's failure does not
+// fail the others; a write may therefore run twice.
+func CommitGroup(db *bbolt.DB, group []func(*bbolt.Tx) error) []error {
+	err := db.Update(func(tx *bbolt.Tx) error {
 		for _, fn := range group {
 			if err := fn(tx); err != nil {
 				return err
@@ -135,10 +141,9 @@ func (s *Store) commit(group []func(*bbolt.Tx) error) []error {
 	if err == nil {
 		return nil
 	}
-	// Keep one write's failure from failing the others.
 	errs := make([]error, len(group))
 	for i, fn := range group {
-		errs[i] = s.db.Update(fn)
+		errs[i] = db.Update(fn)
 	}
 	return errs
 }
