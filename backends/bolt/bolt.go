@@ -253,6 +253,18 @@ func timeIDKey(t time.Time, id string) []byte {
 
 func timeIDKeyID(k []byte) string { return string(k[8:]) }
 
+// suffixesUnder returns what follows prefix in each key of b that starts
+// with it, copied: the caller then changes the buckets, which a cursor does
+// not survive.
+func suffixesUnder(b *bbolt.Bucket, prefix []byte) []string {
+	var out []string
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		out = append(out, string(k[len(prefix):]))
+	}
+	return out
+}
+
 func pairKey(a, b string) []byte {
 	k := make([]byte, 0, len(a)+1+len(b))
 	k = append(k, a...)
