@@ -49,13 +49,7 @@ func clearAlarm(tx *bbolt.Tx, kind, id string) error {
 
 // removeAlarms deletes the alarms of a removed message.
 func removeAlarms(tx *bbolt.Tx, id string) error {
-	prefix := pairKey(id, "")
-	var kinds []string
-	c := tx.Bucket(bucketMsgAlarms).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		kinds = append(kinds, string(k[len(prefix):]))
-	}
-	for _, kind := range kinds {
+	for _, kind := range suffixesUnder(tx.Bucket(bucketMsgAlarms), pairKey(id, "")) {
 		if err := clearAlarm(tx, kind, id); err != nil {
 			return err
 		}

@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"time"
 
@@ -37,13 +36,7 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 // moveBatch moves the queue keys of the batch's READY messages between the
 // claimable queue and the held set.
 func moveBatch(tx *bbolt.Tx, code string, from, to []byte) error {
-	prefix := pairKey(code, "")
-	var ids []string
-	c := tx.Bucket(bucketBatchMsgs).Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		ids = append(ids, string(k[len(prefix):]))
-	}
-	for _, id := range ids {
+	for _, id := range suffixesUnder(tx.Bucket(bucketBatchMsgs), pairKey(code, "")) {
 		m, err := get(tx, id)
 		if err != nil {
 			return err

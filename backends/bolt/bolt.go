@@ -123,8 +123,14 @@ func (s *Store) write(ctx context.Context, fn func(*bbolt.Tx) error) error {
 }
 
 // commit runs a group of writes in one transaction.
-func (s *Store) commit(group []func(*bbolt.Tx) error) []error {
-	err := s.db.Update(func(tx *bbolt.Tx) error {
+func (s *Store) commit(group []func(*bbolt.Tx) error) []error { return CommitGroup(s.db, group) }
+
+// CommitGroup runs a group of writes to db in one transaction, for a
+// groupcommit.Committer: one fsync for all of them. When the transaction
+// fails, each write is run again alone, so that one write's failure does not
+// fail the others; a write may therefore run twice.
+func CommitGroup(db *bbolt.DB, group []func(*bbolt.Tx) error) []error {
+	err := db.Update(func(tx *bbolt.Tx) error {
 		for _, fn := range group {
 			if err := fn(tx); err != nil {
 				return err
@@ -135,10 +141,9 @@ func (s *Store) commit(group []func(*bbolt.Tx) error) []error {
 	if err == nil {
 		return nil
 	}
-	// Keep one write's failure from failing the others.
 	errs := make([]error, len(group))
 	for i, fn := range group {
-		errs[i] = s.db.Update(fn)
+		errs[i] = db.Update(fn)
 	}
 	return errs
 }
@@ -247,6 +252,18 @@ func timeIDKey(t time.Time, id string) []byte {
 }
 
 func timeIDKeyID(k []byte) string { return string(k[8:]) }
+
+// suffixesUnder returns what follows prefix in each key of b that starts
+// with it, copied: the caller then changes the buckets, which a cursor does
+// not survive.
+func suffixesUnder(b *bbolt.Bucket, prefix []byte) []string {
+	var out []string
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		out = append(out, string(k[len(prefix):]))
+	}
+	return out
+}
 
 func pairKey(a, b string) []byte {
 	k := make([]byte, 0, len(a)+1+len(b))

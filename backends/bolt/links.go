@@ -51,16 +51,11 @@ func (s *Store) Linked(ctx context.Context, key string) (string, error) {
 func removeLinks(tx *bbolt.Tx, id string) error {
 	prefix := pairKey(id, "")
 	ml := tx.Bucket(bucketMsgLinks)
-	var keys [][]byte
-	c := ml.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
-		if err := tx.Bucket(bucketLinks).Delete(k[len(prefix):]); err != nil {
+	for _, link := range suffixesUnder(ml, prefix) {
+		if err := tx.Bucket(bucketLinks).Delete([]byte(link)); err != nil {
 			return err
 		}
-		if err := ml.Delete(k); err != nil {
+		if err := ml.Delete(append(bytes.Clone(prefix), link...)); err != nil {
 			return err
 		}
 	}

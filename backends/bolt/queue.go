@@ -345,13 +345,8 @@ func remove(tx *bbolt.Tx, m *backends.Message) error {
 	}
 	prefix := pairKey(m.ID, "")
 	h := tx.Bucket(bucketHistory)
-	var keys [][]byte
-	c := h.Cursor()
-	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		keys = append(keys, bytes.Clone(k))
-	}
-	for _, k := range keys {
-		if err := h.Delete(k); err != nil {
+	for _, seq := range suffixesUnder(h, prefix) {
+		if err := h.Delete(append(bytes.Clone(prefix), seq...)); err != nil {
 			return err
 		}
 	}

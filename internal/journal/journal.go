@@ -24,6 +24,7 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/groupcommit"
 )
@@ -83,20 +84,10 @@ func (j *Journal) Close() error {
 	return j.db.Close()
 }
 
+// commit keeps a group of outcomes in one transaction, and each alone when
+// the group's fails, so that one outcome the file refuses loses no other.
 func (j *Journal) commit(group []func(*bbolt.Tx) error) []error {
-	err := j.db.Update(func(tx *bbolt.Tx) error {
-		for _, fn := range group {
-			if err := fn(tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	errs := make([]error, len(group))
-	for i := range errs {
-		errs[i] = err
-	}
-	return errs
+	return bolt.CommitGroup(j.db, group)
 }
 
 // Refused reports whether the store refused a transition for good: the

@@ -3,12 +3,17 @@ package journal_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	bbolt "go.etcd.io/bbolt"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
@@ -206,5 +211,38 @@ func TestRefusalNotKept(t *testing.T) {
 	}
 	if j.Len() != 0 {
 		t.Errorf("a refused outcome was kept")
+	}
+}
+
+// An outcome the journal file refuses (here a key too long for bbolt) fails
+// its own Write only: those kept in the same group commit are kept.
+func TestOneRefusedKeepLosesNoOther(t *testing.T) {
+	store := &flaky{Store: outboxtest.Store(t)}
+	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
+	defer j.Close()
+	store.failures.Store(1 << 30)
+	const n = 64
+	errs := make([]error, 2*n)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		id := fmt.Sprintf("m%d", i)
+		if i%2 == 1 {
+			id = strings.Repeat("x", bbolt.MaxKeySize+1)
+		}
+		wg.Go(func() {
+			errs[i] = j.Write(context.Background(), backends.Transition{ID: id, From: backends.StatusProcessing, To: backends.StatusSent})
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%2 == 0 && err != nil {
+			t.Errorf("Write of m%d = %v, want it kept", i, err)
+		}
+		if i%2 == 1 && err == nil {
+			t.Errorf("Write of a key too long = nil, want the file's refusal")
+		}
+	}
+	if j.Len() != n {
+		t.Errorf("the journal keeps %d outcomes, want %d", j.Len(), n)
 	}
 }
