@@ -27,6 +27,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/groupcommit"
+	"github.com/genropy/postino/internal/lease"
 )
 
 // Store is what the journal writes to.
@@ -98,17 +99,24 @@ func Refused(err error) bool {
 		errors.Is(err, backends.ErrInvalidTransition)
 }
 
-// Write writes t to the store. When the store fails it otherwise than by
-// refusing it, t is kept in the journal, durably, and written again (by Run,
-// and by Replay after a restart) until it lands or is refused; Write then
-// returns nil, since t is no longer the caller's to lose. It returns the
-// store's refusal, or the store's error when t could not even be kept.
-func (j *Journal) Write(ctx context.Context, t backends.Transition) error {
-	err := j.store.Transition(ctx, t)
+// Write writes t to the store, under the first of leases that the store
+// takes (the leases the message may be under, from lease.Renewer.Release;
+// none: t.Held). When the store fails it otherwise than by refusing it, t
+// is kept in the journal with every one of leases, durably, and written
+// again (by Run, and by Replay after a restart) until it lands or is
+// refused; Write then returns nil, since t is no longer the caller's to
+// lose. It returns the store's refusal, or the store's error when t could
+// not even be kept.
+func (j *Journal) Write(ctx context.Context, t backends.Transition, leases ...time.Time) error {
+	k := kept{T: t, Leases: leases}
+	if len(k.Leases) == 0 {
+		k.Leases = []time.Time{t.Held}
+	}
+	err := j.land(ctx, k)
 	if err == nil || Refused(err) {
 		return err
 	}
-	if kerr := j.keep(t); kerr != nil {
+	if kerr := j.keep(k); kerr != nil {
 		return fmt.Errorf("%w; and the outcome journal could not keep it to write it again: %v", err, kerr)
 	}
 	j.opts.Log.Warn("outbox: an outcome was not written; kept in the outcome journal and written again until it lands",
@@ -120,16 +128,30 @@ func (j *Journal) Write(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
-// keep stores t under its message's id: a message has one outcome at a
+// kept is an outcome in the journal, with the leases its message may be
+// under: a renewal whose answer was lost may have moved the lease, and
+// the outcome must still land under the one the message holds.
+type kept struct {
+	T      backends.Transition `json:"transition"`
+	Leases []time.Time         `json:"leases"`
+}
+
+// land writes k to the store under each of its leases in turn, while the
+// store refuses it for its lease.
+func (j *Journal) land(ctx context.Context, k kept) error {
+	return lease.Write(k.T, k.Leases, func(t backends.Transition) error { return j.store.Transition(ctx, t) })
+}
+
+// keep stores k under its message's id: a message has one outcome at a
 // time, and a later one replaces an earlier that the store would refuse
 // anyway (it names an older lease).
-func (j *Journal) keep(t backends.Transition) error {
-	b, err := json.Marshal(t)
+func (j *Journal) keep(k kept) error {
+	b, err := json.Marshal(k)
 	if err != nil {
 		return err
 	}
 	return j.commits.Do(context.Background(), func(tx *bbolt.Tx) error {
-		return tx.Bucket(bucketOutcomes).Put([]byte(t.ID), b)
+		return tx.Bucket(bucketOutcomes).Put([]byte(k.T.ID), b)
 	})
 }
 
@@ -162,13 +184,14 @@ func (j *Journal) Replay(ctx context.Context) (int, error) {
 	landed := 0
 	var failed error
 	for _, e := range entries {
-		var t backends.Transition
-		if err := json.Unmarshal(e.raw, &t); err != nil {
+		var k kept
+		if err := json.Unmarshal(e.raw, &k); err != nil {
 			j.opts.Log.Error("outcome journal: an entry cannot be read; dropped", "id", string(e.id), "error", err)
 			j.drop(e)
 			continue
 		}
-		err := j.store.Transition(ctx, t)
+		t := k.T
+		err := j.land(ctx, k)
 		switch {
 		case err == nil:
 			landed++

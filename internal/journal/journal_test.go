@@ -246,3 +246,27 @@ func TestOneRefusedKeepLosesNoOther(t *testing.T) {
 		t.Errorf("the journal keeps %d outcomes, want %d", j.Len(), n)
 	}
 }
+
+// An outcome kept while the message's lease may have moved (a renewal
+// whose answer was lost) lands under the lease the message holds.
+func TestKeptUnderEveryCandidateLease(t *testing.T) {
+	ctx := context.Background()
+	store := &flaky{Store: outboxtest.Store(t)}
+	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
+	defer j.Close()
+	tr := claimed(t, store.Store, "m1")
+	claimedUnder := tr.Held
+	renewedTo := claimedUnder.Add(time.Minute)
+	if got, err := store.Renew(ctx, backends.Renewal{IDs: []string{"m1"}, Status: backends.StatusProcessing,
+		Held: claimedUnder, Until: renewedTo}); err != nil || len(got) != 1 {
+		t.Fatalf("renew = %v, %v", got, err)
+	}
+	store.failures.Store(1)
+	if err := j.Write(ctx, tr, claimedUnder, renewedTo); err != nil || j.Len() != 1 {
+		t.Fatalf("Write = %v with %d kept, want the outcome kept", err, j.Len())
+	}
+	if n, err := j.Replay(ctx); err != nil || n != 1 {
+		t.Fatalf("Replay = %d, %v; want the kept outcome written under the renewed lease", n, err)
+	}
+	sentOnce(t, store.Store, "m1")
+}

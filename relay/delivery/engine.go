@@ -45,9 +45,12 @@ type Bodies interface {
 // Outcomes writes the outcomes of attempts to the outbox until they land
 // (journal.Journal): an outcome the store fails is kept and written again,
 // so that a message accepted upstream is not sent again when its lease
-// runs out. It returns the store's refusal, or why it could not keep it.
+// runs out. It writes t under the first of leases the store takes, and
+// keeps every one of them with t (a renewal whose answer was lost may have
+// moved the lease). It returns the store's refusal, or why it could not
+// keep it.
 type Outcomes interface {
-	Write(ctx context.Context, t backends.Transition) error
+	Write(ctx context.Context, t backends.Transition, leases ...time.Time) error
 }
 
 // Retry is the schedule of temporary failures; a message older than MaxAge
@@ -492,12 +495,10 @@ func (f *flight) finish() {
 // lease: the first of leases, or the next when the outbox refuses it (a
 // renewal whose outcome was unknown may have landed).
 func (e *Engine) record(t backends.Transition, leases []time.Time) error {
-	return lease.Write(t, leases, func(t backends.Transition) error {
-		if e.cfg.Outcomes != nil {
-			return e.cfg.Outcomes.Write(context.Background(), t)
-		}
-		return e.store.Transition(context.Background(), t)
-	})
+	if e.cfg.Outcomes != nil {
+		return e.cfg.Outcomes.Write(context.Background(), t, leases...)
+	}
+	return lease.Write(t, leases, func(t backends.Transition) error { return e.store.Transition(context.Background(), t) })
 }
 
 // landed frees the place of a flight that has finished.
