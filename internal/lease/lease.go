@@ -31,7 +31,10 @@ type Hold struct {
 	// mu: the last one known first, then those of renewals whose outcome
 	// is unknown (the store failed, perhaps after writing).
 	leases []time.Time
-	lost   bool
+	// renewing is the lease a renewal under way asks for, zero when none
+	// is: until it answers, the message may be under it too.
+	renewing time.Time
+	lost     bool
 }
 
 // Renewer renews the leases of the messages a worker holds in one working
@@ -42,8 +45,7 @@ type Renewer struct {
 	lease  time.Duration
 	log    *slog.Logger
 
-	// round is held through a round of renewals, so that Release returns
-	// leases no renewal is changing.
+	// round keeps rounds of renewals one at a time.
 	round sync.Mutex
 	mu    sync.Mutex
 	holds map[*Hold]struct{}
@@ -72,16 +74,20 @@ func (r *Renewer) Until(h *Hold) (time.Time, bool) {
 	return h.leases[0], h.lost
 }
 
-// Release stops keeping h, once a round of renewals in progress is over,
-// and returns the leases the message may be under, the one known first: a
-// transition that names the lease it holds tries them in turn.
+// Release stops keeping h and returns the leases the message may be under,
+// the one known first, and last the one a renewal under way asks for: a
+// transition that names the lease it holds tries them in turn. It does not
+// wait for the renewal, which the store orders against the transition
+// either way: a worker finishing a message is not held up by a slow store.
 func (r *Renewer) Release(h *Hold) []time.Time {
-	r.round.Lock()
-	defer r.round.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.holds, h)
-	return slices.Clone(h.leases)
+	leases := slices.Clone(h.leases)
+	if !h.renewing.IsZero() {
+		leases = append(leases, h.renewing)
+	}
+	return leases
 }
 
 // Run renews the leases held, a third of a lease apart, until ctx ends.
@@ -106,9 +112,8 @@ func (r *Renewer) every() time.Duration { return max(r.lease/3, time.Millisecond
 func (r *Renewer) Renew(ctx context.Context) {
 	r.round.Lock()
 	defer r.round.Unlock()
-	// A store that hangs must not hold up the workers, which Release waits
-	// for the round: what is not renewed by the next round's time is tried
-	// again then.
+	// A store that hangs must not hold up the next round: what is not
+	// renewed by its time is tried again then.
 	ctx, cancel := context.WithTimeout(ctx, r.every())
 	defer cancel()
 	until := time.Now().UTC().Add(r.lease)
@@ -142,12 +147,18 @@ func (r *Renewer) Renew(ctx context.Context) {
 // that have another candidate lease go into next, with its index.
 func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hold, tried, next map[*Hold]int) {
 	ids := make([]string, len(chunk))
+	r.mu.Lock()
 	for i, h := range chunk {
 		ids[i] = h.id
+		h.renewing = until
 	}
+	r.mu.Unlock()
 	got, err := r.store.Renew(ctx, backends.Renewal{IDs: ids, Status: r.status, Held: held, Until: until})
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, h := range chunk {
+		h.renewing = time.Time{}
+	}
 	if err != nil {
 		// The store may have written before it failed: until becomes a
 		// candidate, and the next round tries both.
@@ -164,6 +175,9 @@ func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hol
 		renewed[id] = true
 	}
 	for _, h := range chunk {
+		if _, kept := r.holds[h]; !kept {
+			continue // released while the renewal was under way
+		}
 		switch k := tried[h]; {
 		case renewed[h.id]:
 			h.leases = []time.Time{until}

@@ -1,11 +1,13 @@
 package lease_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,5 +143,70 @@ func TestUnknownOutcome(t *testing.T) {
 	m, _ := store.Get(ctx, ms[0].ID)
 	if lost || !backends.SameLease(m.LeaseUntil, until) {
 		t.Errorf("after the next renewal: lost %v, lease %s, the outbox has %s", lost, until, m.LeaseUntil)
+	}
+}
+
+// gated is a real outbox whose renewals wait for open once started, as a
+// slow store's do.
+type gated struct {
+	*bolt.Store
+	started chan struct{}
+	open    chan struct{}
+}
+
+func (g *gated) Renew(ctx context.Context, r backends.Renewal) ([]string, error) {
+	close(g.started)
+	<-g.open
+	return g.Store.Renew(ctx, r)
+}
+
+// A worker releasing its message does not wait for a renewal under way,
+// and its transition lands whether the renewal writes before it or after;
+// the renewal that finds the message moved on does not call it lost.
+func TestReleaseDuringRenewal(t *testing.T) {
+	for _, renewalFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("renewal first %v", renewalFirst), func(t *testing.T) {
+			store := &gated{Store: outboxtest.Store(t), started: make(chan struct{}), open: make(chan struct{})}
+			ctx := context.Background()
+			ms := claimAll(t, store.Store, 1, time.Now().UTC().Add(time.Minute))
+			var logged bytes.Buffer
+			r := lease.New(store, backends.StatusProcessing, time.Hour, slog.New(slog.NewTextHandler(&logged, nil)))
+			h := r.Hold(ms[0].ID, ms[0].LeaseUntil)
+			renewed := make(chan struct{})
+			go func() { r.Renew(ctx); close(renewed) }()
+			<-store.started
+			released := make(chan []time.Time)
+			go func() { released <- r.Release(h) }()
+			var leases []time.Time
+			select {
+			case leases = <-released:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Release waits for the renewal under way")
+			}
+			if len(leases) != 2 {
+				t.Fatalf("leases during a renewal: %v, want the one held and the one asked for", leases)
+			}
+			if renewalFirst {
+				close(store.open)
+				<-renewed
+				if m, _ := store.Get(ctx, ms[0].ID); !backends.SameLease(m.LeaseUntil, leases[1]) {
+					t.Fatalf("the renewal wrote %s, want %s", m.LeaseUntil, leases[1])
+				}
+			}
+			if err := lease.Write(backends.Transition{ID: ms[0].ID, From: backends.StatusProcessing, To: backends.StatusSent}, leases,
+				func(t backends.Transition) error { return store.Transition(ctx, t) }); err != nil {
+				t.Errorf("transition: %v", err)
+			}
+			if !renewalFirst {
+				close(store.open)
+				<-renewed
+			}
+			if m, _ := store.Get(ctx, ms[0].ID); m.Status != backends.StatusSent {
+				t.Errorf("status %s, want SENT", m.Status)
+			}
+			if strings.Contains(logged.String(), "lease lost") {
+				t.Errorf("a released message was called lost:\n%s", logged.String())
+			}
+		})
 	}
 }

@@ -456,7 +456,8 @@ func (f *flight) finish() {
 	defer e.landed()
 	m := f.m
 	attemptNo := m.Attempts + 1
-	// No renewal runs past this: the transition names the lease.
+	// The transition names the leases the message may be under, one a
+	// renewal in flight may be writing included.
 	leases := e.leases.Release(f.hold)
 	if f.lost {
 		// Recorded now, the attempt could overwrite a newer claim of the
