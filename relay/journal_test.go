@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -13,16 +12,9 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/journal"
+	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/spool"
 )
-
-// down is a real outbox that fails every transition, as one that is
-// unreachable does.
-type down struct{ *bolt.Store }
-
-func (down) Transition(context.Context, backends.Transition) error {
-	return errors.New("outbox unreachable (test)")
-}
 
 // An outcome the previous run reached and kept in its journal is written at
 // start, before the leases of the previous run are returned: the message,
@@ -38,7 +30,9 @@ func TestStartupWritesKeptOutcomes(t *testing.T) {
 		if err != nil || len(ms) != 1 {
 			t.Fatalf("claim: %v, %v", ms, err)
 		}
-		j, err := journal.Open(filepath.Join(cfg.DataDir, "outcomes-"+cfg.Hostname+".db"), down{store},
+		down := &outboxtest.Hiccup{Store: store}
+		down.Failures.Store(1 << 30)
+		j, err := journal.Open(filepath.Join(cfg.DataDir, "outcomes-"+cfg.Hostname+".db"), down,
 			journal.Options{Retry: backoff.Schedule{First: time.Hour, Max: time.Hour}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,22 +20,6 @@ import (
 	"github.com/genropy/postino/internal/journal"
 	"github.com/genropy/postino/internal/outboxtest"
 )
-
-// flaky is a real outbox whose writes of delivery outcomes fail while
-// failures lasts, as an outbox that hiccups does.
-type flaky struct {
-	*bolt.Store
-	failures atomic.Int32
-}
-
-var errUnavailable = errors.New("outbox unavailable (test)")
-
-func (f *flaky) Transition(ctx context.Context, t backends.Transition) error {
-	if t.From == backends.StatusProcessing && f.failures.Add(-1) >= 0 {
-		return errUnavailable
-	}
-	return f.Store.Transition(ctx, t)
-}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -114,11 +97,11 @@ func waitEmpty(t *testing.T, j *journal.Journal) {
 
 // An outcome the outbox fails is kept and written again until it lands.
 func TestKeptUntilItLands(t *testing.T) {
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
 	defer j.Close()
 	tr := claimed(t, store.Store, "m1")
-	store.failures.Store(5)
+	store.Failures.Store(5)
 	if err := j.Write(context.Background(), tr); err != nil {
 		t.Fatalf("Write = %v, want the outcome kept", err)
 	}
@@ -131,7 +114,7 @@ func TestKeptUntilItLands(t *testing.T) {
 	waitEmpty(t, j)
 	cancel()
 	<-done
-	if n := store.failures.Load(); n >= 0 {
+	if n := store.Failures.Load(); n >= 0 {
 		t.Errorf("the store failed %d writes fewer than asked", n+1)
 	}
 	sentOnce(t, store.Store, "m1")
@@ -139,21 +122,21 @@ func TestKeptUntilItLands(t *testing.T) {
 
 // What the journal keeps survives a restart: the relay's next run writes it.
 func TestKeptAcrossARestart(t *testing.T) {
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	path := filepath.Join(t.TempDir(), "outcomes.db")
 	j := open(t, path, store)
 	tr := claimed(t, store.Store, "m1")
-	store.failures.Store(1 << 30)
+	store.Failures.Store(1 << 30)
 	if err := j.Write(context.Background(), tr); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Replay(context.Background()); !errors.Is(err, errUnavailable) {
+	if _, err := j.Replay(context.Background()); !errors.Is(err, outboxtest.ErrUnavailable) {
 		t.Fatalf("Replay with the outbox down = %v, want its error", err)
 	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	store.failures.Store(0)
+	store.Failures.Store(0)
 	j = open(t, path, store)
 	defer j.Close()
 	if n, err := j.Replay(context.Background()); n != 1 || err != nil {
@@ -169,12 +152,12 @@ func TestKeptAcrossARestart(t *testing.T) {
 // the message is refused by the outbox, and dropped: it must not overwrite
 // the newer claim's work.
 func TestStaleOutcomeDropped(t *testing.T) {
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
 	defer j.Close()
 	ctx := context.Background()
 	tr := claimed(t, store.Store, "m1")
-	store.failures.Store(1)
+	store.Failures.Store(1)
 	if err := j.Write(ctx, tr); err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +184,7 @@ func TestStaleOutcomeDropped(t *testing.T) {
 
 // A refusal is the caller's to know, and nothing is kept.
 func TestRefusalNotKept(t *testing.T) {
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
 	defer j.Close()
 	tr := claimed(t, store.Store, "m1")
@@ -217,10 +200,10 @@ func TestRefusalNotKept(t *testing.T) {
 // An outcome the journal file refuses (here a key too long for bbolt) fails
 // its own Write only: those kept in the same group commit are kept.
 func TestOneRefusedKeepLosesNoOther(t *testing.T) {
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
 	defer j.Close()
-	store.failures.Store(1 << 30)
+	store.Failures.Store(1 << 30)
 	const n = 64
 	errs := make([]error, 2*n)
 	var wg sync.WaitGroup
@@ -251,7 +234,7 @@ func TestOneRefusedKeepLosesNoOther(t *testing.T) {
 // whose answer was lost) lands under the lease the message holds.
 func TestKeptUnderEveryCandidateLease(t *testing.T) {
 	ctx := context.Background()
-	store := &flaky{Store: outboxtest.Store(t)}
+	store := &outboxtest.Hiccup{Store: outboxtest.Store(t)}
 	j := open(t, filepath.Join(t.TempDir(), "outcomes.db"), store)
 	defer j.Close()
 	tr := claimed(t, store.Store, "m1")
@@ -261,7 +244,7 @@ func TestKeptUnderEveryCandidateLease(t *testing.T) {
 		Held: claimedUnder, Until: renewedTo}); err != nil || len(got) != 1 {
 		t.Fatalf("renew = %v, %v", got, err)
 	}
-	store.failures.Store(1)
+	store.Failures.Store(1)
 	if err := j.Write(ctx, tr, claimedUnder, renewedTo); err != nil || j.Len() != 1 {
 		t.Fatalf("Write = %v with %d kept, want the outcome kept", err, j.Len())
 	}

@@ -4,7 +4,9 @@ package outboxtest
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,4 +82,22 @@ func WaitCounts(t testing.TB, store Counter, timeout time.Duration, done func(ma
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// ErrUnavailable is what a Hiccup answers while it fails.
+var ErrUnavailable = errors.New("outbox unavailable (test)")
+
+// Hiccup is a real outbox whose writes of delivery outcomes (moves from
+// PROCESSING) fail with ErrUnavailable while Failures lasts, one failure
+// each, as an outbox that hiccups does.
+type Hiccup struct {
+	*bolt.Store
+	Failures atomic.Int32
+}
+
+func (h *Hiccup) Transition(ctx context.Context, t backends.Transition) error {
+	if t.From == backends.StatusProcessing && h.Failures.Add(-1) >= 0 {
+		return ErrUnavailable
+	}
+	return h.Store.Transition(ctx, t)
 }

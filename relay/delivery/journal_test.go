@@ -2,7 +2,6 @@ package delivery
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -17,20 +16,6 @@ import (
 	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/internal/smtptest"
 )
-
-// flakyOutcomes is a real outbox whose writes of delivery outcomes fail
-// while failures lasts, as an outbox that hiccups does.
-type flakyOutcomes struct {
-	*bolt.Store
-	failures atomic.Int32
-}
-
-func (f *flakyOutcomes) Transition(ctx context.Context, t backends.Transition) error {
-	if t.From == backends.StatusProcessing && f.failures.Add(-1) >= 0 {
-		return errors.New("outbox unavailable (test)")
-	}
-	return f.Store.Transition(ctx, t)
-}
 
 // restoreLoop runs the relay's restore of expired leases, quicker, until
 // the returned stop.
@@ -58,9 +43,9 @@ func TestOutcomeKeptUntilItLands(t *testing.T) {
 	upstream := smtptest.Start(t, smtptest.Options{})
 	var deliveries atomic.Int32
 	upstream.OnData(func(smtptest.Message) error { deliveries.Add(1); return nil })
-	flaky := &flakyOutcomes{Store: store}
+	flaky := &outboxtest.Hiccup{Store: store}
 	const failures = 5
-	flaky.failures.Store(failures)
+	flaky.Failures.Store(failures)
 	j, err := journal.Open(filepath.Join(t.TempDir(), "outcomes.db"), flaky, journal.Options{
 		Retry: backoff.Schedule{First: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 		Log:   slog.New(slog.NewTextHandler(io.Discard, nil))})
@@ -80,7 +65,7 @@ func TestOutcomeKeptUntilItLands(t *testing.T) {
 	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
 		return counts[backends.StatusSentAcknowledged] == 1
 	})
-	if n := flaky.failures.Load(); n >= 0 {
+	if n := flaky.Failures.Load(); n >= 0 {
 		t.Fatalf("the outbox failed %d outcome writes, want %d", failures-n-1, failures)
 	}
 	if n := deliveries.Load(); n != 1 {
