@@ -101,3 +101,29 @@ func (h *Hiccup) Transition(ctx context.Context, t backends.Transition) error {
 	}
 	return h.Store.Transition(ctx, t)
 }
+
+// WaitRenewed waits until message id's lease runs past past while it stays
+// in status and held says it was not taken twice: a claim kept by renewals
+// past the leases it would otherwise have run out after.
+func WaitRenewed(t testing.TB, store interface {
+	Get(context.Context, string) (*backends.Message, error)
+}, id string, status backends.Status, past time.Time, held func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		m, err := store.Get(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Status != status || !held() {
+			t.Fatalf("while %s is held: %s, or taken twice", id, m.Status)
+		}
+		if m.LeaseUntil.After(past) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease of %s is still %s, not renewed past %s", id, m.LeaseUntil, past)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -58,24 +58,7 @@ func TestSlowDeliveryKeepsItsClaim(t *testing.T) {
 	// Hold the delivery until the lease it was claimed under has been
 	// renewed past three leases: unrenewed, it would have run out, been
 	// restored and claimed again meanwhile.
-	past := time.Now().Add(3 * lease)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		m, err := store.Get(context.Background(), "m0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status != backends.StatusProcessing || deliveries.Load() > 1 {
-			t.Fatalf("while the delivery lasts: %s, %d deliveries", m.Status, deliveries.Load())
-		}
-		if m.LeaseUntil.After(past) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease is still %s, not renewed past %s", m.LeaseUntil, past)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitRenewed(t, store, "m0", backends.StatusProcessing, time.Now().Add(3*lease), func() bool { return deliveries.Load() <= 1 })
 	releaseAll()
 	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
 		return counts[backends.StatusSentAcknowledged] == 1

@@ -56,24 +56,7 @@ func TestSlowIntakeKeepsItsClaim(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the message was never prepared")
 	}
-	past := time.Now().Add(3 * lease)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		m, err := store.Get(context.Background(), "m0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status != backends.StatusIntaking || routed.Load() > 1 {
-			t.Fatalf("while the preparation lasts: %s, prepared %d times", m.Status, routed.Load())
-		}
-		if m.LeaseUntil.After(past) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lease is still %s, not renewed past %s", m.LeaseUntil, past)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitRenewed(t, store, "m0", backends.StatusIntaking, time.Now().Add(3*lease), func() bool { return routed.Load() <= 1 })
 	releaseAll()
 	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
 		return counts[backends.StatusReady] == 1
