@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,20 +123,7 @@ func TestAdoptSeedDynamoDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a relay process")
 	}
-	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
-	if endpoint == "" {
-		endpoint = "http://127.0.0.1:8000"
-	}
-	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), time.Second); err != nil {
-		serviceMissing(t, "DynamoDB Local", err)
-	} else {
-		c.Close()
-	}
-	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_ACCESS_KEY_ID=postino", "AWS_SECRET_ACCESS_KEY=postino", "AWS_REGION=us-east-1"}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	env := dynamoDBEnv(t)
 	table := fmt.Sprintf("seed_adopt_%d", time.Now().UnixNano())
 	eml, payload := seedVolume(t)
 	seedDynamoDBTable(t, table, map[string]map[string]string{
