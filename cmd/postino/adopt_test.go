@@ -89,20 +89,18 @@ func TestAdoptSeedOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range []string{
-		`CREATE TABLE emails (id CHAR(36) PRIMARY KEY, status ENUM('ACCEPTED','INTAKING','READY','PROCESSING','SENT','FAILED','INVALID',
-			'CALLING-SENT-CALLBACK','CALLING-FAILED-CALLBACK','SENT-ACKNOWLEDGED','FAILED-ACKNOWLEDGED') NOT NULL,
-			eml_file_path VARCHAR(500), payload_file_path VARCHAR(500), reason TEXT, version INT NOT NULL DEFAULT 1,
-			created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-			INDEX idx_status (status), INDEX idx_status_updated (status, updated_at)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-		`CREATE TABLE email_statuses (id BIGINT AUTO_INCREMENT PRIMARY KEY, email_id CHAR(36) NOT NULL, status VARCHAR(50) NOT NULL,
-			reason TEXT, created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, INDEX idx_email_id (email_id),
-			FOREIGN KEY (email_id) REFERENCES emails(id) ON DELETE CASCADE) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	// The seed's tables, from the file that keeps their layout.
+	seed, err := os.ReadFile(filepath.Join("..", "..", "backends", "mysql", "migrations", "0001_seed.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	statements := strings.Split(strings.TrimSpace(string(seed)), ";")
+	statements = slices.DeleteFunc(statements, func(st string) bool { return strings.TrimSpace(st) == "" })
+	for _, st := range append(statements,
 		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason) VALUES
-			('legacy-ready', 'READY', '` + eml + `', '` + payload + `', 'queued by the old relay'),
+			('legacy-ready', 'READY', '`+eml+`', '`+payload+`', 'queued by the old relay'),
 			('legacy-lost', 'READY', NULL, NULL, ''),
-			('legacy-done', 'SENT-ACKNOWLEDGED', '/efs/done.eml', NULL, '250 ok')`,
-	} {
+			('legacy-done', 'SENT-ACKNOWLEDGED', '/efs/done.eml', NULL, '250 ok')`) {
 		if _, err := db.Exec(st); err != nil {
 			t.Fatal(err)
 		}
