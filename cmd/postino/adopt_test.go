@@ -55,17 +55,10 @@ func checkTakenOver(t *testing.T, out string, store, env []string) {
 	p := startProcess(t, buildBinary(t), t.TempDir(), append(store, "--smarthost", up.Addr), env)
 	c := &admin.Client{Base: p.admin}
 	for id, want := range map[string]string{"legacy-ready": "SENT-ACKNOWLEDGED", "legacy-lost": "INVALID-ACKNOWLEDGED"} {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			m, err := c.Get(ctx, id)
-			if err == nil && m.Status == want {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v, %v; want %s", id, m, err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var m admin.Message
+		var err error
+		waitFor(t, 60*time.Second, func() string { return fmt.Sprintf("%s: %+v, %v; want %s", id, m, err, want) },
+			func() bool { m, err = c.Get(ctx, id); return err == nil && m.Status == want })
 	}
 	msgs := up.Messages()
 	if len(msgs) != 1 || msgs[0].From != "app@example.com" || !slices.Equal(msgs[0].To, []string{"one@example.net", "two@example.net"}) ||
