@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -56,17 +55,10 @@ func checkTakenOver(t *testing.T, out string, store, env []string) {
 	p := startProcess(t, buildBinary(t), t.TempDir(), append(store, "--smarthost", up.Addr), env)
 	c := &admin.Client{Base: p.admin}
 	for id, want := range map[string]string{"legacy-ready": "SENT-ACKNOWLEDGED", "legacy-lost": "INVALID-ACKNOWLEDGED"} {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			m, err := c.Get(ctx, id)
-			if err == nil && m.Status == want {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %+v, %v; want %s", id, m, err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		var m admin.Message
+		var err error
+		waitFor(t, 60*time.Second, func() string { return fmt.Sprintf("%s: %+v, %v; want %s", id, m, err, want) },
+			func() bool { m, err = c.Get(ctx, id); return err == nil && m.Status == want })
 	}
 	msgs := up.Messages()
 	if len(msgs) != 1 || msgs[0].From != "app@example.com" || !slices.Equal(msgs[0].To, []string{"one@example.net", "two@example.net"}) ||
@@ -90,20 +82,18 @@ func TestAdoptSeedOutbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range []string{
-		`CREATE TABLE emails (id CHAR(36) PRIMARY KEY, status ENUM('ACCEPTED','INTAKING','READY','PROCESSING','SENT','FAILED','INVALID',
-			'CALLING-SENT-CALLBACK','CALLING-FAILED-CALLBACK','SENT-ACKNOWLEDGED','FAILED-ACKNOWLEDGED') NOT NULL,
-			eml_file_path VARCHAR(500), payload_file_path VARCHAR(500), reason TEXT, version INT NOT NULL DEFAULT 1,
-			created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, updated_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP,
-			INDEX idx_status (status), INDEX idx_status_updated (status, updated_at)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
-		`CREATE TABLE email_statuses (id BIGINT AUTO_INCREMENT PRIMARY KEY, email_id CHAR(36) NOT NULL, status VARCHAR(50) NOT NULL,
-			reason TEXT, created_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, INDEX idx_email_id (email_id),
-			FOREIGN KEY (email_id) REFERENCES emails(id) ON DELETE CASCADE) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+	// The seed's tables, from the file that keeps their layout.
+	seed, err := os.ReadFile(filepath.Join("..", "..", "backends", "mysql", "migrations", "0001_seed.sql"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	statements := strings.Split(strings.TrimSpace(string(seed)), ";")
+	statements = slices.DeleteFunc(statements, func(st string) bool { return strings.TrimSpace(st) == "" })
+	for _, st := range append(statements,
 		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason) VALUES
-			('legacy-ready', 'READY', '` + eml + `', '` + payload + `', 'queued by the old relay'),
+			('legacy-ready', 'READY', '`+eml+`', '`+payload+`', 'queued by the old relay'),
 			('legacy-lost', 'READY', NULL, NULL, ''),
-			('legacy-done', 'SENT-ACKNOWLEDGED', '/efs/done.eml', NULL, '250 ok')`,
-	} {
+			('legacy-done', 'SENT-ACKNOWLEDGED', '/efs/done.eml', NULL, '250 ok')`) {
 		if _, err := db.Exec(st); err != nil {
 			t.Fatal(err)
 		}
@@ -124,20 +114,7 @@ func TestAdoptSeedDynamoDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs a relay process")
 	}
-	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
-	if endpoint == "" {
-		endpoint = "http://127.0.0.1:8000"
-	}
-	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), time.Second); err != nil {
-		serviceMissing(t, "DynamoDB Local", err)
-	} else {
-		c.Close()
-	}
-	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_ACCESS_KEY_ID=postino", "AWS_SECRET_ACCESS_KEY=postino", "AWS_REGION=us-east-1"}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	env := dynamoDBEnv(t)
 	table := fmt.Sprintf("seed_adopt_%d", time.Now().UnixNano())
 	eml, payload := seedVolume(t)
 	seedDynamoDBTable(t, table, map[string]map[string]string{

@@ -206,9 +206,9 @@ func TestFleetKillMySQL(t *testing.T) {
 	go func() { loadDone <- fleetLoad(t, addrs, 12, ids, &sent) }()
 
 	// Kill relay-2 once a third is submitted and deliveries are flowing.
-	for sent.Load() < total/3 || len(up.Messages()) < total/10 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitFor(t, 3*time.Minute, func() string {
+		return fmt.Sprintf("%d submitted, %d delivered; want %d and %d before the kill", sent.Load(), len(up.Messages()), total/3, total/10)
+	}, func() bool { return sent.Load() >= total/3 && len(up.Messages()) >= total/10 })
 	victim := relays[1]
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	killedAt := time.Now()

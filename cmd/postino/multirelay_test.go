@@ -27,6 +27,29 @@ func serviceMissing(t *testing.T, what string, err error) {
 	t.Skipf("no %s: %v", what, err)
 }
 
+// dynamoDBEnv skips the test (fails it under CI=true) when DynamoDB Local
+// at TEST_POSTINO_DYNAMODB_ENDPOINT (default http://127.0.0.1:8000) does not
+// answer, sets the AWS environment that reaches it for this process, and
+// returns it for the relay processes the test starts.
+func dynamoDBEnv(t *testing.T) []string {
+	t.Helper()
+	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		endpoint = "http://127.0.0.1:8000"
+	}
+	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), time.Second); err != nil {
+		serviceMissing(t, "DynamoDB Local", err)
+	} else {
+		c.Close()
+	}
+	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_ACCESS_KEY_ID=postino", "AWS_SECRET_ACCESS_KEY=postino", "AWS_REGION=us-east-1"}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		t.Setenv(k, v)
+	}
+	return env
+}
+
 // runShared starts three relays sharing one outbox and one spool, submits
 // total messages across them, and checks that the upstream got each
 // exactly once and that every row is acknowledged.
@@ -163,20 +186,7 @@ func TestSharedDynamoDB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three relays")
 	}
-	endpoint := os.Getenv("TEST_POSTINO_DYNAMODB_ENDPOINT")
-	if endpoint == "" {
-		endpoint = "http://127.0.0.1:8000"
-	}
-	if c, err := net.DialTimeout("tcp", strings.TrimPrefix(endpoint, "http://"), time.Second); err != nil {
-		serviceMissing(t, "DynamoDB Local", err)
-	} else {
-		c.Close()
-	}
-	env := []string{"AWS_ENDPOINT_URL=" + endpoint, "AWS_ACCESS_KEY_ID=postino", "AWS_SECRET_ACCESS_KEY=postino", "AWS_REGION=us-east-1"}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		t.Setenv(k, v)
-	}
+	env := dynamoDBEnv(t)
 	table := fmt.Sprintf("shared_%d", time.Now().UnixNano())
 	var out strings.Builder
 	if code := run(context.Background(), []string{"dynamodb", "create-table", "--table", table}, &out, &out); code != 0 {

@@ -153,7 +153,11 @@ func TestOutboxCutAfterUpstream250(t *testing.T) {
 		}
 	}
 	close(release)
-	<-cut
+	select {
+	case <-cut:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the upstream got %d deliveries in 3 minutes, never reaching the cut at %d", n.Load(), cutAt)
+	}
 	cutTime := time.Now()
 
 	// The outcomes reached during the cut wait in the journal.
