@@ -76,8 +76,11 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 // whether it changed since.
 func (s *Store) transition(ctx context.Context, t backends.Transition) (*backends.Message, error) {
 	for attempt := 1; ; attempt++ {
+		// A copy remembered may be stale (a Renew, or another relay, wrote
+		// since): one that does not hold as t says is read again, since
+		// only the read proves the message lost to its holder.
 		m, ok := s.recent.take(t.ID)
-		if !ok || attempt > 1 || m.msg.Status != t.From {
+		if !ok || attempt > 1 || !t.Holds(&m.msg) {
 			var err error
 			if m, err = s.getMeta(ctx, t.ID); err != nil {
 				return nil, err
