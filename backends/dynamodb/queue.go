@@ -16,6 +16,7 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
+// change is a transition prepared against the _META item as read.
 type change struct {
 	stmts []types.ParameterizedStatement
 	m     *meta
