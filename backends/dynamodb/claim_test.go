@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/dynamodb"
 )
 
 // makeReady puts n messages named prefix-0000 … in READY, due at due, of
@@ -51,10 +50,7 @@ func TestClaimReadsBounded(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	counter := counted(&opts)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	now := time.Now().UTC()
 	makeReady(t, s, "held", 1000, backends.PriorityHigh, now.Add(-time.Hour), "campaign")
 	makeReady(t, s, "later", 500, backends.PriorityImmediate, now.Add(time.Hour), "")
@@ -115,10 +111,7 @@ func ids(ms []*backends.Message) []string {
 // it wrote when it claimed it, under the lease before the renewal.
 func TestTransitionAfterRenew(t *testing.T) {
 	ctx := context.Background()
-	s, err := dynamodb.Open(ctx, freshTable(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, freshTable(t, 0))
 	now := time.Now().UTC()
 	makeReady(t, s, "renewed", 1, backends.PriorityNormal, now.Add(-time.Minute), "")
 	held := now.Add(time.Minute)
