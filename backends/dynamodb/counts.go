@@ -29,7 +29,7 @@ const (
 )
 
 func counterKey(st backends.Status, shard int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(counterPrefix + sharded(string(st), shard)), "Status": str(counterStatus)}
+	return itemKey(counterPrefix+sharded(string(st), shard), counterStatus)
 }
 
 // counts is a change of the counters: statuses and what they gain.

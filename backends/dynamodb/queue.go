@@ -500,9 +500,7 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status, chunks 
 		return true, err
 	}
 	dels := bodyDeletes(m, chunks)
-	del := func(id, sk string) {
-		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
-	}
+	del := func(id, sk string) { dels = append(dels, deleteOf(id, sk)) }
 	for _, it := range items {
 		sk := getS(it, "Status")
 		del(m.msg.ID, sk)
