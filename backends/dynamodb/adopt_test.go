@@ -77,10 +77,7 @@ func TestAdoptSeedMessages(t *testing.T) {
 		t.Errorf("Adopt = %+v; want found %v, 3 queued, 2 told, 1 unsendable", got, wantFound)
 	}
 
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	for id, want := range map[string]struct {
 		status  backends.Status
 		outcome string // the event that tells it, if any
@@ -182,10 +179,7 @@ func TestSeedMessageRetried(t *testing.T) {
 	if a, err := dynamodb.Adopt(ctx, opts); err != nil || a.Queued+a.Told+a.Unsendable != 0 {
 		t.Fatalf("Adopt = %+v, %v; want nothing done", a, err)
 	}
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	if err := s.Transition(ctx, backends.Transition{ID: "r-failed", From: backends.StatusFailedAcknowledged, To: backends.StatusReady, Reason: "retry"}); err != nil {
 		t.Fatal(err)
 	}

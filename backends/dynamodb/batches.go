@@ -35,7 +35,7 @@ const (
 )
 
 func batchKey(code string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(batchPrefix + code), "Status": str(batchStatus)}
+	return itemKey(batchPrefix+code, batchStatus)
 }
 
 func (s *Store) SuspendBatch(ctx context.Context, code string) error {

@@ -171,8 +171,7 @@ func bodyDeletes(m *meta, chunks int64) []types.WriteRequest {
 	}
 	out := make([]types.WriteRequest, chunks)
 	for i := range out {
-		out[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{
-			"Id": str(m.msg.ID), "Status": str(spoolKey(nonce, i+1))}}}
+		out[i] = deleteOf(m.msg.ID, spoolKey(nonce, i+1))
 	}
 	return out
 }
@@ -204,8 +203,7 @@ func (s *Store) sweepSpooling(ctx context.Context, now time.Time) error {
 		}
 		dels := make([]types.WriteRequest, 0, len(keys)+1)
 		for _, k := range append(keys, it) {
-			dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{
-				"Id": str(id), "Status": k["Status"]}}})
+			dels = append(dels, deleteOf(id, getS(k, "Status")))
 		}
 		if err := s.writeItems(ctx, dels); err != nil {
 			return fmt.Errorf("delete the bytes of %s given up: %w", id, err)

@@ -99,10 +99,7 @@ func countPrefix(keys []string, prefix string) int {
 func TestBodies(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	sizes := []int{0, 1, chunk - 1, chunk, chunk + 1, txBytes, txBytes + 1, 2*txBytes + 17}
 	want := map[string][]byte{}
 	for i, n := range sizes {
@@ -199,10 +196,7 @@ func TestBodies(t *testing.T) {
 func TestBodiesWithoutRow(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	first, second := randomBytes(txBytes+1), randomBytes(txBytes+2)
 	if err := s.Create(ctx, bodyMessage("dup", "bbbbbbbbbbbb", first)); err != nil {
 		t.Fatal(err)
@@ -247,10 +241,7 @@ func TestBodyRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	counter := counted(&opts)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	for _, tc := range []struct {
 		size         int
 		create, read int

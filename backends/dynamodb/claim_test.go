@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/dynamodb"
 )
 
 // makeReady puts n messages named prefix-0000 … in READY, due at due, of
@@ -51,10 +50,7 @@ func TestClaimReadsBounded(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	counter := counted(&opts)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	now := time.Now().UTC()
 	makeReady(t, s, "held", 1000, backends.PriorityHigh, now.Add(-time.Hour), "campaign")
 	makeReady(t, s, "later", 500, backends.PriorityImmediate, now.Add(time.Hour), "")
@@ -108,4 +104,32 @@ func ids(ms []*backends.Message) []string {
 		out[i] = m.ID
 	}
 	return out
+}
+
+// TestTransitionAfterRenew: a worker that renewed its lease moves its
+// message holding the renewed lease, though the store remembers the copy
+// it wrote when it claimed it, under the lease before the renewal.
+func TestTransitionAfterRenew(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, freshTable(t, 0))
+	now := time.Now().UTC()
+	makeReady(t, s, "renewed", 1, backends.PriorityNormal, now.Add(-time.Minute), "")
+	held := now.Add(time.Minute)
+	ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing,
+		Now: now, LeaseUntil: held, Limit: 1})
+	if err != nil || len(ms) != 1 {
+		t.Fatalf("Claim = %d messages, %v; want 1", len(ms), err)
+	}
+	until := now.Add(time.Hour)
+	if got, err := s.Renew(ctx, backends.Renewal{IDs: ids(ms), Status: backends.StatusProcessing,
+		Held: held, Until: until}); err != nil || len(got) != 1 {
+		t.Fatalf("Renew = %v, %v; want %v", got, err, ids(ms))
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: ms[0].ID, From: backends.StatusProcessing, To: backends.StatusSent,
+		At: time.Now().UTC(), Reason: "sent", Held: until}); err != nil {
+		t.Fatalf("transition holding the renewed lease: %v", err)
+	}
+	if m, err := s.Get(ctx, ms[0].ID); err != nil || m.Status != backends.StatusSent {
+		t.Errorf("after the transition: %+v, %v; want SENT", m, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +29,7 @@ const (
 )
 
 func counterKey(st backends.Status, shard int) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(counterPrefix + sharded(string(st), shard)), "Status": str(counterStatus)}
+	return itemKey(counterPrefix+sharded(string(st), shard), counterStatus)
 }
 
 // counts is a change of the counters: statuses and what they gain.
@@ -48,7 +49,7 @@ func (c counts) move(from, to backends.Status) {
 	}
 }
 
-// stmts makes the counter updates of c, one per status: a transaction may
+// counterStmts makes the counter updates of c, one per status: a transaction may
 // name an item once.
 func (s *Store) counterStmts(c counts) []types.ParameterizedStatement {
 	var out []types.ParameterizedStatement
@@ -75,12 +76,7 @@ func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
 		mu    sync.Mutex
 		total = map[backends.Status]int{}
 	)
-	var chunks [][]map[string]types.AttributeValue
-	for len(keys) > 0 {
-		n := min(100, len(keys))
-		chunks = append(chunks, keys[:n])
-		keys = keys[n:]
-	}
+	chunks := slices.Collect(slices.Chunk(keys, 100))
 	err := eachAtOnce(len(chunks), func(i int) error {
 		items, err := s.getItems(ctx, chunks[i])
 		if err != nil {

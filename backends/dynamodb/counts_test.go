@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/dynamodb"
 )
 
 // TestCountsAcrossRelays: two stores on one table (two relays) claim,
@@ -21,11 +20,7 @@ func TestCountsAcrossRelays(t *testing.T) {
 	opts := freshTable(t, 0)
 	var relays [2]backends.Outbox
 	for i := range relays {
-		s, err := dynamodb.Open(ctx, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		relays[i] = s
+		relays[i] = openStore(t, opts)
 	}
 	const messages = 120
 	var next, cut atomic.Int64

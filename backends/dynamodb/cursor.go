@@ -23,7 +23,7 @@ const (
 )
 
 func cursorKey(name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(cursorPrefix + name), "Status": str(cursorStatus)}
+	return itemKey(cursorPrefix+name, cursorStatus)
 }
 
 func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.Time) (backends.Cursor, error) {

@@ -65,8 +65,13 @@ func freshTable(t testing.TB, ttl time.Duration) dynamodb.Options {
 }
 
 func open(t *testing.T) backends.Outbox {
+	return openStore(t, freshTable(t, 0))
+}
+
+// openStore opens a store on the table of opts.
+func openStore(t testing.TB, opts dynamodb.Options) *dynamodb.Store {
 	t.Helper()
-	s, err := dynamodb.Open(context.Background(), freshTable(t, 0))
+	s, err := dynamodb.Open(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,10 +84,6 @@ func TestConformance(t *testing.T) {
 
 func BenchmarkStore(b *testing.B) {
 	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox {
-		s, err := dynamodb.Open(context.Background(), freshTable(b, 0))
-		if err != nil {
-			b.Fatal(err)
-		}
-		return s
+		return openStore(b, freshTable(b, 0))
 	})
 }

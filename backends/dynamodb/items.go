@@ -53,6 +53,16 @@ const (
 )
 
 func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+// itemKey is the key of the item of partition id and sort key sk.
+func itemKey(id, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}
+}
+
+// deleteOf is the batch write that deletes the item id, sk.
+func deleteOf(id, sk string) types.WriteRequest {
+	return types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, sk)}}
+}
 func num(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }

@@ -20,7 +20,7 @@ import (
 const layoutStatus = "_LAYOUT"
 
 func layoutKey() map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(layoutStatus), "Status": str(layoutStatus)}
+	return itemKey(layoutStatus, layoutStatus)
 }
 
 // layoutReady reports whether the table's items were placed and counted for
@@ -100,7 +100,7 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 		return nil
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
-		Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}, UpdateExpression: aws.String("SET #q = :q"),
+		Key: itemKey(id, sk), UpdateExpression: aws.String("SET #q = :q"),
 		ExpressionAttributeNames: map[string]string{"#q": "Queue"}, ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)}})
 	if err != nil {
 		return fmt.Errorf("place %s %s in its shard: %w", id, sk, err)
@@ -132,7 +132,7 @@ func (s *Store) place(ctx context.Context, m *meta) error {
 		expr += " REMOVE BatchKey"
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
-		Key:              map[string]types.AttributeValue{"Id": str(m.msg.ID), "Status": str(metaStatus)},
+		Key:              itemKey(m.msg.ID, metaStatus),
 		UpdateExpression: aws.String(expr), ExpressionAttributeNames: names, ExpressionAttributeValues: values})
 	if err != nil {
 		return fmt.Errorf("place message %s in its shard: %w", m.msg.ID, err)

@@ -49,10 +49,7 @@ func ttlAt(it map[string]types.AttributeValue) string {
 func TestLayoutTTLAndReentry(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 24*time.Hour)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	if err := s.Create(ctx, &backends.Message{ID: "layout-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,10 +149,7 @@ func TestLegacyItems(t *testing.T) {
 	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	m, err := s.Get(ctx, "legacy-1")
 	if err != nil {
 		t.Fatal(err)
@@ -258,10 +252,7 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 func TestLayoutShards(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
-	s, err := dynamodb.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openStore(t, opts)
 	if err := s.Create(ctx, &backends.Message{ID: "shard-1", Batch: "camp", EmlPath: "x.eml"}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ const (
 )
 
 func linkKey(key string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{"Id": str(linkPrefix + key), "Status": str(linkStatus)}
+	return itemKey(linkPrefix+key, linkStatus)
 }
 
 func (s *Store) Link(ctx context.Context, key, messageID string) error {

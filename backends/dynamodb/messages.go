@@ -90,7 +90,6 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 	}
 }
 
-// change is a transition prepared against the _META item as read.
 func (s *Store) History(ctx context.Context, id string) ([]backends.HistoryEntry, error) {
 	// Up to _META: not the message's bytes, which sort after it.
 	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND "Status" <= ?`, 0, str(id), str(metaStatus))

@@ -16,6 +16,7 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
+// change is a transition prepared against the _META item as read.
 type change struct {
 	stmts []types.ParameterizedStatement
 	m     *meta
@@ -76,8 +77,11 @@ func (s *Store) prepare(m *meta, t backends.Transition) (*change, error) {
 // whether it changed since.
 func (s *Store) transition(ctx context.Context, t backends.Transition) (*backends.Message, error) {
 	for attempt := 1; ; attempt++ {
+		// A copy remembered may be stale (a Renew, or another relay, wrote
+		// since): one that does not hold as t says is read again, since
+		// only the read proves the message lost to its holder.
 		m, ok := s.recent.take(t.ID)
-		if !ok || attempt > 1 || m.msg.Status != t.From {
+		if !ok || attempt > 1 || !t.Holds(&m.msg) {
 			var err error
 			if m, err = s.getMeta(ctx, t.ID); err != nil {
 				return nil, err
@@ -496,9 +500,7 @@ func (s *Store) remove(ctx context.Context, m *meta, st backends.Status, chunks 
 		return true, err
 	}
 	dels := bodyDeletes(m, chunks)
-	del := func(id, sk string) {
-		dels = append(dels, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: map[string]types.AttributeValue{"Id": str(id), "Status": str(sk)}}})
-	}
+	del := func(id, sk string) { dels = append(dels, deleteOf(id, sk)) }
 	for _, it := range items {
 		sk := getS(it, "Status")
 		del(m.msg.ID, sk)
