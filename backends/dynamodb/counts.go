@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -16,20 +14,21 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// How many messages each status holds is kept in counter items (Id
-// "_COUNT#STATUS#n", Status "_COUNT", the number in N), counterShards per
-// status: a change of status adds to one of them, picked at random, in its
-// own transaction, so that the count is exact whatever crashes, and
-// concurrent writers seldom meet on one item. Counts sums them.
-// create-table makes them, counting the table once (initLayout).
+// How many messages each status holds is kept in counterShards counter
+// items (Id "_COUNT#n", Status "_COUNT"), each with a number for every
+// status (the attribute named after it): a change adds to the statuses it
+// moves in one of them, picked at random, in its own transaction, so that
+// the count is exact whatever crashes, and concurrent writers seldom meet
+// on one item. Counts sums them, all in one request. create-table makes
+// them, counting the table once (initLayout), with every status there, as
+// an update may only add to a number that exists.
 const (
-	counterPrefix = "_COUNT#"
 	counterStatus = "_COUNT"
 	counterShards = 16
 )
 
-func counterKey(st backends.Status, shard int) map[string]types.AttributeValue {
-	return itemKey(counterPrefix+sharded(string(st), shard), counterStatus)
+func counterKey(shard int) map[string]types.AttributeValue {
+	return itemKey(sharded(counterStatus, shard), counterStatus)
 }
 
 // counts is a change of the counters: statuses and what they gain.
@@ -49,50 +48,43 @@ func (c counts) move(from, to backends.Status) {
 	}
 }
 
-// counterStmts makes the counter updates of c, one per status: a transaction may
-// name an item once.
+// counterStmts makes the update of one counter item that c makes, if any.
 func (s *Store) counterStmts(c counts) []types.ParameterizedStatement {
-	var out []types.ParameterizedStatement
-	for st, n := range c {
-		if n == 0 {
-			continue
+	var (
+		sets   []string
+		params []types.AttributeValue
+	)
+	for _, st := range backends.Statuses() {
+		if n := c[st]; n != 0 {
+			sets = append(sets, `"`+string(st)+`" = "`+string(st)+`" + ?`)
+			params = append(params, num(n))
 		}
-		k := counterKey(st, rand.N(counterShards))
-		out = append(out, stmt("UPDATE "+s.from("")+` SET "N" = "N" + ? WHERE "Id" = ? AND "Status" = ?`, num(n), k["Id"], k["Status"]))
 	}
-	return out
+	if len(sets) == 0 {
+		return nil
+	}
+	k := counterKey(rand.N(counterShards))
+	return []types.ParameterizedStatement{stmt("UPDATE "+s.from("")+" SET "+strings.Join(sets, ", ")+` WHERE "Id" = ? AND "Status" = ?`,
+		append(params, k["Id"], k["Status"])...)}
 }
 
-// Counts sums the counter items, a hundred to a request, the requests at
-// once.
+// Counts sums the counter items, read in one request.
 func (s *Store) Counts(ctx context.Context) (map[backends.Status]int, error) {
-	var keys []map[string]types.AttributeValue
-	for _, st := range backends.Statuses() {
-		for i := range counterShards {
-			keys = append(keys, counterKey(st, i))
-		}
+	keys := make([]map[string]types.AttributeValue, counterShards)
+	for i := range keys {
+		keys[i] = counterKey(i)
 	}
-	var (
-		mu    sync.Mutex
-		total = map[backends.Status]int{}
-	)
-	chunks := slices.Collect(slices.Chunk(keys, 100))
-	err := eachAtOnce(len(chunks), func(i int) error {
-		items, err := s.getItems(ctx, chunks[i])
-		if err != nil {
-			return err
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for _, it := range items {
-			id := getS(it, "Id")
-			st := id[len(counterPrefix):strings.LastIndex(id, "#")]
-			total[backends.Status(st)] += int(getN(it, "N"))
-		}
-		return nil
-	})
+	items, err := s.getItems(ctx, keys)
 	if err != nil {
 		return nil, fmt.Errorf("counts: %w", err)
+	}
+	total := map[backends.Status]int{}
+	for _, it := range items {
+		for _, st := range backends.Statuses() {
+			if n := getN(it, string(st)); n != 0 {
+				total[st] += int(n)
+			}
+		}
 	}
 	for st, n := range total {
 		if n == 0 {
@@ -135,19 +127,19 @@ func eachAtOnce(n int, fn func(i int) error) error {
 }
 
 // counterItems are the counter items of a table holding total messages in
-// each status: the first shard holds the count.
+// each status: the first shard holds the counts, the others zeros.
 func counterItems(total map[backends.Status]int64) []map[string]types.AttributeValue {
-	var out []map[string]types.AttributeValue
-	for _, st := range backends.Statuses() {
-		for i := range counterShards {
-			it := counterKey(st, i)
+	out := make([]map[string]types.AttributeValue, counterShards)
+	for i := range out {
+		it := counterKey(i)
+		for _, st := range backends.Statuses() {
 			n := int64(0)
 			if i == 0 {
 				n = total[st]
 			}
-			it["N"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-			out = append(out, it)
+			it[string(st)] = num(n)
 		}
+		out[i] = it
 	}
 	return out
 }

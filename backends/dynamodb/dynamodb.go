@@ -116,31 +116,25 @@ func (s *Store) from(index string) string {
 }
 
 // query runs a PartiQL SELECT through every page, or until limit items
-// (limit 0: all).
+// (limit 0: all), each request asking for no more than are still wanted.
 func (s *Store) query(ctx context.Context, stmt string, limit int, params ...types.AttributeValue) ([]map[string]types.AttributeValue, error) {
-	var out []map[string]types.AttributeValue
-	err := s.queryEach(ctx, stmt, params, func(items []map[string]types.AttributeValue) (bool, error) {
-		out = append(out, items...)
-		return limit <= 0 || len(out) < limit, nil
-	})
-	return out, err
-}
-
-// queryEach runs a PartiQL SELECT and hands fn each page, until fn says no
-// more or the pages end.
-func (s *Store) queryEach(ctx context.Context, stmt string, params []types.AttributeValue,
-	fn func(page []map[string]types.AttributeValue) (more bool, err error)) error {
-	var next *string
+	var (
+		out  []map[string]types.AttributeValue
+		next *string
+	)
 	for {
-		resp, err := s.db.ExecuteStatement(ctx, &dynamodb.ExecuteStatementInput{
-			Statement: aws.String(stmt), Parameters: params, NextToken: next, ConsistentRead: aws.Bool(!strings.Contains(stmt, `"."`)),
-		})
-		if err != nil {
-			return err
+		in := &dynamodb.ExecuteStatementInput{Statement: aws.String(stmt), Parameters: params, NextToken: next,
+			ConsistentRead: aws.Bool(!strings.Contains(stmt, `"."`))}
+		if limit > 0 {
+			in.Limit = aws.Int32(int32(limit - len(out)))
 		}
-		more, err := fn(resp.Items)
-		if err != nil || !more || resp.NextToken == nil {
-			return err
+		resp, err := s.db.ExecuteStatement(ctx, in)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, resp.Items...)
+		if resp.NextToken == nil || (limit > 0 && len(out) >= limit) {
+			return out, nil
 		}
 		next = resp.NextToken
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -227,53 +228,56 @@ func prioritized(st backends.Status) bool {
 	return st == backends.StatusAccepted || st == backends.StatusReady
 }
 
-// claimable reads up to n messages of one shard that c may take, in claim
-// order. A status ordered by priority is read as one range, from the first
-// priority to the last's due messages; a message met that is not due yet
-// ends its priority's due ones, and the read goes on from the next
-// priority, so that not-yet-due messages cost at most one read each
-// priority, however many they are.
-func (s *Store) claimable(ctx context.Context, c backends.Claim, shard, n int) ([]map[string]types.AttributeValue, error) {
-	lo, hi := lowKey, keyTime(c.Now)+"~"
-	if prioritized(c.From) {
-		lo, hi = fmt.Sprintf("%d#", backends.PriorityImmediate), fmt.Sprintf("%d#%s~", backends.PriorityLow, keyTime(c.Now))
+// claimable reads up to n messages that c may take from every shard, in
+// claim order, in at most two rounds of requests at once. A status
+// ordered by priority is read in each shard as one range, from the first
+// priority to the last's due messages; in a shard where that meets a
+// message not due yet, which ends its priority's due ones, the next
+// priorities are read in a second round, a range of due messages each.
+// Messages not due yet cost at most one read each shard, however many they
+// are, and a queue where all is due costs one request a shard.
+func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[string]types.AttributeValue, error) {
+	due := func(p int) string { return fmt.Sprintf("%d#%s~", p, keyTime(c.Now)) }
+	if !prioritized(c.From) {
+		return s.queuedShards(ctx, string(c.From), lowKey, keyTime(c.Now)+"~", n)
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String("QueueIndex"),
-		KeyConditionExpression: aws.String("#q = :q AND QueueKey BETWEEN :lo AND :hi"), ExpressionAttributeNames: map[string]string{"#q": "Queue"}}
-	var out []map[string]types.AttributeValue
-	for len(out) < n {
-		in.ExpressionAttributeValues = map[string]types.AttributeValue{":q": str(sharded(string(c.From), shard)), ":lo": str(lo), ":hi": str(hi)}
-		in.Limit = aws.Int32(int32(n - len(out)))
-		resp, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, err
+	type rest struct{ shard, from int }
+	var (
+		mu    sync.Mutex
+		later []rest
+	)
+	pages := make([][]map[string]types.AttributeValue, shards)
+	err := eachAtOnce(shards, func(i int) error {
+		items, err := s.queued(ctx, sharded(string(c.From), i), fmt.Sprintf("%d#", backends.PriorityImmediate), due(backends.PriorityLow), n)
+		for j, it := range items {
+			k := getS(it, "QueueKey")
+			if p := int(k[0] - '0'); k > due(p) {
+				items = items[:j]
+				mu.Lock()
+				later = append(later, rest{i, p + 1})
+				mu.Unlock()
+				break
+			}
 		}
-		next := ""
-		for _, it := range resp.Items {
-			m, err := metaFromItem(it)
-			if err != nil {
-				return nil, err
-			}
-			if !m.msg.QueueTime().After(c.Now) {
-				out = append(out, it)
-				continue
-			}
-			if !prioritized(c.From) || m.msg.Priority >= backends.PriorityLow {
-				return out, nil
-			}
-			next = fmt.Sprintf("%d#", m.msg.Priority+1)
-			break
-		}
-		switch {
-		case next != "":
-			lo, in.ExclusiveStartKey = next, nil
-		case resp.LastEvaluatedKey == nil:
-			return out, nil
-		default:
-			in.ExclusiveStartKey = resp.LastEvaluatedKey
+		pages[i] = items
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var ranges [][2]int // shard, priority
+	for _, r := range later {
+		for p := r.from; p <= backends.PriorityLow; p++ {
+			ranges = append(ranges, [2]int{r.shard, p})
 		}
 	}
-	return out, nil
+	more := make([][]map[string]types.AttributeValue, len(ranges))
+	err = eachAtOnce(len(ranges), func(i int) error {
+		var err error
+		more[i], err = s.queued(ctx, sharded(string(c.From), ranges[i][0]), fmt.Sprintf("%d#", ranges[i][1]), due(ranges[i][1]), n)
+		return err
+	})
+	return mergeBy(append(pages, more...), "QueueKey", true), err
 }
 
 // perTxn is how many messages a batch writes in one transaction: two
@@ -358,23 +362,25 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if c.Limit <= 0 {
 		return nil, nil
 	}
-	var suspended []string
-	if c.From == backends.StatusReady {
+	// The suspended batches are read with the messages, so that the
+	// claim costs one round of requests.
+	var (
+		suspended []string
+		cands     []map[string]types.AttributeValue
+	)
+	err := eachAtOnce(2, func(i int) error {
 		var err error
-		if suspended, err = s.SuspendedBatches(ctx); err != nil {
-			return nil, fmt.Errorf("claim %s: %w", c.From, err)
+		switch {
+		case i == 0:
+			cands, err = s.claimable(ctx, c, c.Limit+4)
+		case c.From == backends.StatusReady:
+			suspended, err = s.SuspendedBatches(ctx)
 		}
-	}
-	pages := make([][]map[string]types.AttributeValue, shards)
-	err := eachAtOnce(shards, func(i int) error {
-		var err error
-		pages[i], err = s.claimable(ctx, c, i, c.Limit+4)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	cands := mergeBy(pages, "QueueKey", true)
 	toHold := func(it map[string]types.AttributeValue) bool {
 		b := getS(getM(it, "Attributes"), "Batch")
 		return b != "" && slices.Contains(suspended, b)

@@ -153,7 +153,7 @@ func drain(t *testing.T, s backends.Outbox, callers int, from, to backends.Statu
 }
 
 // parallel runs fn in n goroutines and fails t with their first error.
-func parallel(t *testing.T, n int, fn func() error) {
+func parallel(t testing.TB, n int, fn func() error) {
 	t.Helper()
 	errs := make(chan error, n)
 	for range n {

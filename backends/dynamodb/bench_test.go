@@ -1,0 +1,68 @@
+package dynamodb_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/genropy/postino/backends"
+)
+
+// BenchmarkClaim times the delivery engine's claim (256 at a time) on a
+// queue of 400 READY messages, a hundred a priority, none due but those
+// the case makes due, and reports the requests each claim costs: what the
+// depth benchmark's claim target (p99 under 20 ms) rests on.
+func BenchmarkClaim(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		due  int
+	}{{"nothing-due", 0}, {"one-due", 1}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			opts := freshTable(b, 0)
+			counter := counted(&opts)
+			s := openStore(b, opts)
+			now := time.Now().UTC()
+			for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
+				makeReady(b, s, "later-"+string(rune('0'+p)), 100, p, now.Add(time.Hour), "")
+			}
+			makeReady(b, s, "due", bc.due, backends.PriorityNormal, now.Add(-time.Minute), "")
+			counter.reset()
+			b.ResetTimer()
+			for b.Loop() {
+				got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing,
+					Now: now, LeaseUntil: now.Add(time.Minute), Limit: 256, Reason: "claimed by the benchmark"})
+				if err != nil || len(got) != bc.due {
+					b.Fatalf("claimed %d, %v; want %d", len(got), err, bc.due)
+				}
+				for _, m := range got {
+					if err := s.Transition(ctx, backends.Transition{ID: m.ID, From: backends.StatusProcessing,
+						To: backends.StatusReady, KeepReason: true}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			calls, _ := counter.total()
+			b.ReportMetric(float64(calls)/float64(b.N), "requests/op")
+		})
+	}
+}
+
+// BenchmarkCounts times the counts by status (/v1/stats) and reports
+// their requests.
+func BenchmarkCounts(b *testing.B) {
+	ctx := context.Background()
+	opts := freshTable(b, 0)
+	counter := counted(&opts)
+	s := openStore(b, opts)
+	makeReady(b, s, "m", 50, backends.PriorityNormal, time.Now(), "")
+	counter.reset()
+	for b.Loop() {
+		if _, err := s.Counts(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	calls, _ := counter.total()
+	b.ReportMetric(float64(calls)/float64(b.N), "requests/op")
+}
