@@ -19,18 +19,23 @@ import (
 // that (initLayout); Open wants it there.
 const layoutStatus = "_LAYOUT"
 
+// layoutVersion names the layout this store reads; a table of another is
+// laid out again by create-table. 2: the counters are 16 items of a number
+// per status (they were 16 items per status).
+const layoutVersion = 2
+
 func layoutKey() map[string]types.AttributeValue {
 	return itemKey(layoutStatus, layoutStatus)
 }
 
 // layoutReady reports whether the table's items were placed and counted for
-// this store's number of shards.
+// this store's layout and number of shards.
 func layoutReady(ctx context.Context, client *dynamodb.Client, table string) (bool, error) {
 	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: layoutKey(), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return false, fmt.Errorf("DynamoDB table %s: %w", table, err)
 	}
-	return out.Item != nil && getN(out.Item, "Shards") == shards, nil
+	return out.Item != nil && getN(out.Item, "Shards") == shards && getN(out.Item, "Version") == layoutVersion, nil
 }
 
 // initLayout places every _META item, event and alarm of the table in its
@@ -70,6 +75,7 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string) erro
 	}
 	marker := layoutKey()
 	marker["Shards"] = num(shards)
+	marker["Version"] = num(layoutVersion)
 	marker["CountedAt"] = tm(time.Now())
 	if _, err := client.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: marker}); err != nil {
 		return fmt.Errorf("mark %s as counted: %w", table, err)
@@ -78,7 +84,8 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string) erro
 }
 
 // placeItem places an item of the table in its shard, when it has one: a
-// message (counted in total), an event, an alarm.
+// message (counted in total), an event, an alarm; it removes the counter
+// items of an earlier layout.
 func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total counts) error {
 	id, sk := getS(it, "Id"), getS(it, "Status")
 	queue := ""
@@ -91,6 +98,8 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 		total[m.msg.Status]++
 		m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) && m.msg.Status.Undelivered()
 		return s.place(ctx, m)
+	case sk == counterStatus && strings.Count(id, "#") > 1:
+		return s.writeItems(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, sk)}}})
 	case strings.HasPrefix(sk, eventPrefix):
 		queue = eventQueueOf(eventFromItem(it))
 	case strings.HasPrefix(sk, alarmPrefix):

@@ -357,3 +357,42 @@ func attrsOf(item map[string]types.AttributeValue) map[string]types.AttributeVal
 	}
 	return nil
 }
+
+// TestCreateTableRelaysEarlierLayout: a table laid out by an earlier
+// version (counter items per status) is refused with what to run, and
+// create-table lays it out again: the old counters gone, the counts right.
+func TestCreateTableRelaysEarlierLayout(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	s := openStore(t, opts)
+	if err := s.Create(ctx, &backends.Message{ID: "earlier-1", EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	client, table, err := dynamodb.Client(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	for _, it := range []map[string]types.AttributeValue{
+		{"Id": sv("_LAYOUT"), "Status": sv("_LAYOUT"), "Shards": n("8")},
+		{"Id": sv("_COUNT#READY#3"), "Status": sv("_COUNT"), "N": n("5")},
+	} {
+		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
+		t.Fatalf("Open on an earlier layout: %v", err)
+	}
+	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	s = openStore(t, opts)
+	if got := rawItems(t, opts, "_COUNT#READY#3"); len(got) != 0 {
+		t.Errorf("the earlier layout's counter is still there: %v", got)
+	}
+	if got, err := s.Counts(ctx); err != nil || !maps.Equal(got, map[backends.Status]int{backends.StatusAccepted: 1}) {
+		t.Errorf("counts after create-table: %v, %v", got, err)
+	}
+}
