@@ -110,7 +110,7 @@ func dynamodbOutbox(t *testing.T) func(*relay.Config) {
 	}
 	opts := dynamodb.Options{Table: fmt.Sprintf("relay_%d_%d", os.Getpid(), time.Now().UnixNano()), Endpoint: endpoint}
 	ctx := context.Background()
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -64,7 +64,7 @@ func TestAdoptSeedMessages(t *testing.T) {
 	putSeedMessage(t, opts, "r-calling", "/efs/r-calling.eml", "", "550 no such user", "FAILED", "CALLING-FAILED-CALLBACK")
 	putSeedMessage(t, opts, "r-done", "/efs/r-done.eml", "", "250 ok", "SENT", "SENT-ACKNOWLEDGED")
 
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	got, err := dynamodb.Adopt(ctx, opts)
@@ -173,7 +173,7 @@ func TestSeedMessageRetried(t *testing.T) {
 	opts := seedTable(t)
 	putSeedMessage(t, opts, "r-failed", "/efs/r-failed.eml", "", "550 no such user",
 		"ACCEPTED", "READY", "PROCESSING", "FAILED", "CALLING-FAILED-CALLBACK", "FAILED-ACKNOWLEDGED")
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	if a, err := dynamodb.Adopt(ctx, opts); err != nil || a.Queued+a.Told+a.Unsendable != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -15,7 +16,8 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// A suspended batch is an item (Id "_BATCH#code", Status "_BATCH"). Its
+// A suspended batch is an item (Id "_BATCH#code", Status "_BATCH"), in
+// QueueIndex under BATCHES, so that a claim reads them all in one query. Its
 // undelivered messages are held (items.go): their READY entries leave the
 // claims' partitions, so that however many they are, claims never read
 // them. Suspending holds those BatchIndex lists; a message created while
@@ -29,6 +31,7 @@ import (
 const (
 	batchStatus = "_BATCH"
 	batchPrefix = "_BATCH#"
+	batchQueue  = "BATCHES"
 	// activationGrace is how long BatchIndex may take to list a message
 	// written before an activation.
 	activationGrace = time.Minute
@@ -38,11 +41,17 @@ func batchKey(code string) map[string]types.AttributeValue {
 	return itemKey(batchPrefix+code, batchStatus)
 }
 
+// batchPlace is where a batch item stands in QueueIndex.
+func batchPlace(code string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"Queue": str(batchQueue), "QueueKey": str(code)}
+}
+
 func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
 	item := batchKey(code)
+	maps.Copy(item, batchPlace(code))
 	item["Attributes"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"SuspendedAt": tm(time.Now())}}
 	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}); err != nil {
 		return fmt.Errorf("suspend batch %s: %w", code, err)
@@ -89,7 +98,7 @@ func (s *Store) SuspendedBatches(ctx context.Context) ([]string, error) {
 }
 
 func (s *Store) batchItems(ctx context.Context) ([]map[string]types.AttributeValue, error) {
-	return s.query(ctx, "SELECT * FROM "+s.from("StatusIndex")+` WHERE "Status" = ?`, 0, str(batchStatus))
+	return s.query(ctx, "SELECT * FROM "+s.from("QueueIndex")+` WHERE "Queue" = ?`, 0, str(batchQueue))
 }
 
 // batchSuspended reads whether a batch is suspended now.

@@ -98,7 +98,7 @@ func countPrefix(keys []string, prefix string) int {
 // with the message's other items.
 func TestBodies(t *testing.T) {
 	ctx := context.Background()
-	opts := freshTable(t, 0)
+	opts := createFresh(t, dynamodb.Options{SeedIndex: true})
 	s := openStore(t, opts)
 	sizes := []int{0, 1, chunk - 1, chunk, chunk + 1, txBytes, txBytes + 1, 2*txBytes + 17}
 	want := map[string][]byte{}

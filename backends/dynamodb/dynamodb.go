@@ -35,6 +35,9 @@ type Options struct {
 	// TTL is how long after its last change a message's items may expire;
 	// zero writes no TTL.
 	TTL time.Duration
+	// SeedIndex makes CreateTable add the seed's StatusIndex, for tools
+	// that know only the seed; the relay does not need it (see seedIndex).
+	SeedIndex bool
 	// HTTPClient, when set, carries the requests (a test counts them).
 	HTTPClient aws.HTTPClient
 }

@@ -42,6 +42,12 @@ var tables atomic.Int64
 // the test is skipped, or fails under CI=true.
 func freshTable(t testing.TB, ttl time.Duration) dynamodb.Options {
 	t.Helper()
+	return createFresh(t, dynamodb.Options{TTL: ttl})
+}
+
+// createFresh creates an empty table with opts for one test.
+func createFresh(t testing.TB, opts dynamodb.Options) dynamodb.Options {
+	t.Helper()
 	u, _ := url.Parse(endpoint())
 	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -51,8 +57,8 @@ func freshTable(t testing.TB, ttl time.Duration) dynamodb.Options {
 	} else {
 		c.Close()
 	}
-	opts := dynamodb.Options{Table: fmt.Sprintf("outbox_%d_%d", os.Getpid(), tables.Add(1)), Endpoint: endpoint(), TTL: ttl}
-	if _, err := dynamodb.CreateTable(context.Background(), opts); err != nil {
+	opts.Table, opts.Endpoint = fmt.Sprintf("outbox_%d_%d", os.Getpid(), tables.Add(1)), endpoint()
+	if _, _, err := dynamodb.CreateTable(context.Background(), opts); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {

@@ -22,13 +22,14 @@ import (
 //     reached again gets "#n" for its n-th time (READY, READY#2, …), so
 //     that retries keep every step, and the first stays as the seed has it;
 //   - EVENT#000001 … for its events;
-//   - _BATCH items (Id "_BATCH#code") for suspended batches;
+//   - _BATCH items (Id "_BATCH#code") for suspended batches, in QueueIndex
+//     under BATCHES;
 //   - _ALARM#kind for each alarm of the message, in QueueIndex under
 //     ALARM:kind by the time it rings (its _META item keeps which alarms
 //     it has, since a PartiQL UPDATE cannot create an item).
 //
-// Beyond the seed's StatusIndex, which the store keeps writing for tools
-// that know only the seed, four indexes serve the relay: QueueIndex (Queue,
+// The seed's StatusIndex is made only for tools that know the seed (see
+// seedIndex); the relay reads four indexes of its own: QueueIndex (Queue,
 // QueueKey) orders each status for claims, leases and retention;
 // MetaIndex (MetaShard, Id) lists the _META items; MessageIdIndex finds
 // messages by Message-ID; BatchIndex (BatchKey) finds the undelivered

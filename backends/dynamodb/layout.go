@@ -21,7 +21,8 @@ const layoutStatus = "_LAYOUT"
 
 // layoutVersion names the layout this store reads; a table of another is
 // laid out again by create-table. 2: the counters are 16 items of a number
-// per status (they were 16 items per status).
+// per status (they were 16 items per status), and the suspended batches
+// are in QueueIndex (they were read from the seed's StatusIndex).
 const layoutVersion = 2
 
 func layoutKey() map[string]types.AttributeValue {
@@ -84,11 +85,11 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string) erro
 }
 
 // placeItem places an item of the table in its shard, when it has one: a
-// message (counted in total), an event, an alarm; it removes the counter
-// items of an earlier layout.
+// message (counted in total), an event, an alarm, a suspended batch; it
+// removes the counter items of an earlier layout.
 func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total counts) error {
 	id, sk := getS(it, "Id"), getS(it, "Status")
-	queue := ""
+	var place map[string]types.AttributeValue
 	switch {
 	case sk == metaStatus:
 		m, err := metaFromItem(it)
@@ -100,17 +101,20 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 		return s.place(ctx, m)
 	case sk == counterStatus && strings.Count(id, "#") > 1:
 		return s.writeItems(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, sk)}}})
+	case sk == batchStatus:
+		place = batchPlace(strings.TrimPrefix(id, batchPrefix))
 	case strings.HasPrefix(sk, eventPrefix):
-		queue = eventQueueOf(eventFromItem(it))
+		place = map[string]types.AttributeValue{"Queue": str(eventQueueOf(eventFromItem(it)))}
 	case strings.HasPrefix(sk, alarmPrefix):
-		queue = sharded(alarmQueue+strings.TrimPrefix(sk, alarmPrefix), shardOf(id))
+		place = map[string]types.AttributeValue{"Queue": str(sharded(alarmQueue+strings.TrimPrefix(sk, alarmPrefix), shardOf(id)))}
 	}
-	if queue == "" || getS(it, "Queue") == queue {
+	if place == nil || getS(it, "Queue") == getS(place, "Queue") {
 		return nil
 	}
+	sets, names, values := setClauses(place)
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
-		Key: itemKey(id, sk), UpdateExpression: aws.String("SET #q = :q"),
-		ExpressionAttributeNames: map[string]string{"#q": "Queue"}, ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue)}})
+		Key: itemKey(id, sk), UpdateExpression: aws.String("SET " + sets),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values})
 	if err != nil {
 		return fmt.Errorf("place %s %s in its shard: %w", id, sk, err)
 	}
@@ -119,25 +123,14 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 
 // place writes the index keys of a _META item as this store has them.
 func (s *Store) place(ctx context.Context, m *meta) error {
-	keys := indexKeys(m)
-	names := map[string]string{}
-	values := map[string]types.AttributeValue{}
-	expr := ""
-	for k, v := range keys {
-		if expr != "" {
-			expr += ", "
-		}
-		expr += "#" + k + " = :" + k
-		names["#"+k] = k
-		values[":"+k] = v
-	}
+	expr, names, values := setClauses(indexKeys(m))
 	if m.held {
 		expr += ", #a.Held = :held"
 		names["#a"] = "Attributes"
 		values[":held"] = &types.AttributeValueMemberBOOL{Value: true}
 	}
 	expr = "SET " + expr
-	if _, ok := keys["BatchKey"]; !ok {
+	if _, ok := values[":BatchKey"]; !ok {
 		expr += " REMOVE BatchKey"
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
@@ -147,6 +140,19 @@ func (s *Store) place(ctx context.Context, m *meta) error {
 		return fmt.Errorf("place message %s in its shard: %w", m.msg.ID, err)
 	}
 	return nil
+}
+
+// setClauses makes the clauses of an UpdateExpression's SET that give
+// attrs their values, with the names and values they refer to.
+func setClauses(attrs map[string]types.AttributeValue) (string, map[string]string, map[string]types.AttributeValue) {
+	names := map[string]string{}
+	values := map[string]types.AttributeValue{}
+	var sets []string
+	for k, v := range attrs {
+		names["#"+k], values[":"+k] = k, v
+		sets = append(sets, "#"+k+" = :"+k)
+	}
+	return strings.Join(sets, ", "), names, values
 }
 
 // putItems writes items 25 to a request.

@@ -146,7 +146,7 @@ func TestLegacyItems(t *testing.T) {
 	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
 		t.Fatalf("Open on a seed table: %v", err)
 	}
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		t.Fatal(err)
 	}
 	s := openStore(t, opts)
@@ -236,8 +236,12 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 		t.Fatalf("Open on a seed table: %v", err)
 	}
 	for range 2 { // twice: the second finds everything there
-		if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+		_, indexes, err := dynamodb.CreateTable(ctx, opts)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if !slices.Contains(indexes, "StatusIndex") || !slices.Contains(indexes, "QueueIndex") {
+			t.Errorf("indexes %v, want the seed's StatusIndex kept beside the relay's", indexes)
 		}
 	}
 	if _, err := dynamodb.Open(ctx, opts); err != nil {
@@ -251,7 +255,7 @@ func TestCreateTableUpgradesSeedTable(t *testing.T) {
 // layout item are where a reader of the table finds them.
 func TestLayoutShards(t *testing.T) {
 	ctx := context.Background()
-	opts := freshTable(t, 0)
+	opts := createFresh(t, dynamodb.Options{SeedIndex: true})
 	s := openStore(t, opts)
 	if err := s.Create(ctx, &backends.Message{ID: "shard-1", Batch: "camp", EmlPath: "x.eml"}); err != nil {
 		t.Fatal(err)
@@ -359,8 +363,9 @@ func attrsOf(item map[string]types.AttributeValue) map[string]types.AttributeVal
 }
 
 // TestCreateTableRelaysEarlierLayout: a table laid out by an earlier
-// version (counter items per status) is refused with what to run, and
-// create-table lays it out again: the old counters gone, the counts right.
+// version (counter items per status, batches read from StatusIndex) is
+// refused with what to run, and create-table lays it out again: the old
+// counters gone, the counts right, the suspended batch found.
 func TestCreateTableRelaysEarlierLayout(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
@@ -377,6 +382,8 @@ func TestCreateTableRelaysEarlierLayout(t *testing.T) {
 	for _, it := range []map[string]types.AttributeValue{
 		{"Id": sv("_LAYOUT"), "Status": sv("_LAYOUT"), "Shards": n("8")},
 		{"Id": sv("_COUNT#READY#3"), "Status": sv("_COUNT"), "N": n("5")},
+		{"Id": sv("_BATCH#camp"), "Status": sv("_BATCH"), "Attributes": &types.AttributeValueMemberM{
+			Value: map[string]types.AttributeValue{"SuspendedAt": sv(time.Now().UTC().Format(time.RFC3339Nano))}}},
 	} {
 		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
 			t.Fatal(err)
@@ -385,10 +392,17 @@ func TestCreateTableRelaysEarlierLayout(t *testing.T) {
 	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
 		t.Fatalf("Open on an earlier layout: %v", err)
 	}
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	_, indexes, err := dynamodb.CreateTable(ctx, opts)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if slices.Contains(indexes, "StatusIndex") {
+		t.Errorf("indexes %v: the seed's StatusIndex was not asked for", indexes)
+	}
 	s = openStore(t, opts)
+	if got, err := s.SuspendedBatches(ctx); err != nil || !slices.Equal(got, []string{"camp"}) {
+		t.Errorf("suspended batches after create-table: %v, %v; want the earlier layout's camp", got, err)
+	}
 	if got := rawItems(t, opts, "_COUNT#READY#3"); len(got) != 0 {
 		t.Errorf("the earlier layout's counter is still there: %v", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// indexes are the table's global secondary indexes: the seed's StatusIndex,
-// and those the relay adds (see items.go).
-func indexes() []types.GlobalSecondaryIndex {
+// indexes are the global secondary indexes the relay reads (see
+// items.go), and the seed's StatusIndex when seed is set.
+func indexes(seed bool) []types.GlobalSecondaryIndex {
 	key := func(hash, rng string) []types.KeySchemaElement {
 		k := []types.KeySchemaElement{{AttributeName: aws.String(hash), KeyType: types.KeyTypeHash}}
 		if rng != "" {
@@ -22,9 +23,7 @@ func indexes() []types.GlobalSecondaryIndex {
 		}
 		return k
 	}
-	return []types.GlobalSecondaryIndex{
-		{IndexName: aws.String("StatusIndex"), KeySchema: key("Status", "Id"),
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{"Attributes", "TTL"}}},
+	out := []types.GlobalSecondaryIndex{
 		{IndexName: aws.String("QueueIndex"), KeySchema: key("Queue", "QueueKey"),
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
 		{IndexName: aws.String("MessageIdIndex"), KeySchema: key("MsgId", ""),
@@ -34,7 +33,19 @@ func indexes() []types.GlobalSecondaryIndex {
 		{IndexName: aws.String("BatchIndex"), KeySchema: key("BatchKey", "Id"),
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
 	}
+	if seed {
+		out = append(out, types.GlobalSecondaryIndex{IndexName: aws.String(seedIndex), KeySchema: key("Status", "Id"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{"Attributes", "TTL"}}})
+	}
+	return out
 }
+
+// seedIndex is the seed's index by status. Every message writes its
+// _META entry under one key of it, which caps the table's writes (on AWS,
+// about a thousand a second for one key of an index), so the relay does
+// not read it, and create-table makes it only when asked (Options.SeedIndex)
+// for the seed's tools; it leaves it on a table that has it.
+const seedIndex = "StatusIndex"
 
 func attributes() []types.AttributeDefinition {
 	var out []types.AttributeDefinition
@@ -45,11 +56,33 @@ func attributes() []types.AttributeDefinition {
 }
 
 // CreateTable creates the outbox table with its indexes, or adds the
-// indexes a table of the seed's shape lacks, and turns TTL on. On a table
+// indexes a table of the seed's shape lacks, and turns TTL on. It returns
+// the table's name and its indexes. On a table
 // not yet prepared for this store it then places every message in its
 // shards and counts them once, with a scan (initLayout): run it while no
 // relay uses the table. It is safe to run on a table that has everything.
-func CreateTable(ctx context.Context, opts Options) (string, error) {
+func CreateTable(ctx context.Context, opts Options) (string, []string, error) {
+	table, err := createTable(ctx, opts)
+	if err != nil {
+		return table, nil, err
+	}
+	client, _, err := Client(ctx, opts)
+	if err != nil {
+		return table, nil, err
+	}
+	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		return table, nil, fmt.Errorf("describe table %s: %w", table, err)
+	}
+	var names []string
+	for _, gsi := range desc.Table.GlobalSecondaryIndexes {
+		names = append(names, aws.ToString(gsi.IndexName))
+	}
+	slices.Sort(names)
+	return table, names, nil
+}
+
+func createTable(ctx context.Context, opts Options) (string, error) {
 	client, table, err := Client(ctx, opts)
 	if err != nil {
 		return "", err
@@ -65,7 +98,7 @@ func CreateTable(ctx context.Context, opts Options) (string, error) {
 				{AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange},
 			},
 			AttributeDefinitions:   attributes(),
-			GlobalSecondaryIndexes: indexes(),
+			GlobalSecondaryIndexes: indexes(opts.SeedIndex),
 			BillingMode:            types.BillingModePayPerRequest,
 		})
 		if err != nil {
@@ -78,7 +111,7 @@ func CreateTable(ctx context.Context, opts Options) (string, error) {
 		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
 			have[aws.ToString(gsi.IndexName)] = true
 		}
-		for _, gsi := range indexes() {
+		for _, gsi := range indexes(opts.SeedIndex) {
 			if have[aws.ToString(gsi.IndexName)] {
 				continue
 			}
@@ -148,7 +181,7 @@ func checkTable(ctx context.Context, client *dynamodb.Client, table string) erro
 	for _, gsi := range desc.Table.GlobalSecondaryIndexes {
 		have[aws.ToString(gsi.IndexName)] = true
 	}
-	for _, gsi := range indexes() {
+	for _, gsi := range indexes(false) {
 		if !have[aws.ToString(gsi.IndexName)] {
 			return fmt.Errorf("DynamoDB table %s lacks the index %s; run: postino dynamodb create-table --table %s (it adds what is missing)",
 				table, aws.ToString(gsi.IndexName), table)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
@@ -102,6 +103,7 @@ func dynamodbCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	table := fs.String("table", "", "table `name` (EMAIL_OUTBOX_TABLE)")
 	endpoint := fs.String("endpoint", "", "DynamoDB `URL` (AWS_ENDPOINT_URL), for DynamoDB Local")
 	region := fs.String("region", "", "AWS `region` (AWS_REGION)")
+	seed := fs.Bool("seed-index", false, "also make the seed's StatusIndex, for tools that know only the seed (it caps the table's writes near a thousand a second on AWS)")
 	rest, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -109,11 +111,16 @@ func dynamodbCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := wantArgs("dynamodb create-table", rest); err != nil {
 		return err
 	}
-	name, err := dynamodb.CreateTable(ctx, dynamodb.Options{Table: *table, Endpoint: *endpoint, Region: *region})
+	name, indexes, err := dynamodb.CreateTable(ctx, dynamodb.Options{Table: *table, Endpoint: *endpoint, Region: *region, SeedIndex: *seed})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "table %s is ready: keys Id and Status, indexes StatusIndex, QueueIndex and MessageIdIndex, TTL on\n", name)
+	fmt.Fprintf(stdout, "table %s is ready: keys Id and Status, indexes %s, TTL on\n", name, strings.Join(indexes, ", "))
+	if slices.Contains(indexes, "StatusIndex") && !*seed {
+		fmt.Fprintf(stdout, "the seed's StatusIndex is kept for the seed's tools; the relay does not read it, and every message writes one key of it, "+
+			"which caps the table's writes near a thousand a second on AWS: delete it once no tool of the seed reads the table "+
+			"(aws dynamodb update-table --table-name %s --global-secondary-index-updates '[{\"Delete\":{\"IndexName\":\"StatusIndex\"}}]')\n", name)
+	}
 	a, err := dynamodb.Adopt(ctx, dynamodb.Options{Table: name, Endpoint: *endpoint, Region: *region})
 	if err != nil {
 		return err

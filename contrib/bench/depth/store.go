@@ -116,7 +116,7 @@ func (s *store) openDynamoDB(ctx context.Context, endpoint string) error {
 	}
 	table := fmt.Sprintf("postino_depth_%d", os.Getpid())
 	opts := dynamodb.Options{Table: table, Endpoint: endpoint, TTL: 14 * 24 * time.Hour}
-	if _, err := dynamodb.CreateTable(ctx, opts); err != nil {
+	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		return err
 	}
 	s.drop = func() error {
