@@ -146,13 +146,21 @@ func (r *Renewer) Renew(ctx context.Context) {
 // renew renews the holds of chunk, under held, to until; those refused
 // that have another candidate lease go into next, with its index.
 func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hold, tried, next map[*Hold]int) {
-	ids := make([]string, len(chunk))
+	// A hold released since the round began is left alone: Release gave
+	// its worker the leases it knew of, and a renewal now would put the
+	// message under another. Those still held are renewing from here on,
+	// which a Release under way reports.
+	var ids []string
 	r.mu.Lock()
-	for i, h := range chunk {
-		ids[i] = h.id
+	chunk = slices.DeleteFunc(chunk, func(h *Hold) bool { _, kept := r.holds[h]; return !kept })
+	for _, h := range chunk {
+		ids = append(ids, h.id)
 		h.renewing = until
 	}
 	r.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
 	got, err := r.store.Renew(ctx, backends.Renewal{IDs: ids, Status: r.status, Held: held, Until: until})
 	r.mu.Lock()
 	defer r.mu.Unlock()

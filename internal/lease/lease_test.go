@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -150,12 +151,13 @@ func TestUnknownOutcome(t *testing.T) {
 // slow store's do.
 type gated struct {
 	*bolt.Store
-	started chan struct{}
+	started chan struct{} // closed by the first renewal
 	open    chan struct{}
+	once    sync.Once
 }
 
 func (g *gated) Renew(ctx context.Context, r backends.Renewal) ([]string, error) {
-	close(g.started)
+	g.once.Do(func() { close(g.started) })
 	<-g.open
 	return g.Store.Renew(ctx, r)
 }
@@ -208,5 +210,37 @@ func TestReleaseDuringRenewal(t *testing.T) {
 				t.Errorf("a released message was called lost:\n%s", logged.String())
 			}
 		})
+	}
+}
+
+// A hold released while an earlier batch of the round is being renewed is
+// not renewed after its release: its message stays under the leases
+// Release gave its worker, and the worker's transition lands. (Renewed
+// after it, the message was under a lease its worker did not know, and a
+// delivered message was sent again once that lease ran out.)
+func TestReleaseBeforeItsBatch(t *testing.T) {
+	store := &gated{Store: outboxtest.Store(t), started: make(chan struct{}), open: make(chan struct{})}
+	ctx := context.Background()
+	n := 2 * backends.MaxRenewal
+	ms := claimAll(t, store.Store, n, time.Now().UTC().Add(time.Minute))
+	r := lease.New(store, backends.StatusProcessing, time.Hour, quiet)
+	holds := make([]*lease.Hold, n)
+	for i, m := range ms {
+		holds[i] = r.Hold(m.ID, m.LeaseUntil)
+	}
+	renewed := make(chan struct{})
+	go func() { r.Renew(ctx); close(renewed) }()
+	<-store.started // the first batch is being renewed, the second waits
+	leases := make([][]time.Time, n)
+	for i, h := range holds {
+		leases[i] = r.Release(h)
+	}
+	close(store.open)
+	<-renewed
+	for i, m := range ms {
+		if err := lease.Write(backends.Transition{ID: m.ID, From: backends.StatusProcessing, To: backends.StatusSent}, leases[i],
+			func(t backends.Transition) error { return store.Transition(ctx, t) }); err != nil {
+			t.Errorf("%s: transition under the leases Release gave, %v: %v", m.ID, leases[i], err)
+		}
 	}
 }
