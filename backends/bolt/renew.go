@@ -3,7 +3,9 @@ package bolt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	bbolt "go.etcd.io/bbolt"
 
@@ -17,31 +19,18 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 	var renewed []string
 	err := s.write(ctx, func(tx *bbolt.Tx) error {
 		renewed = renewed[:0]
-		msgs, leases := tx.Bucket(bucketMessages), tx.Bucket(bucketLeases)
 		for _, id := range r.IDs {
-			v := msgs.Get([]byte(id))
-			if v == nil {
+			m, err := get(tx, id)
+			if errors.Is(err, backends.ErrNotFound) {
 				continue
 			}
-			m, err := decode(id, v)
 			if err != nil {
 				return err
 			}
 			if !r.Renews(m) {
 				continue
 			}
-			if err := leases.Delete(timeIDKey(m.LeaseUntil, id)); err != nil {
-				return err
-			}
-			m.LeaseUntil = r.Until
-			if err := leases.Put(timeIDKey(m.LeaseUntil, id), nil); err != nil {
-				return err
-			}
-			b, err := json.Marshal(m)
-			if err != nil {
-				return err
-			}
-			if err := msgs.Put([]byte(id), b); err != nil {
+			if err := renewMessage(tx, m, r.Until); err != nil {
 				return err
 			}
 			renewed = append(renewed, id)
@@ -52,4 +41,71 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 		return nil, fmt.Errorf("renew %d leases in %s: %w", len(r.IDs), r.Status, err)
 	}
 	return renewed, nil
+}
+
+// renewMessage moves m's lease, and its entry in the leases bucket, to
+// until.
+func renewMessage(tx *bbolt.Tx, m *backends.Message, until time.Time) error {
+	leases := tx.Bucket(bucketLeases)
+	if err := leases.Delete(timeIDKey(m.LeaseUntil, m.ID)); err != nil {
+		return err
+	}
+	m.LeaseUntil = until
+	if err := leases.Put(timeIDKey(m.LeaseUntil, m.ID), nil); err != nil {
+		return err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucketMessages).Put([]byte(m.ID), b)
+}
+
+func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]string, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	var renewed []string
+	err := s.write(ctx, func(tx *bbolt.Tx) error {
+		renewed = renewed[:0]
+		for _, id := range r.IDs {
+			ok, err := renewEvent(tx, r, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				renewed = append(renewed, id)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renew the leases of %d calling events: %w", len(r.IDs), err)
+	}
+	return renewed, nil
+}
+
+// renewEvent renews the event id, and its message, as r says; false when
+// r does not renew it.
+func renewEvent(tx *bbolt.Tx, r backends.EventRenewal, id string) (bool, error) {
+	e, err := getEvent(tx, id)
+	if errors.Is(err, backends.ErrNotFound) || err == nil && !r.Renews(e) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	after := *e
+	after.LeaseUntil = r.Until
+	if err := (&eventTx{tx: tx}).PutEvent(e, &after); err != nil {
+		return false, err
+	}
+	m, err := get(tx, e.MessageID)
+	if err != nil {
+		return false, err
+	}
+	if r.RenewsMessage(e, m) {
+		return true, renewMessage(tx, m, r.Until)
+	}
+	return true, nil
 }
