@@ -16,31 +16,40 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	var renewed []string
-	err := s.write(ctx, func(tx *bbolt.Tx) error {
-		renewed = renewed[:0]
-		for _, id := range r.IDs {
-			m, err := get(tx, id)
-			if errors.Is(err, backends.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			if !r.Renews(m) {
-				continue
-			}
-			if err := renewMessage(tx, m, r.Until); err != nil {
-				return err
-			}
-			renewed = append(renewed, id)
+	renewed, err := s.renewEach(ctx, r.IDs, func(tx *bbolt.Tx, id string) (bool, error) {
+		m, err := get(tx, id)
+		if errors.Is(err, backends.ErrNotFound) || err == nil && !r.Renews(m) {
+			return false, nil
 		}
-		return nil
+		if err != nil {
+			return false, err
+		}
+		return true, renewMessage(tx, m, r.Until)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases in %s: %w", len(r.IDs), r.Status, err)
 	}
 	return renewed, nil
+}
+
+// renewEach renews each of ids with renew, which says whether it did, in
+// one write transaction, and returns those renewed.
+func (s *Store) renewEach(ctx context.Context, ids []string, renew func(tx *bbolt.Tx, id string) (bool, error)) ([]string, error) {
+	var renewed []string
+	err := s.write(ctx, func(tx *bbolt.Tx) error {
+		renewed = renewed[:0]
+		for _, id := range ids {
+			ok, err := renew(tx, id)
+			if err != nil {
+				return err
+			}
+			if ok {
+				renewed = append(renewed, id)
+			}
+		}
+		return nil
+	})
+	return renewed, err
 }
 
 // renewMessage moves m's lease, and its entry in the leases bucket, to
@@ -65,20 +74,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	var renewed []string
-	err := s.write(ctx, func(tx *bbolt.Tx) error {
-		renewed = renewed[:0]
-		for _, id := range r.IDs {
-			ok, err := renewEvent(tx, r, id)
-			if err != nil {
-				return err
-			}
-			if ok {
-				renewed = append(renewed, id)
-			}
-		}
-		return nil
-	})
+	renewed, err := s.renewEach(ctx, r.IDs, func(tx *bbolt.Tx, id string) (bool, error) { return renewEvent(tx, r, id) })
 	if err != nil {
 		return nil, fmt.Errorf("renew the leases of %d calling events: %w", len(r.IDs), err)
 	}
