@@ -161,7 +161,7 @@ func (d *Dispatcher) handle(ctx context.Context, e *backends.Event, hold *lease.
 	})
 	switch {
 	case errors.Is(err, backends.ErrLockNotAcquired):
-		d.log.Warn("callbacks: the event's lease ran out and another relay took it; its result is not recorded",
+		d.log.Warn("callbacks: the event's lease ran out before its result was recorded; the next claim calls its plugins again",
 			"event", e.ID, "id", e.MessageID, "lease_until", leases[0])
 	case err != nil:
 		d.log.Error("callbacks: cannot record the event's result; the lease will return it", "event", e.ID, "error", err)
@@ -204,8 +204,9 @@ func (d *Dispatcher) call(ctx context.Context, e *backends.Event, hold *lease.Ho
 	ev := sdk.ToProto(eventFor(e, m))
 	for _, r := range want {
 		if until, lost := d.leases.Until(hold); lost {
-			// Another relay holds the event now, and calls these plugins.
-			d.log.Warn("callbacks: the event's lease ran out and another relay took it; its plugins are left to that relay",
+			// The event is restored, or another relay holds it: the next
+			// claim calls these plugins.
+			d.log.Warn("callbacks: the event's lease ran out; its plugins not called yet are left to the next claim",
 				"event", e.ID, "id", e.MessageID, "lease_until", until)
 			return c, false
 		}
