@@ -105,11 +105,14 @@ func CallbackStatuses(outcome string) (calling, acked Status, ok bool) {
 
 // CallingPath is the way a message goes to the calling status of an
 // outcome from where it is: straight from the outcome's own status, or
-// through it from an acknowledged one. Nil when the message is already
-// there, or cannot get there.
+// through it from an acknowledged one, or from the calling status itself,
+// where an earlier claim of the event left it (the event's lease ran out
+// and it was restored first): back through the outcome, so that the message
+// takes the new claim's lease, and the claim holds the event and its message
+// under one lease. Nil when the message cannot get there.
 func CallingPath(from Status, outcome string) []Status {
 	calling, _, ok := CallbackStatuses(outcome)
-	if !ok || from == calling {
+	if !ok {
 		return nil
 	}
 	if from == Status(outcome) {
@@ -157,6 +160,11 @@ type EventUpdate struct {
 	LastError string
 	// LeaseUntil is required when To is calling.
 	LeaseUntil time.Time
+	// Held, when set, is the lease the updater holds the calling event
+	// under (its claim's, or its last renewal's): the update is refused
+	// while the event is under another, so that a dispatcher whose lease
+	// ran out cannot write over the event once another has claimed it.
+	Held time.Time
 	// Reason goes into the message's history when the update moves it: to
 	// the acknowledged status when the event is acked, back to the outcome's
 	// status when a calling event returns to pending or is parked.
@@ -257,14 +265,14 @@ type EventTx interface {
 }
 
 // UpdateEvent applies u in tx: ErrLockNotAcquired when the event is not in
-// u.From. When the event's outcome is a status, its message moves as
+// u.From, or not under the lease u.Held. When the event's outcome is a status, its message moves as
 // EventMessageMove says, if it is where that move starts.
 func UpdateEvent(tx EventTx, u EventUpdate) (*Event, error) {
 	before, err := tx.Event(u.ID)
 	if err != nil {
 		return nil, err
 	}
-	if before.State != u.From {
+	if before.State != u.From || !u.Held.IsZero() && !SameLease(before.LeaseUntil, u.Held) {
 		return nil, ErrLockNotAcquired
 	}
 	e := *before

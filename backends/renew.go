@@ -37,6 +37,14 @@ type Leases interface {
 	// claimed it. After an error, any of them may have been renewed or
 	// not: the holder then knows only that each is under r.Held or r.Until.
 	Renew(ctx context.Context, r Renewal) ([]string, error)
+	// RenewEvents extends to r.Until the lease of every event of r.IDs
+	// still calling under the lease r.Held and, in the same transaction,
+	// the lease of its message when r.RenewsMessage says so: a claim gives
+	// an event and its message one lease, and a renewal keeps it one, so
+	// that a restore returns both or neither. It returns the ids of the
+	// events renewed; an event not returned is lost to its holder, and
+	// after an error the holder knows as much as after Renew's.
+	RenewEvents(ctx context.Context, r EventRenewal) ([]string, error)
 }
 
 // Renewal extends the leases of messages held under the same lease.
@@ -53,14 +61,12 @@ const MaxRenewal = 100
 
 // Check validates a renewal before the store looks at anything.
 func (r *Renewal) Check() error {
+	what := fmt.Sprintf("leases in %s", r.Status)
 	if !r.Status.Working() {
-		return fmt.Errorf("renew leases in %s: not a working status", r.Status)
+		return fmt.Errorf("renew %s: not a working status", what)
 	}
-	if r.Held.IsZero() || r.Until.IsZero() {
-		return fmt.Errorf("renew leases in %s: the lease held and the new one are both needed", r.Status)
-	}
-	if len(r.IDs) > MaxRenewal {
-		return fmt.Errorf("renew leases in %s: %d messages at once, more than %d", r.Status, len(r.IDs), MaxRenewal)
+	if err := checkRenewal(what, len(r.IDs), r.Held, r.Until); err != nil {
+		return err
 	}
 	for _, id := range r.IDs {
 		if err := CheckID(id); err != nil {
@@ -70,8 +76,47 @@ func (r *Renewal) Check() error {
 	return nil
 }
 
+// checkRenewal checks what every renewal needs: both leases, and a bound
+// on the leases renewed at once.
+func checkRenewal(what string, n int, held, until time.Time) error {
+	if held.IsZero() || until.IsZero() {
+		return fmt.Errorf("renew %s: the lease held and the new one are both needed", what)
+	}
+	if n > MaxRenewal {
+		return fmt.Errorf("renew %s: %d at once, more than %d", what, n, MaxRenewal)
+	}
+	return nil
+}
+
 // Renews reports whether r renews m's lease: m is in r.Status under the
 // lease r.Held.
 func (r *Renewal) Renews(m *Message) bool {
 	return m.Status == r.Status && SameLease(m.LeaseUntil, r.Held)
+}
+
+// EventRenewal extends the leases of calling events held under the same
+// lease, and of their messages (see Leases.RenewEvents).
+type EventRenewal struct {
+	IDs   []string
+	Held  time.Time
+	Until time.Time
+}
+
+// Check validates a renewal of events before the store looks at anything.
+func (r *EventRenewal) Check() error {
+	return checkRenewal("the leases of calling events", len(r.IDs), r.Held, r.Until)
+}
+
+// Renews reports whether r renews e's lease: e is calling under the lease
+// r.Held.
+func (r *EventRenewal) Renews(e *Event) bool {
+	return e.State == EventCalling && SameLease(e.LeaseUntil, r.Held)
+}
+
+// RenewsMessage reports whether r renews, with the event e it renews, the
+// lease of e's message m: m is in the calling status of e's outcome under
+// the lease r.Held. A notice moves no status, and leaves its message alone.
+func (r *EventRenewal) RenewsMessage(e *Event, m *Message) bool {
+	calling, _, ok := CallbackStatuses(e.Outcome)
+	return ok && (&Renewal{Status: calling, Held: r.Held}).Renews(m)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -348,10 +347,7 @@ func TestEventParked(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			store := outboxtest.Store(t)
-			gate := filepath.Join(t.TempDir(), "gate")
-			if err := os.WriteFile(gate, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			gate := closedGate(t)
 			spec, out := testPlugin(t, "fail-while", "TESTPLUGIN_GATE="+gate)
 			tt.set(&spec)
 			id := seed(t, store, "m1", backends.StatusSent)

@@ -9,6 +9,7 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/plugins/sdk"
 )
 
@@ -25,11 +27,15 @@ type Store interface {
 	Get(ctx context.Context, id string) (*backends.Message, error)
 	ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error)
 	UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error)
+	RenewEvents(ctx context.Context, r backends.EventRenewal) ([]string, error)
 }
 
 // Config tunes the dispatcher.
 type Config struct {
-	Poll  time.Duration
+	Poll time.Duration
+	// Lease is how long an event stays calling without a sign of life: the
+	// dispatcher renews it, and its message's, every third of it while the
+	// plugins are called, and a dead relay's events go to another within it.
 	Lease time.Duration
 	Owner string
 	// Concurrency bounds the events being dispatched at once.
@@ -44,13 +50,14 @@ type Dispatcher struct {
 	store   Store
 	log     *slog.Logger
 	metrics *Metrics
+	leases  *lease.Renewer
 	runners []*runner
 	wake    chan struct{}
 }
 
 // NewDispatcher prepares the plugins; they start when Run does.
 func NewDispatcher(cfg Config, store Store, specs []Spec, log *slog.Logger, m *Metrics) *Dispatcher {
-	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, wake: make(chan struct{}, 1)}
+	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, leases: lease.ForEvents(store, cfg.Lease, log), wake: make(chan struct{}, 1)}
 	for _, s := range specs {
 		d.runners = append(d.runners, newRunner(s, log, cfg.Version))
 	}
@@ -75,13 +82,20 @@ func (d *Dispatcher) Ready() map[string]error {
 }
 
 // Run dispatches until ctx ends, then stops the plugins. A plugin that does
-// not start is reported and tried again; the relay goes on meanwhile.
+// not start is reported and tried again; the relay goes on meanwhile. The
+// events being called when ctx ends are finished first, and their leases
+// renewed until then.
 func (d *Dispatcher) Run(ctx context.Context) {
 	defer func() {
 		for _, r := range d.runners {
 			r.stop()
 		}
 	}()
+	renewCtx, stopRenewing := context.WithCancel(context.Background())
+	var renewer sync.WaitGroup
+	renewer.Go(func() { d.leases.Run(renewCtx) })
+	defer renewer.Wait()
+	defer stopRenewing()
 	for _, r := range d.runners {
 		r.running()
 	}
@@ -122,71 +136,119 @@ func (d *Dispatcher) dispatch(ctx context.Context) (int, error) {
 	}
 	var wg sync.WaitGroup
 	for _, e := range events {
-		wg.Go(func() { d.handle(context.WithoutCancel(ctx), e) })
+		hold := d.leases.Hold(e.ID, e.LeaseUntil)
+		wg.Go(func() { d.handle(context.WithoutCancel(ctx), e, hold) })
 	}
 	wg.Wait()
 	return len(events), nil
 }
 
 // handle calls the plugins that want an event and have not acknowledged it
-// yet, and records the result.
-func (d *Dispatcher) handle(ctx context.Context, e *backends.Event) {
+// yet, and records the result under the lease it holds the event by.
+func (d *Dispatcher) handle(ctx context.Context, e *backends.Event, hold *lease.Hold) {
+	c, ok := d.call(ctx, e, hold)
+	// The result names the leases the event may be under, one a renewal in
+	// flight may be writing included.
+	leases := d.leases.Release(hold)
+	if !ok {
+		return
+	}
+	u := d.result(e, c)
+	err := lease.Try(leases, func(held time.Time) error {
+		u.Held = held
+		_, err := d.store.UpdateEvent(ctx, u)
+		return err
+	})
+	switch {
+	case errors.Is(err, backends.ErrLockNotAcquired):
+		d.log.Warn("callbacks: the event's lease ran out before its result was recorded; the next claim calls its plugins again",
+			"event", e.ID, "id", e.MessageID, "lease_until", leases[0])
+	case err != nil:
+		d.log.Error("callbacks: cannot record the event's result; the lease will return it", "event", e.ID, "error", err)
+	}
+}
+
+// calls is what the plugins called answered: those that acknowledged the
+// event, with those that did before, and the failures of the others.
+type calls struct {
+	wanted   bool // some plugin wanted the event
+	acked    []string
+	failures []string
+	failed   []*runner
+}
+
+// call calls the plugins that want e and have not acknowledged it yet, one
+// after another, while the lease of hold is kept; ok is false when the
+// event cannot be called (its message unreadable) or its lease was lost,
+// and its lease returns it.
+func (d *Dispatcher) call(ctx context.Context, e *backends.Event, hold *lease.Hold) (c calls, ok bool) {
 	var want []*runner
 	for _, r := range d.runners {
 		if r.wantsOutcome(e.Outcome) && !slices.Contains(e.Acked, r.spec.Name) {
 			want = append(want, r)
 		}
 	}
-	acked := slices.Clone(e.Acked)
-	if acked == nil {
-		acked = []string{}
+	c.acked = slices.Clone(e.Acked)
+	if c.acked == nil {
+		c.acked = []string{}
 	}
-	var failures []string
-	var failed []*runner
-	if len(want) > 0 {
-		m, err := d.store.Get(ctx, e.MessageID)
+	c.wanted = len(want) > 0
+	if !c.wanted {
+		return c, true
+	}
+	m, err := d.store.Get(ctx, e.MessageID)
+	if err != nil {
+		d.log.Error("callbacks: cannot read the message of an event; the lease will return it", "event", e.ID, "id", e.MessageID, "error", err)
+		return c, false
+	}
+	ev := sdk.ToProto(eventFor(e, m))
+	for _, r := range want {
+		if until, lost := d.leases.Until(hold); lost {
+			// The event is restored, or another relay holds it: the next
+			// claim calls these plugins.
+			d.log.Warn("callbacks: the event's lease ran out; its plugins not called yet are left to the next claim",
+				"event", e.ID, "id", e.MessageID, "lease_until", until)
+			return c, false
+		}
+		start := time.Now()
+		err := r.deliver(ctx, ev)
+		d.metrics.observe(r.spec.Name, time.Since(start), err)
 		if err != nil {
-			d.log.Error("callbacks: cannot read the message of an event; the lease will return it", "event", e.ID, "id", e.MessageID, "error", err)
-			return
+			c.failures = append(c.failures, fmt.Sprintf("plugin %s: %v", r.spec.Name, err))
+			c.failed = append(c.failed, r)
+			continue
 		}
-		ev := sdk.ToProto(eventFor(e, m))
-		for _, r := range want {
-			start := time.Now()
-			err := r.deliver(ctx, ev)
-			d.metrics.observe(r.spec.Name, time.Since(start), err)
-			if err != nil {
-				failures = append(failures, fmt.Sprintf("plugin %s: %v", r.spec.Name, err))
-				failed = append(failed, r)
-				continue
-			}
-			acked = append(acked, r.spec.Name)
-		}
+		c.acked = append(c.acked, r.spec.Name)
 	}
-	u := backends.EventUpdate{ID: e.ID, From: backends.EventCalling, Acked: acked}
+	return c, true
+}
+
+// result is the update that records what the plugins that want e
+// answered: acknowledged, tried again later, or parked.
+func (d *Dispatcher) result(e *backends.Event, c calls) backends.EventUpdate {
+	u := backends.EventUpdate{ID: e.ID, From: backends.EventCalling, Acked: c.acked}
 	switch {
-	case len(failures) == 0:
+	case len(c.failures) == 0:
 		u.To = backends.EventAcked
 		u.Reason = "no plugin wants " + e.Outcome
-		if len(want) > 0 {
-			u.Reason = "acknowledged by " + strings.Join(acked, ", ")
+		if c.wanted {
+			u.Reason = "acknowledged by " + strings.Join(c.acked, ", ")
 		}
-	case d.exhausted(e, failed):
+	case d.exhausted(e, c.failed):
 		u.To, u.AddAttempt = backends.EventParked, true
-		u.LastError = strings.Join(failures, "; ")
+		u.LastError = strings.Join(c.failures, "; ")
 		u.Reason = fmt.Sprintf("parked after %d tries: %s; replay it with postino events replay %s", e.Attempts+1, u.LastError, e.ID)
 		d.metrics.parked.Inc()
 		d.log.Error("event parked", "event", e.ID, "id", e.MessageID, "outcome", e.Outcome, "error", u.LastError)
 	default:
 		// The first failed plugin's schedule spaces the tries.
 		u.To, u.AddAttempt = backends.EventPending, true
-		u.LastError = strings.Join(failures, "; ")
-		u.DueAt = time.Now().UTC().Add(failed[0].spec.Retry.Delay(e.Attempts + 1))
+		u.LastError = strings.Join(c.failures, "; ")
+		u.DueAt = time.Now().UTC().Add(c.failed[0].spec.Retry.Delay(e.Attempts + 1))
 		u.Reason = fmt.Sprintf("%s; try %d at %s", u.LastError, e.Attempts+2, u.DueAt.Format(time.RFC3339))
 		d.log.Warn("plugin failed; will try again", "event", e.ID, "id", e.MessageID, "error", u.LastError, "next", u.DueAt)
 	}
-	if _, err := d.store.UpdateEvent(ctx, u); err != nil {
-		d.log.Error("callbacks: cannot record the event's result; the lease will return it", "event", e.ID, "error", err)
-	}
+	return u
 }
 
 // exhausted reports whether the event has used up the tries of one of the

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,10 +22,7 @@ import (
 // TestPluginStartFailure: a plugin that does not start is reported, with
 // what to do, and its events wait for it while the dispatcher goes on.
 func TestPluginStartFailure(t *testing.T) {
-	gate := filepath.Join(t.TempDir(), "gate")
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gate := closedGate(t)
 	for _, tt := range []struct {
 		name string
 		mode string
@@ -83,10 +79,7 @@ func TestPluginStartFailure(t *testing.T) {
 // and gets the events that waited for it.
 func TestPluginStartedAgain(t *testing.T) {
 	store := outboxtest.Store(t)
-	gate := filepath.Join(t.TempDir(), "gate")
-	if err := os.WriteFile(gate, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	gate := closedGate(t)
 	spec, out := testPlugin(t, "refuse-while", "TESTPLUGIN_GATE="+gate)
 	id := seed(t, store, "m1", backends.StatusSent)
 	d, _ := run(t, store, 50*time.Millisecond, spec)

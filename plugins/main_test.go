@@ -69,6 +69,17 @@ func testPlugin(t *testing.T, mode string, env ...string) (plugins.Spec, string)
 	}, out
 }
 
+// closedGate makes the file a test plugin's gate is closed by (see
+// testdata/testplugin); removing it opens the gate.
+func closedGate(t *testing.T) string {
+	t.Helper()
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return gate
+}
+
 // call is one event the test plugin got, as it recorded it.
 type call struct {
 	sdk.Event
@@ -140,12 +151,18 @@ func seed(t *testing.T, store *bolt.Store, id string, reached backends.Status) s
 }
 
 // run runs a dispatcher of specs on store until the test ends, polling
-// every poll, with the concurrency the relay gives it; it returns the
-// dispatcher and the registry of its metrics.
+// every poll, with the concurrency the relay gives it and leases of a
+// minute; it returns the dispatcher and the registry of its metrics.
 func run(t *testing.T, store plugins.Store, poll time.Duration, specs ...plugins.Spec) (*plugins.Dispatcher, *prometheus.Registry) {
 	t.Helper()
+	return runLeased(t, store, poll, time.Minute, specs...)
+}
+
+// runLeased is run with leases of lease.
+func runLeased(t *testing.T, store plugins.Store, poll, lease time.Duration, specs ...plugins.Spec) (*plugins.Dispatcher, *prometheus.Registry) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	d := plugins.NewDispatcher(plugins.Config{Poll: poll, Lease: time.Minute, Owner: "plugins-test", Concurrency: 64, Version: "test"},
+	d := plugins.NewDispatcher(plugins.Config{Poll: poll, Lease: lease, Owner: "plugins-test", Concurrency: 64, Version: "test"},
 		store, specs, slog.New(slog.NewTextHandler(io.Discard, nil)), plugins.NewMetrics(reg))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -42,12 +42,15 @@ const (
 	// mailboxLease is how long a relay holds a mailbox; it renews at half,
 	// so a relay that died leaves its mailboxes to another within it.
 	mailboxLease = 2 * time.Minute
-	// callbackLease is how long the dispatcher holds the events it claims
-	// (and their messages CALLING-*): it does not renew them, and one claim
-	// calls up to dispatcherConcurrency events through plugins that may
-	// take their whole timeout each, so it stays long; delivery.lease is
-	// short because the engine renews.
-	callbackLease = 30 * time.Minute
+	// callbackLease is how long the events the dispatcher claims (and their
+	// messages, CALLING-*) stay calling without a sign of life. The
+	// dispatcher renews them every third of it however long the plugins
+	// take, so it is as short as delivery.lease's default: a dead relay's
+	// events are restored within a lease and a restore period (the
+	// housekeeping's, a quarter of intake.lease) and claimed again within a
+	// poll, 76 seconds with the defaults; a store that misses one renewal
+	// still leaves the next one time to land.
+	callbackLease = time.Minute
 )
 
 // outcomeRetry spaces the writes of an outcome the outbox failed: soon

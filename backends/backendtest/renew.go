@@ -16,6 +16,186 @@ var leaseTests = []test[messageStore]{
 	{"RenewTaken", testRenewTaken},
 }
 
+var eventLeaseTests = []test[eventStore]{
+	{"RenewEvents", testRenewEvents},
+	{"RenewEventsTaken", testRenewEventsTaken},
+	{"ClaimEventTakesItsMessage", testClaimEventTakesItsMessage},
+}
+
+// claimEventsUntil claims the due events at now under the lease until,
+// and fails the test unless they are want.
+func claimEventsUntil(t *testing.T, s eventStore, now, until time.Time, want ...string) {
+	t.Helper()
+	es, err := s.ClaimEvents(context.Background(), backends.EventClaim{Now: now, LeaseUntil: until, Limit: 10, Reason: "calling test plugins"})
+	if got := eventIDs(es); err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ClaimEvents = %v, %v; want %v", got, err, want)
+	}
+}
+
+// eventLease fails the test unless event id of message msg is calling
+// under until.
+func eventLease(t *testing.T, s eventStore, msg, id string, until time.Time) {
+	t.Helper()
+	es, err := s.Events(context.Background(), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range es {
+		if e.ID == id && (e.State != backends.EventCalling || !backends.SameLease(e.LeaseUntil, until)) {
+			t.Errorf("event %s is %s until %s, want calling until %s", id, e.State, e.LeaseUntil, until)
+		}
+	}
+}
+
+// RenewEvents extends the leases of the calling events held as the renewal
+// says, and of their messages in their calling status, and tells which: a
+// restore then leaves them alone, and the dispatcher's result lands under
+// the renewed lease only.
+func testRenewEvents(t *testing.T, s eventStore) {
+	ctx := context.Background()
+	// A notice moves no status: its renewal leaves its message alone.
+	sent(t, s, "rev-notice", "rev-2")
+	claimEventsUntil(t, s, at(2*time.Hour), at(3*time.Hour), "rev-2")
+	updateEvent(t, s, backends.EventUpdate{ID: "rev-2", From: backends.EventCalling, To: backends.EventAcked, At: at(2 * time.Hour)})
+	if err := s.AddEvent(ctx, &backends.Event{ID: "rev-3", MessageID: "rev-notice", Outcome: "DELAYED", At: at(2 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	sent(t, s, "rev-sent", "rev-1")
+	// A pending event is not renewed.
+	sent(t, s, "rev-pending", "rev-4")
+	updateEvent(t, s, backends.EventUpdate{ID: "rev-4", From: backends.EventPending, To: backends.EventParked, At: at(2 * time.Hour)})
+	updateEvent(t, s, backends.EventUpdate{ID: "rev-4", From: backends.EventParked, To: backends.EventPending, At: at(2 * time.Hour),
+		DueAt: at(9 * time.Hour)})
+	// Nanoseconds that the stores keeping microseconds drop: the claimer
+	// names its lease as it asked for it.
+	now, held := at(3*time.Hour), at(3*time.Hour+time.Minute+123456789)
+	claimEventsUntil(t, s, now, held, "rev-1", "rev-3")
+	until := at(3*time.Hour + 5*time.Minute + 987654321)
+	got, err := s.RenewEvents(ctx, backends.EventRenewal{IDs: []string{"rev-1", "rev-3", "rev-4", "rev-missing"}, Held: held, Until: until})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if want := []string{"rev-1", "rev-3"}; !slices.Equal(got, want) {
+		t.Errorf("RenewEvents = %v, want %v", got, want)
+	}
+	eventLease(t, s, "rev-sent", "rev-1", until)
+	eventLease(t, s, "rev-notice", "rev-3", until)
+	if m := mustGet(t, s, "rev-sent"); m.Status != backends.StatusCallingSent || !backends.SameLease(m.LeaseUntil, until) {
+		t.Errorf("message of a renewed event: %s until %s, want %s until %s", m.Status, m.LeaseUntil, backends.StatusCallingSent, until)
+	}
+	if m := mustGet(t, s, "rev-notice"); m.Status != backends.StatusSentAcknowledged {
+		t.Errorf("message of a renewed notice: %s, want %s", m.Status, backends.StatusSentAcknowledged)
+	}
+	if n, err := s.Restore(ctx, held.Add(time.Second)); err != nil || n != 0 {
+		t.Errorf("Restore past the claimed lease = %d, %v; want the renewed leases kept", n, err)
+	}
+	// The lease renewed, not the one claimed, is the one held now.
+	ack := func(held time.Time) error {
+		_, err := s.UpdateEvent(ctx, backends.EventUpdate{ID: "rev-1", From: backends.EventCalling, To: backends.EventAcked,
+			At: now, Held: held, Reason: "acknowledged"})
+		return err
+	}
+	if err := ack(held); !errors.Is(err, backends.ErrLockNotAcquired) {
+		t.Errorf("update naming the lease before the renewal: %v, want ErrLockNotAcquired", err)
+	}
+	if err := ack(until); err != nil {
+		t.Errorf("update naming the renewed lease: %v", err)
+	}
+	if m := mustGet(t, s, "rev-sent"); m.Status != backends.StatusSentAcknowledged {
+		t.Errorf("message after the ack: %s", m.Status)
+	}
+	if n, err := s.Restore(ctx, until.Add(time.Second)); err != nil || n != 1 {
+		t.Errorf("Restore past the renewed lease = %d, %v; want 1 (the notice)", n, err)
+	}
+}
+
+// An event whose lease ran out and was claimed again is not renewed by its
+// old holder, whose result is refused: the new holder's claim and result
+// stand.
+func testRenewEventsTaken(t *testing.T, s eventStore) {
+	ctx := context.Background()
+	sent(t, s, "revt", "revt-1")
+	first := at(2*time.Hour + time.Minute)
+	claimEventsUntil(t, s, at(2*time.Hour), first, "revt-1")
+	if n, err := s.Restore(ctx, first.Add(time.Second)); err != nil || n != 2 {
+		t.Fatalf("Restore = %d, %v; want the event and its message", n, err)
+	}
+	// A restored event is due when it was restored.
+	now := time.Now().UTC().Add(time.Hour)
+	second := now.Add(time.Minute)
+	claimEventsUntil(t, s, now, second, "revt-1")
+	if got, err := s.RenewEvents(ctx, backends.EventRenewal{IDs: []string{"revt-1"}, Held: first, Until: at(5 * time.Hour)}); err != nil || len(got) != 0 {
+		t.Errorf("RenewEvents by the holder whose lease ran out = %v, %v; want none", got, err)
+	}
+	eventLease(t, s, "revt", "revt-1", second)
+	update := func(held time.Time) error {
+		_, err := s.UpdateEvent(ctx, backends.EventUpdate{ID: "revt-1", From: backends.EventCalling, To: backends.EventAcked,
+			At: now, Held: held, Acked: []string{"test"}, Reason: "acknowledged"})
+		return err
+	}
+	if err := update(first); !errors.Is(err, backends.ErrLockNotAcquired) {
+		t.Errorf("result of the holder whose lease ran out: %v, want ErrLockNotAcquired", err)
+	}
+	if m := mustGet(t, s, "revt"); m.Status != backends.StatusCallingSent || !backends.SameLease(m.LeaseUntil, second) {
+		t.Fatalf("after a refused result: %s until %s, want %s until %s", m.Status, m.LeaseUntil, backends.StatusCallingSent, second)
+	}
+	if err := update(second); err != nil {
+		t.Fatalf("result of the holder of the lease: %v", err)
+	}
+	if n := reached(t, s, "revt", backends.StatusCallingSent); n != 2 {
+		t.Errorf("%d claims, want the one that ran out and the one that took over", n)
+	}
+	if n := reached(t, s, "revt", backends.StatusSentAcknowledged); n != 1 {
+		t.Errorf("acknowledged %d times, want once", n)
+	}
+}
+
+// reached counts the history rows of message id in status st.
+func reached(t *testing.T, s messageStore, id string, st backends.Status) int {
+	t.Helper()
+	h, err := s.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range h {
+		if e.Status == st {
+			n++
+		}
+	}
+	return n
+}
+
+// A message left in the calling status by an earlier claim of its event,
+// under that claim's lease, takes the lease of the event's new claim: a
+// restore must not take it from the holder of the event.
+func testClaimEventTakesItsMessage(t *testing.T, s eventStore) {
+	ctx := context.Background()
+	sent(t, s, "ctm", "ctm-1")
+	claimEventsUntil(t, s, at(2*time.Hour), at(2*time.Hour+time.Minute), "ctm-1")
+	// The event goes back to pending, and its message back to SENT; the
+	// message alone goes to calling again, under a lease of its own.
+	updateEvent(t, s, backends.EventUpdate{ID: "ctm-1", From: backends.EventCalling, To: backends.EventPending, At: at(2 * time.Hour)})
+	stale := at(2*time.Hour + 2*time.Minute)
+	if err := s.Transition(ctx, backends.Transition{ID: "ctm", From: backends.StatusSent, To: backends.StatusCallingSent,
+		At: at(2 * time.Hour), LeaseUntil: stale, Reason: "left by an earlier claim"}); err != nil {
+		t.Fatal(err)
+	}
+	lease := at(2*time.Hour + 10*time.Minute)
+	claimEventsUntil(t, s, at(2*time.Hour+time.Minute), lease, "ctm-1")
+	if m := mustGet(t, s, "ctm"); m.Status != backends.StatusCallingSent || !backends.SameLease(m.LeaseUntil, lease) {
+		t.Fatalf("message of the claimed event: %s until %s, want %s until %s", m.Status, m.LeaseUntil, backends.StatusCallingSent, lease)
+	}
+	if n, err := s.Restore(ctx, stale.Add(time.Second)); err != nil || n != 0 {
+		t.Errorf("Restore past the stale lease = %d, %v; want the claim's lease kept", n, err)
+	}
+	updateEvent(t, s, backends.EventUpdate{ID: "ctm-1", From: backends.EventCalling, To: backends.EventAcked, At: at(2 * time.Hour), Held: lease})
+	if m := mustGet(t, s, "ctm"); m.Status != backends.StatusSentAcknowledged {
+		t.Errorf("message after the ack: %s", m.Status)
+	}
+}
+
 // claimOne claims the READY message id for delivery under a lease until
 // until, and fails the test unless it is the one claimed.
 func claimOne(t *testing.T, s messageStore, id string, now, until time.Time) *backends.Message {

@@ -26,6 +26,7 @@ func Run(t *testing.T, open Opener) {
 	group(t, "Queue", queueTests, func(t *testing.T) messageStore { return open(t) })
 	group(t, "Leases", leaseTests, func(t *testing.T) messageStore { return open(t) })
 	group(t, "Events", eventTests, func(t *testing.T) eventStore { return open(t) })
+	group(t, "EventLeases", eventLeaseTests, func(t *testing.T) eventStore { return open(t) })
 	group(t, "Batches", batchTests, func(t *testing.T) batchStore { return open(t) })
 	group(t, "Cursors", cursorTests, func(t *testing.T) backends.Cursors { return open(t) })
 	group(t, "Links", linkTests, func(t *testing.T) linkStore { return open(t) })

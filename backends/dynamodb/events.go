@@ -132,12 +132,19 @@ func (s *Store) getEvent(ctx context.Context, id string) (*backends.Event, error
 	return eventFromItem(items[0]), nil
 }
 
-// eventUpdate writes an event's new state, conditionally on the state it was
-// read in.
-func (s *Store) eventUpdate(e *backends.Event, readState backends.EventState) types.ParameterizedStatement {
-	return stmt("UPDATE "+s.from("")+` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ? WHERE "Id" = ? AND "Status" = ? AND "Attributes"."State" = ?`,
-		&types.AttributeValueMemberM{Value: eventAttributes(e)}, str(eventQueueOf(e)), str(eventQueueKey(e)),
-		str(e.MessageID), str(eventKey(e.Seq)), str(string(readState)))
+// eventUpdate writes an event's new state, e, conditionally on the state it
+// was read in, before, and when calling on the lease it was read under: a
+// restore or an update that read the lease before a renewal fails its
+// condition and reads the event again.
+func (s *Store) eventUpdate(e, before *backends.Event) types.ParameterizedStatement {
+	text := "UPDATE " + s.from("") + ` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ? WHERE "Id" = ? AND "Status" = ? AND "Attributes"."State" = ?`
+	params := []types.AttributeValue{&types.AttributeValueMemberM{Value: eventAttributes(e)}, str(eventQueueOf(e)), str(eventQueueKey(e)),
+		str(e.MessageID), str(eventKey(e.Seq)), str(string(before.State))}
+	if before.State == backends.EventCalling {
+		text += ` AND "Attributes"."LeaseUntil" = ?`
+		params = append(params, tm(before.LeaseUntil))
+	}
+	return stmt(text, params...)
 }
 
 // head is the id of the earliest unacknowledged event of a message, the
@@ -266,7 +273,7 @@ type eventTx struct {
 func (t *eventTx) Event(id string) (*backends.Event, error) { return t.s.getEvent(t.ctx, id) }
 
 func (t *eventTx) PutEvent(before, after *backends.Event) error {
-	t.stmts = append(t.stmts, t.s.eventUpdate(after, before.State))
+	t.stmts = append(t.stmts, t.s.eventUpdate(after, before))
 	return nil
 }
 
@@ -298,12 +305,13 @@ func (s *Store) restoreEvents(ctx context.Context, expiredBefore, now time.Time)
 	}
 	total := 0
 	for _, it := range items {
-		e := eventFromItem(it)
-		if !e.LeaseUntil.Before(expiredBefore) {
+		before := eventFromItem(it)
+		if !before.LeaseUntil.Before(expiredBefore) {
 			continue
 		}
-		backends.RestoreEvent(e, now)
-		_, err := s.txn(ctx, []types.ParameterizedStatement{s.eventUpdate(e, backends.EventCalling)})
+		e := *before
+		backends.RestoreEvent(&e, now)
+		_, err := s.txn(ctx, []types.ParameterizedStatement{s.eventUpdate(&e, before)})
 		if errors.Is(err, errCondition) {
 			continue
 		}

@@ -2,8 +2,10 @@ package dynamodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -50,30 +52,47 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 // readMetas reads the _META items of ids, in one batch of at most 25; an
 // id without one is left out.
 func (s *Store) readMetas(ctx context.Context, ids []string) ([]*meta, error) {
-	reqs := make([]types.BatchStatementRequest, len(ids))
+	keys := make([][2]string, len(ids))
 	for i, id := range ids {
-		reqs[i] = types.BatchStatementRequest{Statement: aws.String("SELECT * FROM " + s.from("") + ` WHERE "Id" = ? AND "Status" = ?`),
-			Parameters: []types.AttributeValue{str(id), str(metaStatus)}, ConsistentRead: aws.Bool(true)}
+		keys[i] = [2]string{id, metaStatus}
 	}
-	out, err := s.db.BatchExecuteStatement(ctx, &dynamodb.BatchExecuteStatementInput{Statements: reqs})
+	items, err := s.readItems(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
 	var metas []*meta
-	for i, resp := range out.Responses {
-		if resp.Error != nil {
-			return nil, fmt.Errorf("read %s: %s: %s", ids[i], resp.Error.Code, aws.ToString(resp.Error.Message))
-		}
-		if resp.Item == nil {
-			continue
-		}
-		m, err := metaFromItem(resp.Item)
+	for _, it := range items {
+		m, err := metaFromItem(it)
 		if err != nil {
 			return nil, err
 		}
 		metas = append(metas, m)
 	}
 	return metas, nil
+}
+
+// readItems reads the items of keys (Id, Status), consistently, in one
+// batch of at most 25, in their order; a key without an item is left out.
+func (s *Store) readItems(ctx context.Context, keys [][2]string) ([]map[string]types.AttributeValue, error) {
+	reqs := make([]types.BatchStatementRequest, len(keys))
+	for i, k := range keys {
+		reqs[i] = types.BatchStatementRequest{Statement: aws.String("SELECT * FROM " + s.from("") + ` WHERE "Id" = ? AND "Status" = ?`),
+			Parameters: []types.AttributeValue{str(k[0]), str(k[1])}, ConsistentRead: aws.Bool(true)}
+	}
+	out, err := s.db.BatchExecuteStatement(ctx, &dynamodb.BatchExecuteStatementInput{Statements: reqs})
+	if err != nil {
+		return nil, err
+	}
+	var items []map[string]types.AttributeValue
+	for i, resp := range out.Responses {
+		if resp.Error != nil {
+			return nil, fmt.Errorf("read %s: %s: %s", keys[i][0], resp.Error.Code, aws.ToString(resp.Error.Message))
+		}
+		if resp.Item != nil {
+			items = append(items, resp.Item)
+		}
+	}
+	return items, nil
 }
 
 // renewMetas renews the messages of metas that r renews, in one batch;
@@ -85,13 +104,8 @@ func (s *Store) renewMetas(ctx context.Context, r backends.Renewal, metas []*met
 		if !m.hasSeq || !r.Renews(&m.msg) {
 			continue
 		}
-		renewed := m.msg
-		renewed.LeaseUntil = r.Until
-		reqs = append(reqs, types.BatchStatementRequest{
-			Statement: aws.String("UPDATE " + s.from("") + ` SET "Attributes"."LeaseUntil" = ? SET "Attributes"."Seq" = ? SET "QueueKey" = ?` +
-				` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ? AND "Attributes"."Seq" = ?`),
-			Parameters: []types.AttributeValue{tm(r.Until), num(m.seq + 1), str(queueKey(&renewed)),
-				str(m.msg.ID), str(metaStatus), str(string(r.Status)), num(m.seq)}})
+		u := s.leaseUpdate(m, r.Until)
+		reqs = append(reqs, types.BatchStatementRequest{Statement: u.Statement, Parameters: u.Parameters})
 		ids = append(ids, m.msg.ID)
 	}
 	if len(reqs) == 0 {
@@ -113,4 +127,117 @@ func (s *Store) renewMetas(ctx context.Context, r backends.Renewal, metas []*met
 		}
 	}
 	return ok, conflicted, nil
+}
+
+// leaseUpdate moves the lease of m, read in a working status, to until,
+// conditionally on the revision read, and makes a new one (see Renew).
+func (s *Store) leaseUpdate(m *meta, until time.Time) types.ParameterizedStatement {
+	renewed := m.msg
+	renewed.LeaseUntil = until
+	return stmt("UPDATE "+s.from("")+` SET "Attributes"."LeaseUntil" = ? SET "Attributes"."Seq" = ? SET "QueueKey" = ?`+
+		` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ? AND "Attributes"."Seq" = ?`,
+		tm(until), num(m.seq+1), str(queueKey(&renewed)), str(m.msg.ID), str(metaStatus), str(string(m.msg.Status)), num(m.seq))
+}
+
+// RenewEvents renews, 25 events at a time, those r renews: each event and,
+// when r says so, its message, in one transaction for the 25. An event's
+// update is conditional on the lease read, its message's on the revision
+// read, as Renew's; when another writer changed one in between, the 25 are
+// read again.
+func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]string, error) {
+	if err := r.Check(); err != nil {
+		return nil, err
+	}
+	var renewed []string
+	for chunk := range slices.Chunk(r.IDs, batchStatements) {
+		for attempt := 1; ; attempt++ {
+			ok, err := s.renewEvents(ctx, r, chunk)
+			if errors.Is(err, errCondition) && attempt < 3 {
+				continue
+			}
+			if errors.Is(err, errCondition) {
+				// Not refused: the holder must not take them for lost.
+				return nil, fmt.Errorf("renew the leases of calling events: %d events kept changing while they were renewed", len(chunk))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("renew the leases of calling events: %w", err)
+			}
+			renewed = append(renewed, ok...)
+			break
+		}
+	}
+	return renewed, nil
+}
+
+// renewEvents reads the events of ids (at most 25) and their messages, and
+// renews those r renews in one transaction; errCondition when another
+// writer changed one since it was read.
+func (s *Store) renewEvents(ctx context.Context, r backends.EventRenewal, ids []string) ([]string, error) {
+	events, err := s.readEvents(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	var held []*backends.Event
+	var owners []string
+	for _, e := range events {
+		if r.Renews(e) {
+			held = append(held, e)
+			owners = append(owners, e.MessageID)
+		}
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	slices.Sort(owners)
+	metas, err := s.readMetas(ctx, slices.Compact(owners))
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*meta, len(metas))
+	for _, m := range metas {
+		byID[m.msg.ID] = m
+	}
+	var stmts []types.ParameterizedStatement
+	renewed := make([]string, len(held))
+	for i, e := range held {
+		after := *e
+		after.LeaseUntil = r.Until
+		stmts = append(stmts, s.eventUpdate(&after, e))
+		if m, ok := byID[e.MessageID]; ok && m.hasSeq && r.RenewsMessage(e, &m.msg) {
+			stmts = append(stmts, s.leaseUpdate(m, r.Until))
+			delete(byID, e.MessageID) // one update of an item per transaction
+		}
+		renewed[i] = e.ID
+	}
+	if _, err := s.txn(ctx, stmts); err != nil {
+		return nil, err
+	}
+	return renewed, nil
+}
+
+// readEvents reads the events of ids (at most 25) through the items that
+// point at them, consistently; an id without an event is left out.
+func (s *Store) readEvents(ctx context.Context, ids []string) ([]*backends.Event, error) {
+	keys := make([][2]string, len(ids))
+	for i, id := range ids {
+		keys[i] = [2]string{eventRef(id), eventRefStatus}
+	}
+	refs, err := s.readItems(ctx, keys)
+	if err != nil || len(refs) == 0 {
+		return nil, err
+	}
+	keys = keys[:0]
+	for _, ref := range refs {
+		a := getM(ref, "Attributes")
+		keys = append(keys, [2]string{getS(a, "MessageId"), eventKey(getN(a, "Seq"))})
+	}
+	items, err := s.readItems(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	events := make([]*backends.Event, len(items))
+	for i, it := range items {
+		events[i] = eventFromItem(it)
+	}
+	return events, nil
 }

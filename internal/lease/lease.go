@@ -1,7 +1,8 @@
 // Package lease keeps the claims a worker holds while it works on them: a
 // Renewer renews their leases in batches, a third of a lease apart, so that
-// leases can be short. A relay that dies leaves its messages to another
-// within a lease, and a slow but live delivery is never claimed twice.
+// leases can be short. A relay that dies leaves its messages and events to
+// another within a lease, and a slow but live delivery or plugin call is
+// never claimed twice.
 package lease
 
 import (
@@ -15,16 +16,25 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// Store is what the renewer needs of the outbox.
+// Store is what a renewer of messages needs of the outbox.
 type Store interface {
 	Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 }
+
+// EventStore is what a renewer of calling events needs of the outbox.
+type EventStore interface {
+	RenewEvents(ctx context.Context, r backends.EventRenewal) ([]string, error)
+}
+
+// renewFunc renews, in one call to the outbox, the leases of ids held
+// under held to until, and returns the ids renewed.
+type renewFunc func(ctx context.Context, ids []string, held, until time.Time) ([]string, error)
 
 // maxCandidates bounds the leases a hold may be under while renewals fail
 // in ways that leave their outcome unknown.
 const maxCandidates = 4
 
-// Hold is one message the renewer keeps.
+// Hold is one message, or event, the renewer keeps.
 type Hold struct {
 	id string
 	// leases are those the message may be under, guarded by the renewer's
@@ -38,12 +48,14 @@ type Hold struct {
 }
 
 // Renewer renews the leases of the messages a worker holds in one working
-// status. Its methods are safe for concurrent use.
+// status, or of the events a dispatcher holds calling. Its methods are safe
+// for concurrent use.
 type Renewer struct {
-	store  Store
-	status backends.Status
-	lease  time.Duration
-	log    *slog.Logger
+	store renewFunc
+	// what says, in its logs, what it renews.
+	what  slog.Attr
+	lease time.Duration
+	log   *slog.Logger
 
 	// round keeps rounds of renewals one at a time.
 	round sync.Mutex
@@ -54,10 +66,27 @@ type Renewer struct {
 // New makes a renewer of the messages held in status for lease at a time;
 // Run renews them.
 func New(store Store, status backends.Status, lease time.Duration, log *slog.Logger) *Renewer {
-	return &Renewer{store: store, status: status, lease: lease, log: log, holds: map[*Hold]struct{}{}}
+	renew := func(ctx context.Context, ids []string, held, until time.Time) ([]string, error) {
+		return store.Renew(ctx, backends.Renewal{IDs: ids, Status: status, Held: held, Until: until})
+	}
+	return newRenewer(renew, slog.Any("status", status), lease, log)
 }
 
-// Hold starts keeping the message id, claimed under the lease until.
+// ForEvents makes a renewer of the events held calling, and with each its
+// message (Leases.RenewEvents), for lease at a time; Run renews them.
+func ForEvents(store EventStore, lease time.Duration, log *slog.Logger) *Renewer {
+	renew := func(ctx context.Context, ids []string, held, until time.Time) ([]string, error) {
+		return store.RenewEvents(ctx, backends.EventRenewal{IDs: ids, Held: held, Until: until})
+	}
+	return newRenewer(renew, slog.String("holds", "calling events"), lease, log)
+}
+
+func newRenewer(renew renewFunc, what slog.Attr, lease time.Duration, log *slog.Logger) *Renewer {
+	return &Renewer{store: renew, what: what, lease: lease, log: log, holds: map[*Hold]struct{}{}}
+}
+
+// Hold starts keeping the message, or event, id, claimed under the lease
+// until.
 func (r *Renewer) Hold(id string, until time.Time) *Hold {
 	h := &Hold{id: id, leases: []time.Time{until}}
 	r.mu.Lock()
@@ -161,7 +190,7 @@ func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hol
 	if len(ids) == 0 {
 		return
 	}
-	got, err := r.store.Renew(ctx, backends.Renewal{IDs: ids, Status: r.status, Held: held, Until: until})
+	got, err := r.store(ctx, ids, held, until)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range chunk {
@@ -170,7 +199,7 @@ func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hol
 	if err != nil {
 		// The store may have written before it failed: until becomes a
 		// candidate, and the next round tries both.
-		r.log.Warn("cannot renew leases; retrying at the next round", "status", r.status, "count", len(ids), "error", err)
+		r.log.Warn("cannot renew leases; retrying at the next round", r.what, "count", len(ids), "error", err)
 		for _, h := range chunk {
 			if len(h.leases) < maxCandidates {
 				h.leases = append(h.leases, until)
@@ -194,7 +223,7 @@ func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hol
 		default:
 			h.lost = true
 			delete(r.holds, h)
-			r.log.Warn("lease lost: the message moved on or another worker holds it", "id", h.id, "status", r.status, "lease_until", held)
+			r.log.Warn("lease lost: it moved on or another worker holds it", "id", h.id, r.what, "lease_until", held)
 		}
 	}
 }
@@ -202,9 +231,19 @@ func (r *Renewer) renew(ctx context.Context, held, until time.Time, chunk []*Hol
 // Write writes t with write, holding the first of leases (from Release),
 // and the next while the outbox refuses t for its lease.
 func Write(t backends.Transition, leases []time.Time, write func(backends.Transition) error) error {
+	return Try(leases, func(held time.Time) error {
+		t.Held = held
+		return write(t)
+	})
+}
+
+// Try calls write holding the first of leases (from Release), and the
+// next while the outbox refuses the write for its lease: write names held
+// as the lease it holds, as EventUpdate.Held does.
+func Try(leases []time.Time, write func(held time.Time) error) error {
 	var err error
-	for _, t.Held = range leases {
-		if err = write(t); !errors.Is(err, backends.ErrLockNotAcquired) {
+	for _, held := range leases {
+		if err = write(held); !errors.Is(err, backends.ErrLockNotAcquired) {
 			return err
 		}
 	}

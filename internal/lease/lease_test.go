@@ -78,6 +78,41 @@ func TestRenew(t *testing.T) {
 	}
 }
 
+// The events a dispatcher holds calling are renewed with their messages,
+// and an event's result then lands under the renewed lease.
+func TestRenewEvents(t *testing.T) {
+	store := outboxtest.Store(t)
+	ctx := context.Background()
+	m := claimAll(t, store, 1, time.Now().UTC().Add(time.Minute))[0]
+	if err := store.Transition(ctx, backends.Transition{ID: m.ID, From: backends.StatusProcessing, To: backends.StatusSent,
+		Event: &backends.Event{ID: "e1", Outcome: string(backends.StatusSent)}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	claimed := now.Add(time.Minute)
+	es, err := store.ClaimEvents(ctx, backends.EventClaim{Now: now, LeaseUntil: claimed, Limit: 1})
+	if err != nil || len(es) != 1 {
+		t.Fatalf("ClaimEvents = %v, %v", es, err)
+	}
+	r := lease.ForEvents(store, time.Hour, quiet)
+	h := r.Hold(es[0].ID, es[0].LeaseUntil)
+	r.Renew(ctx)
+	until, lost := r.Until(h)
+	if lost || !until.After(claimed.Add(30*time.Minute)) {
+		t.Fatalf("lease %s (lost %v) after the renewal, want about an hour from now", until, lost)
+	}
+	if got, _ := store.Get(ctx, m.ID); got.Status != backends.StatusCallingSent || !backends.SameLease(got.LeaseUntil, until) {
+		t.Errorf("the message is %s until %s, want %s until %s", got.Status, got.LeaseUntil, backends.StatusCallingSent, until)
+	}
+	err = lease.Try(r.Release(h), func(held time.Time) error {
+		_, err := store.UpdateEvent(ctx, backends.EventUpdate{ID: "e1", From: backends.EventCalling, To: backends.EventAcked, Held: held})
+		return err
+	})
+	if err != nil {
+		t.Errorf("result holding the renewed lease: %v", err)
+	}
+}
+
 // A message whose lease ran out and was claimed again is lost to its old
 // holder: it is not renewed, and the holder learns it.
 func TestLost(t *testing.T) {

@@ -127,3 +127,25 @@ func WaitRenewed(t testing.TB, store interface {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Restorer is the part of an outbox that Restoring needs.
+type Restorer interface {
+	Restore(ctx context.Context, expiredBefore time.Time) (int, error)
+}
+
+// Restoring runs the relay's restore of expired leases, quicker, until the
+// returned stop.
+func Restoring(t testing.TB, store Restorer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			if _, err := store.Restore(ctx, time.Now()); err != nil && ctx.Err() == nil {
+				t.Errorf("restore: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() { cancel(); <-done }
+}

@@ -83,22 +83,11 @@ func TestLongWaitIsHandedBack(t *testing.T) {
 	// Ten a second through one connection: the last of the fifty would
 	// wait five seconds, past the lease.
 	stop := runEngine(t, noRenewals{store}, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1, Rate: 10}, lease)
-	ctx, cancel := context.WithCancel(context.Background())
-	restored := make(chan struct{})
-	go func() { // the relay's housekeeping, quicker
-		defer close(restored)
-		for ctx.Err() == nil {
-			if _, err := store.Restore(ctx, time.Now()); err != nil && ctx.Err() == nil {
-				t.Errorf("restore: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	stopRestore := outboxtest.Restoring(t, store)
 	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
 		return counts[backends.StatusSentAcknowledged] == n
 	})
-	cancel()
-	<-restored
+	stopRestore()
 	stop()
 	seen := map[string]int{}
 	for _, m := range upstream.Messages() {

@@ -10,29 +10,11 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/journal"
 	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/internal/smtptest"
 )
-
-// restoreLoop runs the relay's restore of expired leases, quicker, until
-// the returned stop.
-func restoreLoop(t *testing.T, store *bolt.Store) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			if _, err := store.Restore(ctx, time.Now()); err != nil && ctx.Err() == nil {
-				t.Errorf("restore: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
-	return func() { cancel(); <-done }
-}
 
 // An outcome the outbox fails to write is written again until it lands:
 // the message, accepted upstream, is not sent again when its lease runs
@@ -57,7 +39,7 @@ func TestOutcomeKeptUntilItLands(t *testing.T) {
 	replayed := make(chan struct{})
 	go func() { j.Run(ctx); close(replayed) }()
 	defer func() { cancel(); <-replayed }()
-	stopRestore := restoreLoop(t, store)
+	stopRestore := outboxtest.Restoring(t, store)
 	defer stopRestore()
 	const lease = 2 * time.Second
 	stop := runEngineWith(t, flaky, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1}, lease, j)

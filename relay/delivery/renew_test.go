@@ -42,7 +42,7 @@ func TestSlowDeliveryKeepsItsClaim(t *testing.T) {
 		<-release
 		return nil
 	})
-	stopRestore := restoreLoop(t, store)
+	stopRestore := outboxtest.Restoring(t, store)
 	defer stopRestore()
 	const lease = time.Second
 	route := Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1}
@@ -88,7 +88,7 @@ func TestDeadHolderTakenOver(t *testing.T) {
 		t.Fatalf("claim: %v, %v", ms, err)
 	}
 	upstream := smtptest.Start(t, smtptest.Options{})
-	stopRestore := restoreLoop(t, store)
+	stopRestore := outboxtest.Restoring(t, store)
 	defer stopRestore()
 	stop := runEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 1}, lease)
 	defer stop()

@@ -38,14 +38,8 @@ func TestSlowIntakeKeepsItsClaim(t *testing.T) {
 		return "default", nil
 	}
 	const lease = time.Second
-	wg.Go(func() { // the relay's restore of expired leases, quicker
-		for ctx.Err() == nil {
-			if _, err := store.Restore(ctx, time.Now()); err != nil && ctx.Err() == nil {
-				t.Errorf("restore: %v", err)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
+	stopRestore := outboxtest.Restoring(t, store)
+	defer stopRestore()
 	for range 2 {
 		w := intake.NewWorker(intake.WorkerConfig{Concurrency: 1, Lease: lease, Poll: 10 * time.Millisecond, Owner: "test",
 			MaxAge: time.Hour}, store, sp, route, slog.New(slog.NewTextHandler(io.Discard, nil)))

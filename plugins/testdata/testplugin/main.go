@@ -8,6 +8,7 @@
 //	hang-once    never answer the first try of each event
 //	exit-once    exit in the middle of the first try of each event
 //	fail-while   fail while the file $TESTPLUGIN_GATE exists
+//	hold-while   answer only once the file $TESTPLUGIN_GATE is gone
 //	slow         take $TESTPLUGIN_DELAY before acknowledging
 //	old          speak another version of the plugin contract
 //	refuse-while exit at start, saying why on standard error, while the
@@ -87,8 +88,16 @@ func (p *testPlugin) Deliver(ctx context.Context, e *sdk.Event) error {
 			os.Exit(3)
 		}
 	case "fail-while":
-		if _, err := os.Stat(os.Getenv("TESTPLUGIN_GATE")); err == nil {
+		if gateClosed() {
 			return errors.New("the gate is closed")
+		}
+	case "hold-while":
+		for gateClosed() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
 		}
 	case "slow":
 		d, _ := time.ParseDuration(os.Getenv("TESTPLUGIN_DELAY"))
@@ -97,9 +106,15 @@ func (p *testPlugin) Deliver(ctx context.Context, e *sdk.Event) error {
 	return nil
 }
 
+// gateClosed reports whether the file $TESTPLUGIN_GATE exists.
+func gateClosed() bool {
+	_, err := os.Stat(os.Getenv("TESTPLUGIN_GATE"))
+	return err == nil
+}
+
 func main() {
 	p := &testPlugin{mode: os.Getenv("TESTPLUGIN_MODE"), out: os.Getenv("TESTPLUGIN_OUT"), state: os.Getenv("TESTPLUGIN_STATE")}
-	if _, err := os.Stat(os.Getenv("TESTPLUGIN_GATE")); p.mode == "refuse-while" && err == nil {
+	if p.mode == "refuse-while" && gateClosed() {
 		fmt.Fprintln(os.Stderr, "cannot start: the gate is closed")
 		os.Exit(1)
 	}
