@@ -155,8 +155,8 @@ func (s *Store) queued(ctx context.Context, queue, from, to string, limit int) (
 func (s *Store) queuePage(ctx context.Context, queue, from, to string, limit int, start map[string]types.AttributeValue) (
 	[]map[string]types.AttributeValue, map[string]types.AttributeValue, error) {
 	in := &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String("QueueIndex"),
-		KeyConditionExpression:   aws.String("#q = :q AND QueueKey BETWEEN :lo AND :hi"),
-		ExpressionAttributeNames: map[string]string{"#q": "Queue"},
+		KeyConditionExpression:    aws.String("#q = :q AND QueueKey BETWEEN :lo AND :hi"),
+		ExpressionAttributeNames:  map[string]string{"#q": "Queue"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue), ":lo": str(from), ":hi": str(to)},
 		ExclusiveStartKey:         start}
 	if limit > 0 {
