@@ -162,22 +162,37 @@ func deliveredTimes(up *smtptest.Server) map[string]int {
 	return times
 }
 
-// TestFleetKillMySQL runs three relays that share nothing but a MySQL
-// outbox holding the bytes too, kills one with SIGKILL under load and
-// restarts it on a new empty data directory: every message answered 250 is
-// delivered, only those the dead relay was delivering may go twice, and
-// the others take its claims over within 90 seconds.
+// TestFleetKillMySQL runs the fleet of runFleetKill on a MySQL outbox.
 func TestFleetKillMySQL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three relays and kills one")
 	}
-	dsn := migratedDatabase(t)
+	runFleetKill(t, []string{"--backend", "mysql", "--dsn", migratedDatabase(t)}, nil)
+}
+
+// TestFleetKillDynamoDB runs the fleet of runFleetKill on a DynamoDB Local
+// table.
+func TestFleetKillDynamoDB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs three relays and kills one")
+	}
+	env := dynamoDBEnv(t)
+	runFleetKill(t, []string{"--backend", "dynamodb", "--table", dynamoDBTable(t, "fleet")}, env)
+}
+
+// runFleetKill runs three relays that share nothing but the outbox that
+// store (its flags, and env for the relays' environment) holds, the bytes
+// too, kills one with SIGKILL under load and restarts it on a new empty
+// data directory: every message answered 250 is delivered, only those the
+// dead relay was delivering may go twice, and the others take its claims
+// over within 90 seconds.
+func runFleetKill(t *testing.T, store, env []string) {
 	bin := buildBinary(t)
 	up := smtptest.Start(t, smtptest.Options{})
 	up.Hang(200 * time.Millisecond) // deliveries take a while, so that the kill cuts some
-	args := []string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", dsn, "--spool-store", "outbox"}
+	args := append([]string{"--smarthost", up.Addr, "--spool-store", "outbox"}, store...)
 	start := func(name string) *process {
-		return startProcess(t, bin, t.TempDir(), args, []string{"POSTINO_HOSTNAME=" + name})
+		return startProcess(t, bin, t.TempDir(), args, append([]string{"POSTINO_HOSTNAME=" + name}, env...))
 	}
 	var (
 		mu     sync.Mutex
