@@ -182,12 +182,20 @@ func heldAt(m admin.Message, owner string, at time.Time) bool {
 	return held
 }
 
-// takenOver says whether m, held by a relay killed at the time killed, was
-// taken over: claimed again since, or done with.
-func takenOver(m admin.Message, killed time.Time) bool {
-	st := backends.Status(m.Status)
-	return len(m.History) > 0 && m.History[len(m.History)-1].At.After(killed) &&
-		st != backends.StatusAccepted && st != backends.StatusReady
+// takenOver returns when m, held by a relay killed at the time killed, was
+// taken over (its first change since that is no restore: a claim, or an
+// outcome) and when it was SENT, as its history says.
+func takenOver(m admin.Message, killed time.Time) (claimed, sent time.Time) {
+	for _, h := range m.History {
+		st := backends.Status(h.Status)
+		if claimed.IsZero() && h.At.After(killed) && st != backends.StatusAccepted && st != backends.StatusReady {
+			claimed = h.At
+		}
+		if st == backends.StatusSent {
+			sent = h.At
+		}
+	}
+	return claimed, sent
 }
 
 // history is m's history on one line, for a failure's message.
@@ -236,6 +244,24 @@ func runFleetKill(t *testing.T, store, env []string) {
 	bin := buildBinary(t)
 	up := smtptest.Start(t, smtptest.Options{})
 	up.Hang(200 * time.Millisecond) // deliveries take a while, so that the kill cuts some
+	// At the kill the upstream holds the end of DATA until released: more
+	// held than two relays have sessions means relay-2 is delivering too.
+	var (
+		holding atomic.Bool
+		inData  atomic.Int64
+		release = make(chan struct{})
+	)
+	up.OnData(func(smtptest.Message) error {
+		if holding.Load() {
+			inData.Add(1)
+			<-release
+		}
+		return nil
+	})
+	var released sync.Once
+	releaseData := func() { released.Do(func() { holding.Store(false); close(release) }) }
+	t.Cleanup(releaseData)
+	const sessions = 20 // a relay's connections to the smarthost: routes.default.max_connections
 	args := append([]string{"--smarthost", up.Addr, "--spool-store", "outbox"}, store...)
 	start := func(name string) *process {
 		return startProcess(t, bin, t.TempDir(), args, append([]string{"POSTINO_HOSTNAME=" + name}, env...))
@@ -267,20 +293,28 @@ func runFleetKill(t *testing.T, store, env []string) {
 	began := time.Now()
 	go func() { loadDone <- fleetLoad(t, addrs, 12, ids, &sent) }()
 
-	// Kill relay-2 once a third is submitted and deliveries are flowing.
+	// Kill relay-2 once a third is submitted and deliveries are flowing,
+	// in the middle of some of them.
 	waitFor(t, 3*time.Minute, func() string {
 		return fmt.Sprintf("%d submitted, %d delivered; want %d and %d before the kill", sent.Load(), len(up.Messages()), total/3, total/10)
 	}, func() bool { return sent.Load() >= total/3 && len(up.Messages()) >= total/10 })
+	holding.Store(true)
+	holdFrom := time.Now()
+	waitFor(t, time.Minute, func() string {
+		return fmt.Sprintf("%d deliveries in DATA; want more than %d", inData.Load(), 2*sessions)
+	}, func() bool { return inData.Load() > 2*sessions })
 	victim := relays[1]
 	victim.cmd.Process.Signal(syscall.SIGKILL)
 	killedAt := time.Now()
+	atKill := fmt.Sprintf("%s in: %d submitted, %d delivered, %d in DATA (held there for %s)", killedAt.Sub(began).Round(time.Second),
+		sent.Load(), len(up.Messages()), inData.Load(), killedAt.Sub(holdFrom).Round(time.Millisecond))
 	victim.cmd.Wait()
+	releaseData()
 	mu.Lock()
 	relays[1] = nil
 	mu.Unlock()
 	held := heldBy(t, live, "relay-2", killedAt)
-	t.Logf("relay-2 killed with %d submitted and %d delivered; it held %d messages (found in %s)",
-		sent.Load(), len(up.Messages()), len(held), time.Since(killedAt).Round(time.Millisecond))
+	t.Logf("relay-2 killed %s; it held %d messages (found in %s)", atKill, len(held), time.Since(killedAt).Round(time.Millisecond))
 	if len(held) == 0 {
 		t.Error("the killed relay held no message: the kill proved nothing")
 	}
@@ -289,30 +323,29 @@ func runFleetKill(t *testing.T, store, env []string) {
 	relays[1] = restarted
 	mu.Unlock()
 
-	// The others (or the new relay-2) take its claims over, then deliver
-	// them. Each look reads up to the first message not there yet: the
-	// store serves the relays, not the test's reads.
-	until := func(what string, done func(admin.Message) bool) time.Duration {
-		pending := slices.Clone(held)
-		waitFor(t, 3*time.Minute, func() string {
-			return fmt.Sprintf("%d of the dead relay's %d messages not %s yet", len(pending), len(held), what)
-		}, func() bool {
-			for len(pending) > 0 {
-				m, err := live.Get(context.Background(), pending[0])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !done(m) {
-					return false
-				}
-				pending = pending[1:]
+	// The others (or the new relay-2) take its claims over and deliver
+	// them; when, each message's history says. Each look reads up to the
+	// first message not SENT yet: the store serves the relays, not the
+	// test's reads.
+	pending := slices.Clone(held)
+	var takeover, delivered time.Duration
+	waitFor(t, 3*time.Minute, func() string {
+		return fmt.Sprintf("%d of the dead relay's %d messages not SENT yet", len(pending), len(held))
+	}, func() bool {
+		for len(pending) > 0 {
+			m, err := live.Get(context.Background(), pending[0])
+			if err != nil {
+				t.Fatal(err)
 			}
-			return true
-		})
-		return time.Since(killedAt)
-	}
-	takeover := until("taken over", func(m admin.Message) bool { return takenOver(m, killedAt) })
-	delivered := until("SENT", func(m admin.Message) bool { return strings.HasPrefix(m.Status, "SENT") })
+			if !strings.HasPrefix(m.Status, "SENT") {
+				return false
+			}
+			claimed, sent := takenOver(m, killedAt)
+			takeover, delivered = max(takeover, claimed.Sub(killedAt)), max(delivered, sent.Sub(killedAt))
+			pending = pending[1:]
+		}
+		return true
+	})
 	t.Logf("take-over: the %d messages relay-2 held were claimed again %s after the kill, all SENT after %s",
 		len(held), takeover.Round(time.Millisecond), delivered.Round(time.Millisecond))
 	if takeover > 90*time.Second {
