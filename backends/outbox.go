@@ -22,6 +22,11 @@ var (
 	ErrLockNotAcquired = errors.New("message is not in the expected status")
 	// ErrInvalidTransition: the lifecycle does not allow that move.
 	ErrInvalidTransition = errors.New("transition not allowed")
+	// ErrOutcomeUnknown: the write's commit failed in a way that leaves it
+	// unknown whether it landed (the connection was lost on the COMMIT's
+	// reply). A caller keeps what the write may point to, such as a
+	// message's spool file: the sweeps that find no row remove it.
+	ErrOutcomeUnknown = errors.New("the commit failed and may have landed")
 )
 
 // Outbox is a whole store: every part of the contract, as the relay opens

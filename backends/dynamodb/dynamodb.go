@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/genropy/postino/backends"
 )
@@ -161,6 +162,18 @@ func (s *Store) txn(ctx context.Context, stmts []types.ParameterizedStatement) (
 	return -1, err
 }
 
+// outcomeUnknown says of a transaction's error whether it may have
+// landed (backends.ErrOutcomeUnknown): DynamoDB did not answer (the
+// connection was lost, the context ended first), or failed on its side.
+// An error it answered for the request itself means it did not.
+func outcomeUnknown(err error) error {
+	var answered smithy.APIError
+	if err == nil || errors.As(err, &answered) && answered.ErrorFault() != smithy.FaultServer {
+		return err
+	}
+	return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+}
+
 // refusal is a statement of a cancelled transaction that was refused:
 // errCondition or errDupItem.
 type refusal struct {
@@ -177,7 +190,7 @@ func (s *Store) txnRefused(ctx context.Context, stmts []types.ParameterizedState
 		_, err := s.db.ExecuteTransaction(ctx, &dynamodb.ExecuteTransactionInput{TransactStatements: stmts})
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
-			return nil, err
+			return nil, outcomeUnknown(err)
 		}
 		var refused []refusal
 		conflict := false

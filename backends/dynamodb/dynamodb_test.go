@@ -2,10 +2,13 @@ package dynamodb_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,4 +95,46 @@ func BenchmarkStore(b *testing.B) {
 	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox {
 		return openStore(b, freshTable(b, 0))
 	})
+}
+
+// lostReplies is a store's HTTP transport that, while lose is set, sends
+// every transaction to DynamoDB and loses its reply, as a connection cut
+// after the request went out would.
+type lostReplies struct{ lose atomic.Bool }
+
+func (l *lostReplies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !l.lose.Load() || !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".ExecuteTransaction") {
+		return resp, err
+	}
+	resp.Body.Close()
+	return nil, errors.New("the reply is lost (test)")
+}
+
+// TestCreateReplyLost: a create whose transaction landed but whose every
+// reply was lost, until its time ran out (the SDK's retries included),
+// says it may have landed, and it did; one DynamoDB refused does not.
+func TestCreateReplyLost(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	lost := &lostReplies{}
+	opts.HTTPClient = &http.Client{Transport: lost}
+	s := openStore(t, opts)
+	m := func() *backends.Message {
+		return &backends.Message{ID: "lost-1", EmlPath: "lost-1.eml", Envelope: backends.Envelope{Sender: "a@example.com", Recipients: []string{"b@example.net"}}}
+	}
+	lost.lose.Store(true)
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err := s.Create(short, m())
+	cancel()
+	lost.lose.Store(false)
+	if !errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Fatalf("create with its replies lost: %v, want backends.ErrOutcomeUnknown", err)
+	}
+	if _, err := s.Get(ctx, "lost-1"); err != nil {
+		t.Errorf("the create landed, yet: %v", err)
+	}
+	if err := s.Create(ctx, m()); !errors.Is(err, backends.ErrDuplicate) || errors.Is(err, backends.ErrOutcomeUnknown) {
+		t.Errorf("a create DynamoDB refused: %v, want backends.ErrDuplicate alone", err)
+	}
 }

@@ -48,8 +48,8 @@ func TestCommitOutcomeUnknown(t *testing.T) {
 	for _, err := range errs {
 		if err != nil {
 			failed++
-			if !errors.Is(err, lost) {
-				t.Errorf("a caller of the failed commit got %v, want the commit's error", err)
+			if !errors.Is(err, lost) || !errors.Is(err, backends.ErrOutcomeUnknown) {
+				t.Errorf("a caller of the failed commit got %v, want the commit's error as backends.ErrOutcomeUnknown", err)
 			}
 		}
 	}

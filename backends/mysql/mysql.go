@@ -175,7 +175,9 @@ func retryable(err error) bool {
 }
 
 // tx runs fn in a transaction (READ COMMITTED, the sessions' level), again
-// after a deadlock or a lock wait timeout, with jittered backoff.
+// after a deadlock or a lock wait timeout, with jittered backoff. A COMMIT
+// that fails otherwise may have landed (its reply was lost with the
+// connection): its error is backends.ErrOutcomeUnknown.
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	backoff := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
@@ -188,6 +190,9 @@ func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 			err = tx.Commit()
 			if err == nil && s.afterCommit != nil {
 				err = s.afterCommit()
+			}
+			if err != nil && !retryable(err) {
+				return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
 			}
 		} else {
 			tx.Rollback()

@@ -4,7 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"fmt"
+	"errors"
 	"strings"
 	"time"
 
@@ -41,25 +41,17 @@ func (s *Store) submit(ctx context.Context, o *op) error {
 
 // commit runs a group in one transaction. When a statement fails, each
 // write runs again alone, so that one bad write fails only itself. When
-// every statement ran and the COMMIT failed, the group may have landed:
-// run again, a create would count twice and a claim would take other
+// every statement ran and the COMMIT failed (backends.ErrOutcomeUnknown),
+// the group may have landed: run again, a create would count twice and a claim would take other
 // messages, so each caller is told the commit's error instead.
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
-	ran := false
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		err := s.apply(ctx, tx, group)
-		ran = err == nil
-		return err
-	})
+	err := s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, group) })
 	if err == nil {
 		return nil
 	}
 	errs := make([]error, len(group))
-	if len(group) == 1 || ran {
-		if ran {
-			err = fmt.Errorf("the commit failed and may have landed: %w", err)
-		}
+	if len(group) == 1 || errors.Is(err, backends.ErrOutcomeUnknown) {
 		for i := range errs {
 			errs[i] = err
 		}

@@ -50,6 +50,18 @@ func dynamoDBEnv(t *testing.T) []string {
 	return env
 }
 
+// dynamoDBTable creates a new outbox table, named after prefix, on the
+// DynamoDB that dynamoDBEnv reaches.
+func dynamoDBTable(t *testing.T, prefix string) string {
+	t.Helper()
+	table := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	var out strings.Builder
+	if code := run(context.Background(), []string{"dynamodb", "create-table", "--table", table}, &out, &out); code != 0 {
+		t.Fatalf("create-table: %s", out.String())
+	}
+	return table
+}
+
 // runShared starts three relays sharing one outbox and one spool, submits
 // total messages across them, and checks that the upstream got each
 // exactly once and that every row is acknowledged.
@@ -187,11 +199,7 @@ func TestSharedDynamoDB(t *testing.T) {
 		t.Skip("runs three relays")
 	}
 	env := dynamoDBEnv(t)
-	table := fmt.Sprintf("shared_%d", time.Now().UnixNano())
-	var out strings.Builder
-	if code := run(context.Background(), []string{"dynamodb", "create-table", "--table", table}, &out, &out); code != 0 {
-		t.Fatalf("create-table: %s", out.String())
-	}
+	table := dynamoDBTable(t, "shared")
 	// Fewer messages than on MySQL, each DynamoDB Local request being
 	// slower: a thousand still keeps the three relays claiming from the same
 	// queue at once all along.

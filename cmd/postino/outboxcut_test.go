@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,12 +14,78 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-smtp"
+
 	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/relay/admin"
 )
 
-// cutProxy forwards TCP connections to target until told to cut them: Cut
-// closes every connection and refuses new ones for a while, as a database
-// that drops off the network would.
+// cutProxy forwards MySQL connections to target until told to cut them:
+// requests forwards the packets of the client c to the server s. Before
+// it forwards the COMMIT whose reply LoseCommitReply asked to lose, it sets
+// lose. The client sends a command only once it has the reply of the one
+// before (the MySQL protocol), so the next reply is the COMMIT's.
+func (p *cutProxy) requests(s, c net.Conn, lose *atomic.Bool) {
+	r := bufio.NewReader(c)
+	matched := false
+	for {
+		var head [4]byte
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return
+		}
+		packet := make([]byte, 4+(int(head[0])|int(head[1])<<8|int(head[2])<<16))
+		copy(packet, head[:])
+		if _, err := io.ReadFull(r, packet[4:]); err != nil {
+			return
+		}
+		switch cmd := string(packet[4:]); {
+		case cmd == "\x03COMMIT" && matched:
+			p.mu.Lock()
+			if p.loseAfter != nil {
+				p.loseAfter = nil
+				lose.Store(true)
+			}
+			p.mu.Unlock()
+			matched = false
+		case cmd == "\x03COMMIT" || cmd == "\x03ROLLBACK":
+			matched = false
+		default:
+			p.mu.Lock()
+			matched = matched || p.loseAfter != nil && bytes.Contains(packet, p.loseAfter)
+			p.mu.Unlock()
+		}
+		if _, err := s.Write(packet); err != nil {
+			return
+		}
+	}
+}
+
+// replies writes the server's replies to the client until one is to be
+// lost.
+type replies struct {
+	net.Conn
+	lose *atomic.Bool
+}
+
+func (r replies) Write(b []byte) (int, error) {
+	if r.lose.Load() {
+		return 0, errors.New("the reply is lost (test)")
+	}
+	return r.Conn.Write(b)
+}
+
+// LoseCommitReply loses the reply of the next COMMIT of a transaction that
+// sent a statement holding match: the database commits, and the client's
+// connection is closed before the reply reaches it.
+func (p *cutProxy) LoseCommitReply(match string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loseAfter = []byte(match)
+}
+
+// Cut closes every connection and refuses new ones for a while, as a
+// database that drops off the network would; LoseCommitReply loses the
+// reply of one COMMIT.
 type cutProxy struct {
 	Addr   string
 	target string
@@ -23,10 +93,20 @@ type cutProxy struct {
 	mu     sync.Mutex
 	conns  map[net.Conn]bool
 	refuse time.Time
+	// loseAfter is what a statement holds whose transaction's COMMIT
+	// loses its reply, until one has.
+	loseAfter []byte
 }
 
-func startCutProxy(t *testing.T, target string) *cutProxy {
+// startCutProxy starts a proxy in front of the MySQL server at target, and
+// returns it with dsn (a database of that server) pointed at it.
+func startCutProxy(t *testing.T, dsn string) (*cutProxy, string) {
 	t.Helper()
+	head, rest, ok := strings.Cut(dsn, "tcp(")
+	target, tail, ok2 := strings.Cut(rest, ")")
+	if !ok || !ok2 {
+		t.Fatalf("the DSN %q names no tcp(host:port)", dsn)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +125,7 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 			go p.forward(c)
 		}
 	}()
-	return p
+	return p, head + "tcp(" + p.Addr + ")" + tail
 }
 
 // track keeps c to be cut, or closes it when the proxy refuses.
@@ -70,14 +150,20 @@ func (p *cutProxy) forward(c net.Conn) {
 		return
 	}
 	done := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		io.Copy(dst, src)
+	end := func(dst, src net.Conn) {
 		dst.Close()
 		src.Close()
 		done <- struct{}{}
 	}
-	go pipe(s, c)
-	go pipe(c, s)
+	var lose atomic.Bool
+	go func() {
+		p.requests(s, c, &lose)
+		end(s, c)
+	}()
+	go func() {
+		io.Copy(replies{c, &lose}, s)
+		end(c, s)
+	}()
 	<-done
 	<-done
 	p.mu.Lock()
@@ -112,13 +198,7 @@ func TestOutboxCutAfterUpstream250(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a relay and cuts its database")
 	}
-	dsn := migratedDatabase(t)
-	head, rest, ok := strings.Cut(dsn, "tcp(")
-	addr, tail, ok2 := strings.Cut(rest, ")")
-	if !ok || !ok2 {
-		t.Fatalf("the DSN %q names no tcp(host:port)", dsn)
-	}
-	proxy := startCutProxy(t, addr)
+	proxy, dsn := startCutProxy(t, migratedDatabase(t))
 	bin := buildBinary(t)
 	up := smtptest.Start(t, smtptest.Options{})
 
@@ -138,7 +218,7 @@ func TestOutboxCutAfterUpstream250(t *testing.T) {
 		return nil
 	})
 	p := startProcess(t, bin, t.TempDir(),
-		[]string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", head + "tcp(" + proxy.Addr + ")" + tail, "--spool-store", "outbox"},
+		[]string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", dsn, "--spool-store", "outbox"},
 		[]string{"POSTINO_HOSTNAME=cut-relay"})
 
 	ids := make([]string, total)
@@ -194,4 +274,50 @@ func TestOutboxCutAfterUpstream250(t *testing.T) {
 		t.Errorf("the upstream got %d distinct messages, want %d", len(times), total)
 	}
 	t.Logf("duplicates: %d", dups)
+}
+
+// TestCreateCommitReplyLost loses the reply of the COMMIT that makes a
+// message's row, with the bytes in the spool: the client is answered 451,
+// the relay not knowing whether the row landed, and the spool file stays,
+// so that the row, which did land, is delivered from it. The app's retry is
+// answered 250 for the message queued, and nothing is delivered twice.
+func TestCreateCommitReplyLost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a relay and cuts its database")
+	}
+	proxy, dsn := startCutProxy(t, migratedDatabase(t))
+	bin := buildBinary(t)
+	up := smtptest.Start(t, smtptest.Options{})
+	p := startProcess(t, bin, t.TempDir(), []string{"--smarthost", up.Addr, "--backend", "mysql", "--dsn", dsn},
+		[]string{"POSTINO_HOSTNAME=lost-reply"})
+	send := func() (outcome, error) {
+		c, err := smtp.Dial(p.smtp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		return submit(c, "lost-1")
+	}
+
+	// The statement that inserts the message rows (backends/mysql's
+	// insertMessages).
+	proxy.LoseCommitReply("INSERT INTO emails (id, status, eml_file_path")
+	o, err := send()
+	if se, ok := errors.AsType[*smtp.SMTPError](err); o != notKept || !ok || se.Code != 451 {
+		t.Fatalf("the submission whose commit lost its reply: %v, want a 451", err)
+	}
+	live := &admin.Client{Base: p.admin}
+	var m admin.Message
+	waitFor(t, time.Minute, func() string {
+		return fmt.Sprintf("lost-1 is %s (%s), not delivered from the file its row names", m.Status, m.Reason)
+	}, func() bool {
+		m, err = live.Get(context.Background(), "lost-1")
+		return err == nil && m.Status == "SENT-ACKNOWLEDGED"
+	})
+	if o, err := send(); o != acked {
+		t.Errorf("the app's retry: %v, want 250", err)
+	}
+	if n := deliveredTimes(up)["lost-1"]; n != 1 {
+		t.Errorf("lost-1 delivered %d times, want once", n)
+	}
 }

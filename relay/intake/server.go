@@ -466,11 +466,19 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 	if d, ok := f.(*memDraft); ok {
 		m.Body = d.Bytes()
 	}
-	if err := s.srv.outbox.Create(ctx, m); err != nil {
+	err := s.srv.outbox.Create(ctx, m)
+	if errors.Is(err, backends.ErrDuplicate) {
 		f.Abort()
-		if errors.Is(err, backends.ErrDuplicate) {
-			s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
-			return queued(ident.id)
+		s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
+		return queued(ident.id)
+	}
+	if err != nil {
+		if errors.Is(err, backends.ErrOutcomeUnknown) {
+			// The row may have landed, naming these bytes: they stay. If
+			// it did not, the start-up sweep finds no row and removes them.
+			s.srv.log.Warn("the outbox's commit may have landed: the message's bytes are kept", "id", ident.id, "path", f.Path(), "error", err)
+		} else {
+			f.Abort()
 		}
 		return tempFailure("Cannot record the message in the outbox, try again later: %v", err)
 	}
