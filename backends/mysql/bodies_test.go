@@ -148,7 +148,7 @@ func TestMigrateBodies(t *testing.T) {
 	if _, err := mysql.Open(ctx, dsn, mysql.Options{}); !errors.Is(err, mysql.ErrSchemaBehind) {
 		t.Fatalf("Open of schema 6: %v", err)
 	}
-	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != 1 || applied[0] != 7 {
+	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != mysql.LatestVersion()-6 || applied[0] != 7 {
 		t.Fatalf("Migrate from 6 = %v, %v", applied, err)
 	}
 	s, err := mysql.Open(ctx, dsn, mysql.Options{})
