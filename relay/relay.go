@@ -43,7 +43,9 @@ type Relay struct {
 	// bodies opens messages' bytes, in the spool or the
 	// outbox, as each row's path says.
 	bodies *spool.Bodies
-	outbox backends.Outbox
+	// evidence keeps the messages' receipts where their bytes are.
+	evidence *spool.Evidence
+	outbox   backends.Outbox
 	// outcomes keeps the delivery outcomes the outbox failed to take.
 	outcomes *journal.Journal
 	// exclusive is true when no other process can use the outbox (bbolt's
@@ -94,10 +96,12 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	// Whatever this relay writes, it reads bytes another relay kept in the
 	// outbox when the store keeps any.
 	store, keeps := r.outbox.(spool.Store)
-	if cfg.Spool.Store == SpoolOutbox && !keeps {
+	receipts, keepsReceipts := r.outbox.(spool.ReceiptStore)
+	if cfg.Spool.Store == SpoolOutbox && (!keeps || !keepsReceipts) {
 		return nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
 	}
 	r.bodies = spool.NewBodies(r.spool, store)
+	r.evidence = spool.NewEvidence(r.spool, receipts)
 
 	if r.outcomes, err = journal.Open(cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: log}); err != nil {
 		return nil, err
@@ -170,7 +174,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Degraded:   r.degraded,
 			Wake:       r.worker.Wake,
 			WakeEvents: r.dispatcher.Wake,
-			Receipts:   r.spool,
+			Receipts:   r.evidence,
 			Throughput: r.throughput.Minutes,
 			Token:      token,
 			Log:        log,
