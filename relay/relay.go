@@ -93,12 +93,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.outbox, r.exclusive, err = cfg.openOutbox(context.Background()); err != nil {
 		return nil, err
 	}
-	// Whatever this relay writes, it reads bytes another relay kept in the
-	// outbox when the store keeps any.
-	store, keeps := r.outbox.(spool.Store)
-	receipts, keepsReceipts := r.outbox.(spool.ReceiptStore)
-	if cfg.Spool.Store == SpoolOutbox && (!keeps || !keepsReceipts) {
-		return nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
+	store, receipts, err := keptInOutbox(cfg, r.outbox)
+	if err != nil {
+		return nil, err
 	}
 	r.bodies = spool.NewBodies(r.spool, store)
 	r.evidence = spool.NewEvidence(r.spool, receipts)
@@ -199,6 +196,18 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// keptInOutbox returns what the outbox keeps of messages: their bytes and
+// their receipts, none when it keeps no bytes. Whatever this relay writes,
+// it reads what another relay kept in the outbox when the store keeps any.
+func keptInOutbox(cfg Config, o backends.Outbox) (spool.Store, spool.ReceiptStore, error) {
+	store, keeps := o.(spool.Store)
+	receipts, keepsReceipts := o.(spool.ReceiptStore)
+	if cfg.Spool.Store == SpoolOutbox && (!keeps || !keepsReceipts) {
+		return nil, nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
+	}
+	return store, receipts, nil
 }
 
 // ReloadDKIM puts the DKIM policy and keys of c in force for the messages

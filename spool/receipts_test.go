@@ -35,13 +35,8 @@ func TestReceipts(t *testing.T) {
 		t.Fatalf("receipts %+v %v", got, err)
 	}
 	rf, err := s.OpenReceipt(path, "accettazione-a.eml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(rf)
-	rf.Close()
-	if string(b) != "accepted" {
-		t.Errorf("receipt holds %q", b)
+	if got := contents(t, rf, err); got != "accepted" {
+		t.Errorf("receipt holds %q", got)
 	}
 	for _, bad := range []string{"", "../x.eml", "a/b.eml", ".hidden"} {
 		if err := s.SaveReceipt(path, bad, nil); err == nil {
@@ -137,13 +132,8 @@ func TestEvidence(t *testing.T) {
 				t.Fatalf("listed %+v, %v", list, err)
 			}
 			r, err := e.OpenReceipt(ctx, tt.path, "accettazione.eml")
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(r)
-			r.Close()
-			if string(b) != "accepted" {
-				t.Errorf("read %q", b)
+			if got := contents(t, r, err); got != "accepted" {
+				t.Errorf("read %q", got)
 			}
 			if _, err := e.OpenReceipt(ctx, tt.path, "avvenuta-consegna.eml"); !errors.Is(err, backends.ErrNotFound) {
 				t.Errorf("OpenReceipt of a receipt not kept = %v", err)

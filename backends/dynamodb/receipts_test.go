@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 )
 
@@ -61,20 +60,7 @@ func TestReceiptItems(t *testing.T) {
 		t.Errorf("listed %+v, %v", list, err)
 	}
 
-	lease := time.Now().Add(time.Minute)
-	for _, tr := range []backends.Transition{
-		{From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
-		{From: backends.StatusIntaking, To: backends.StatusReady},
-		{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease},
-		{From: backends.StatusProcessing, To: backends.StatusSent, Reason: "250 ok"},
-		{From: backends.StatusSent, To: backends.StatusCallingSent, LeaseUntil: lease},
-		{From: backends.StatusCallingSent, To: backends.StatusSentAcknowledged},
-	} {
-		tr.ID = "pec-1"
-		if err := s.Transition(ctx, tr); err != nil {
-			t.Fatal(err)
-		}
-	}
+	acknowledge(t, s, "pec-1")
 	if purged, err := s.Purge(ctx, time.Now().Add(time.Second), 100); err != nil || len(purged) != 1 {
 		t.Fatalf("purged %d messages: %v", len(purged), err)
 	}

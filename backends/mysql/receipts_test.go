@@ -3,7 +3,6 @@ package mysql_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"testing"
 
 	"github.com/genropy/postino/backends/backendtest"
@@ -59,25 +58,7 @@ func TestReceiptsChunked(t *testing.T) {
 // it keeps: their receipts are kept in it from then on.
 func TestMigrateReceipts(t *testing.T) {
 	ctx := context.Background()
-	dsn, db := seedDatabase(t)
-	if _, err := mysql.MigrateTo(ctx, db, 7); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`INSERT INTO emails (id, status, eml_file_path, created_at, updated_at, due_at, queue_at)
-		VALUES ('old-1', 'SENT', 'outbox:old-1.0123456789ab', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mysql.Open(ctx, dsn, mysql.Options{}); !errors.Is(err, mysql.ErrSchemaBehind) {
-		t.Fatalf("Open of schema 7: %v", err)
-	}
-	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != 1 || applied[0] != 8 {
-		t.Fatalf("Migrate from 7 = %v, %v", applied, err)
-	}
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := migratedFrom(t, 7, "outbox:old-1.0123456789ab")
 	if err := s.SaveReceipt(ctx, "old-1", "accettazione.eml", []byte("accepted")); err != nil {
 		t.Fatal(err)
 	}
