@@ -1,6 +1,8 @@
 package backends
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"strings"
 )
@@ -16,6 +18,18 @@ var ErrBodiesNotKept = errors.New("this store does not keep message bytes: set s
 // nonce tells two submissions of one id apart, as a spool file's name does,
 // so that a store knows which of them made the row.
 func BodyRef(id, nonce string) string { return bodyPrefix + id + "." + nonce }
+
+// NonceLen is the length of a Nonce, in hex characters.
+const NonceLen = 12
+
+// Nonce tells apart two writes of bytes that would share a name: two
+// submissions of one message id (a spool file's name or a BodyRef holds
+// one), two copies of one receipt.
+func Nonce() string {
+	var nonce [NonceLen / 2]byte
+	rand.Read(nonce[:])
+	return hex.EncodeToString(nonce[:])
+}
 
 // BodyID returns the message id of a path made by BodyRef; ok is false for
 // a spool file's path.

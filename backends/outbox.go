@@ -80,8 +80,9 @@ type Queue interface {
 	// events whose lease ran out to pending.
 	Restore(ctx context.Context, expiredBefore time.Time) (int, error)
 	// Purge deletes up to limit messages in an acknowledged status whose
-	// last change is before cutoff, with their history, events, links and
-	// alarms, and returns them so that their spool files can be removed.
+	// last change is before cutoff, with their history, events, links,
+	// alarms, and the bytes and receipts the store keeps of them, and
+	// returns them so that their spool files can be removed.
 	Purge(ctx context.Context, cutoff time.Time, limit int) ([]*Message, error)
 }
 

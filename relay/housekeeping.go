@@ -122,8 +122,9 @@ func (r *Relay) purge(ctx context.Context) {
 			return
 		}
 		for _, m := range msgs {
-			// Bytes the outbox kept went with the row: for those, this
-			// removes only the receipts the spool keeps beside them.
+			// Bytes and receipts the outbox kept went with the row: for
+			// those, this removes only receipts an earlier relay kept
+			// beside them in its spool.
 			if err := r.spool.Remove(m.EmlPath); err != nil {
 				r.log.Warn("retention: cannot remove spool file", "id", m.ID, "error", err)
 			}

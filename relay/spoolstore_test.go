@@ -15,10 +15,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/admin"
+	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/pec/pectest"
 )
 
 // mysqlOutbox makes a migrated MySQL database for one test, dropped at its
@@ -240,5 +244,132 @@ func TestSpoolStoreSharedToOutbox(t *testing.T) {
 	}
 	if n := len(spoolFiles(t, shared)); n != 1 {
 		t.Errorf("%d files in the shared directory, want the old message's only", n)
+	}
+}
+
+// outboxStores are the stores that keep messages' bytes, each with a
+// count of the receipt rows or items it keeps for a message.
+var outboxStores = map[string]struct {
+	outbox   func(t *testing.T) func(*relay.Config)
+	receipts func(t *testing.T, c relay.Config, id string) int
+}{
+	"mysql": {
+		outbox: func(t *testing.T) func(*relay.Config) {
+			dsn := mysqlOutbox(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
+		},
+		receipts: func(t *testing.T, c relay.Config, id string) int {
+			db, err := mysql.Connect(context.Background(), c.Outbox.MySQL.DSN, mysql.Options{MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			n := 0
+			if err := db.QueryRow("SELECT COUNT(*) FROM email_receipts WHERE email_id = ?", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
+	},
+	"dynamodb": {
+		outbox: dynamodbOutbox,
+		receipts: func(t *testing.T, c relay.Config, id string) int {
+			ctx := context.Background()
+			client, table, err := dynamodb.Client(ctx, dynamodb.Options{Table: c.Outbox.DynamoDB.Table, Endpoint: c.Outbox.DynamoDB.Endpoint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := client.Query(ctx, &awsdynamodb.QueryInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+				KeyConditionExpression:    aws.String("Id = :id AND begins_with(#s, :p)"),
+				ExpressionAttributeNames:  map[string]string{"#s": "Status"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":id": &types.AttributeValueMemberS{Value: id}, ":p": &types.AttributeValueMemberS{Value: "_RECEIPT#"}},
+				Select:                    types.SelectCount})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(resp.Count)
+		},
+	},
+}
+
+// TestSpoolStoreOutboxReceipts: with spool.store outbox, the receipts of a
+// PEC message are kept in the store with its bytes, once however many
+// times they are read. Relay B, whose data directory is its own and
+// empty, lists and serves them after relay A is gone; retention removes
+// them with the message.
+func TestSpoolStoreOutboxReceipts(t *testing.T) {
+	for name, store := range outboxStores {
+		t.Run(name, func(t *testing.T) {
+			outbox := store.outbox(t)
+			s := newPECSetup(t)
+			outbox(&s.cfg)
+			s.cfg.Hostname, s.cfg.Spool.Store = "relay-a", relay.SpoolOutbox
+			a := start(t, s.cfg)
+			// Larger than a row of email_receipts and an item of DynamoDB:
+			// a complete delivery receipt carries the message.
+			body := strings.Repeat("Contratto n. 42, pagina dopo pagina.\r\n", 40000)
+			id := sendRaw(t, a.r.SMTPAddr().String(), pecAccount, []string{"anna@pec.dest.it"},
+				fmt.Appendf(nil, "From: %s\r\nTo: anna@pec.dest.it\r\nSubject: Contratto n. 42\r\n\r\n%s", pecAccount, body))
+			waitStatus(t, a.client, id, "SENT-ACKNOWLEDGED")
+			delivered := receivedByUpstream(t, s.provider, id)
+			want := map[pec.Type][]byte{}
+			for _, typ := range []pec.Type{pec.Accettazione, pec.AvvenutaConsegna} {
+				want[typ] = s.ca.Receipt(t, pectest.ReceiptOptions{Type: typ, Original: delivered.Data})
+				s.box.Append(t, "INBOX", want[typ])
+			}
+			s.box.Append(t, "INBOX", want[pec.AvvenutaConsegna]) // read again: kept once
+			waitCount(t, memBox{s.box}, "Processed", 3)
+			waitStatus(t, a.client, id, "PEC-DELIVERED-ACKNOWLEDGED")
+			if files := spoolFiles(t, s.cfg.DataDir); len(files) != 0 {
+				t.Errorf("relay A wrote receipts on its disk: %v", files)
+			}
+			if n := store.receipts(t, s.cfg, id); n < 3 {
+				t.Errorf("the store keeps %d receipt chunks, want the receipts in several", n)
+			}
+			a.stop()
+			if err := os.RemoveAll(s.cfg.DataDir); err != nil {
+				t.Fatal(err)
+			}
+
+			cfgB, _ := testConfig(t)
+			outbox(&cfgB)
+			cfgB.Hostname, cfgB.Spool.Store = "relay-b", relay.SpoolOutbox
+			b := start(t, cfgB)
+			ctx := context.Background()
+			list, err := b.client.Receipts(ctx, id)
+			if err != nil || len(list.Receipts) != len(want) {
+				t.Fatalf("relay B lists %+v, %v", list, err)
+			}
+			for _, r := range list.Receipts {
+				raw, err := b.client.Receipt(ctx, id, r.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				typ := pec.Accettazione
+				if strings.HasPrefix(r.Name, string(pec.AvvenutaConsegna)) {
+					typ = pec.AvvenutaConsegna
+				}
+				if !bytes.Equal(raw, want[typ]) || r.Size != int64(len(raw)) {
+					t.Errorf("relay B serves %s as %d bytes (listed %d), want the %d that came", r.Name, len(raw), r.Size, len(want[typ]))
+				}
+			}
+			b.stop()
+
+			// The message goes first, then what it kept: wait for both.
+			cfgB.Retention = relay.Duration(time.Millisecond)
+			b = start(t, cfgB)
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				_, err := b.client.Get(ctx, id)
+				n := store.receipts(t, cfgB, id)
+				if admin.IsNotFound(err) && n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("retention left %s (%v) and %d of its receipt chunks", id, err, n)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }

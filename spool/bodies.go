@@ -16,6 +16,10 @@ type Store interface {
 	OpenBody(ctx context.Context, id string) (io.ReadCloser, error)
 }
 
+// errNoStore is a relay's answer for bytes kept in an outbox it does not
+// use.
+var errNoStore = errors.New("this relay's outbox keeps no message bytes: set outbox.backend to the store the fleet shares")
+
 // readTimeout bounds the read of one message's bytes from the store.
 const readTimeout = time.Minute
 
@@ -42,7 +46,7 @@ func (b *Bodies) Open(path string) (io.ReadCloser, error) {
 	if !ok {
 		return b.files.Open(path)
 	}
-	err := errors.New("this relay's outbox keeps no message bytes: set outbox.backend to the store the fleet shares")
+	err := errNoStore
 	if b.store != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 		defer cancel()

@@ -1,14 +1,17 @@
 package spool
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"time"
+
+	"github.com/genropy/postino/backends"
 )
 
 // Receipts are kept beside their message, in <message file without
@@ -20,18 +23,10 @@ func receiptsDir(path string) string {
 	return strings.TrimSuffix(path, suffix) + receiptsSuffix
 }
 
-// checkReceiptName accepts a receipt file name: one path element.
-func checkReceiptName(name string) error {
-	if name == "" || name != filepath.Base(name) || !filepath.IsLocal(name) || strings.HasPrefix(name, ".") {
-		return fmt.Errorf("spool: receipt name %q is not a plain file name", name)
-	}
-	return nil
-}
-
 // SaveReceipt keeps raw as receipt name of the message at path, durably;
 // saving the same name again replaces it with the same bytes.
 func (s *Spool) SaveReceipt(path, name string, raw []byte) error {
-	if err := checkReceiptName(name); err != nil {
+	if err := backends.CheckReceiptName(name); err != nil {
 		return err
 	}
 	dir, err := s.resolve(receiptsDir(path))
@@ -65,15 +60,8 @@ func (s *Spool) SaveReceipt(path, name string, raw []byte) error {
 	return nil
 }
 
-// Receipt is one kept receipt.
-type Receipt struct {
-	Name    string    `json:"name"`
-	Size    int64     `json:"size"`
-	ModTime time.Time `json:"saved_at"`
-}
-
 // Receipts lists the receipts kept with the message at path, by name.
-func (s *Spool) Receipts(path string) ([]Receipt, error) {
+func (s *Spool) Receipts(path string) ([]backends.Receipt, error) {
 	dir, err := s.resolve(receiptsDir(path))
 	if err != nil {
 		return nil, err
@@ -85,7 +73,7 @@ func (s *Spool) Receipts(path string) ([]Receipt, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Receipt
+	var out []backends.Receipt
 	for _, e := range entries {
 		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
@@ -94,7 +82,7 @@ func (s *Spool) Receipts(path string) ([]Receipt, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, Receipt{Name: e.Name(), Size: info.Size(), ModTime: info.ModTime()})
+		out = append(out, backends.Receipt{Name: e.Name(), Size: info.Size(), SavedAt: info.ModTime()})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
@@ -102,7 +90,7 @@ func (s *Spool) Receipts(path string) ([]Receipt, error) {
 
 // OpenReceipt opens one receipt of the message at path.
 func (s *Spool) OpenReceipt(path, name string) (*os.File, error) {
-	if err := checkReceiptName(name); err != nil {
+	if err := backends.CheckReceiptName(name); err != nil {
 		return nil, err
 	}
 	dir, err := s.resolve(receiptsDir(path))
@@ -110,4 +98,86 @@ func (s *Spool) OpenReceipt(path, name string) (*os.File, error) {
 		return nil, err
 	}
 	return os.Open(filepath.Join(dir, name))
+}
+
+// ReceiptStore is an outbox that keeps the receipts of the messages whose
+// bytes it keeps (spool.store outbox).
+type ReceiptStore interface {
+	// SaveReceipt keeps raw as receipt name of message id; the first copy
+	// of a name stays. ErrNotFound when the message is not there.
+	SaveReceipt(ctx context.Context, id, name string, raw []byte) error
+	// Receipts lists the receipts of message id by name; ErrNotFound when
+	// the message is not there.
+	Receipts(ctx context.Context, id string) ([]backends.Receipt, error)
+	OpenReceipt(ctx context.Context, id, name string) (io.ReadCloser, error)
+}
+
+// Evidence keeps the receipts of each message where its path says its
+// bytes are, as Bodies reads them: in the outbox store for a
+// backends.BodyRef, so that any relay of the fleet serves them and none
+// needs a disk that outlives it, beside the message file otherwise.
+type Evidence struct {
+	files *Spool
+	store ReceiptStore // nil when the outbox keeps no bytes
+}
+
+// NewEvidence keeps receipts in the spool and, for BodyRefs, in store,
+// which may be nil when the outbox keeps no bytes.
+func NewEvidence(files *Spool, store ReceiptStore) *Evidence {
+	return &Evidence{files: files, store: store}
+}
+
+// inStore returns the id of a message whose receipts the store keeps; ok
+// is false for a spool file's.
+func (e *Evidence) inStore(path string) (id string, ok bool, err error) {
+	id, ok = backends.BodyID(path)
+	if ok && e.store == nil {
+		return "", true, fmt.Errorf("spool: the receipts of %s are in the outbox: %w", id, errNoStore)
+	}
+	return id, ok, nil
+}
+
+// SaveReceipt keeps raw as receipt name of the message at path; saving a
+// name again keeps one copy.
+func (e *Evidence) SaveReceipt(ctx context.Context, path, name string, raw []byte) error {
+	id, ok, err := e.inStore(path)
+	switch {
+	case err != nil:
+		return err
+	case ok:
+		return e.store.SaveReceipt(ctx, id, name, raw)
+	}
+	return e.files.SaveReceipt(path, name, raw)
+}
+
+// Receipts lists the receipts kept with the message at path, by name.
+func (e *Evidence) Receipts(ctx context.Context, path string) ([]backends.Receipt, error) {
+	id, ok, err := e.inStore(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return e.store.Receipts(ctx, id)
+	}
+	return e.files.Receipts(path)
+}
+
+// OpenReceipt opens one receipt of the message at path; one it does not
+// have is backends.ErrNotFound, wherever it is kept.
+func (e *Evidence) OpenReceipt(ctx context.Context, path, name string) (io.ReadCloser, error) {
+	id, ok, err := e.inStore(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		return e.store.OpenReceipt(ctx, id, name)
+	}
+	f, err := e.files.OpenReceipt(path, name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("spool: receipt %s of %s: %w", name, path, backends.ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
 }

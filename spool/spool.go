@@ -12,8 +12,6 @@ package spool
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,13 +23,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
 const (
 	bucketLayout = "20060102/1504"
 	suffix       = ".eml"
-	nonceLen     = 12 // hex characters
 )
 
 // Spool is a directory of message files.
@@ -104,7 +102,7 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	if err := s.ensureBucket(bucket); err != nil {
 		return nil, err
 	}
-	rel := filepath.Join(bucket, id+"."+Nonce()+suffix)
+	rel := filepath.Join(bucket, id+"."+backends.Nonce()+suffix)
 	f, err := openFile(filepath.Join(s.dir, rel), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o640)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
@@ -119,14 +117,6 @@ func (s *Spool) Create(id string, t time.Time) (*File, error) {
 	// message is received and its data synced, instead of after.
 	synced := s.dirSyncs.Submit(context.Background(), filepath.Join(s.dir, bucket))
 	return &File{s: s, f: f, w: w, rel: rel, dirSynced: synced}, nil
-}
-
-// Nonce tells apart two submissions of one message id: a spool file's name
-// or a backends.BodyRef holds one.
-func Nonce() string {
-	var nonce [nonceLen / 2]byte
-	rand.Read(nonce[:])
-	return hex.EncodeToString(nonce[:])
 }
 
 // ensureBucket creates a bucket directory and makes its entry durable in
@@ -351,10 +341,10 @@ func (s *Spool) Walk(fn func(Entry) error) error {
 // IDOf extracts the message id from a spool file path.
 func IDOf(path string) (string, bool) {
 	name, ok := strings.CutSuffix(filepath.Base(path), suffix)
-	if !ok || len(name) < nonceLen+2 || name[len(name)-nonceLen-1] != '.' {
+	if !ok || len(name) < backends.NonceLen+2 || name[len(name)-backends.NonceLen-1] != '.' {
 		return "", false
 	}
-	return name[:len(name)-nonceLen-1], true
+	return name[:len(name)-backends.NonceLen-1], true
 }
 
 // PruneBuckets removes empty bucket directories older than before; the

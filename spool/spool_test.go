@@ -38,6 +38,20 @@ func write(t testing.TB, s *spool.Spool, id string, at time.Time, body []byte) s
 	return f.Path()
 }
 
+// contents reads, whole, what an open returned, and closes it.
+func contents(t *testing.T, r io.ReadCloser, err error) string {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestCommitOpenRemove(t *testing.T) {
 	s := openSpool(t)
 	at := time.Date(2026, 11, 21, 22, 10, 5, 0, time.UTC)
@@ -49,12 +63,7 @@ func TestCommitOpenRemove(t *testing.T) {
 		t.Errorf("IDOf(%s) = %q, %v", path, id, ok)
 	}
 	f, err := s.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(f)
-	f.Close()
-	if string(got) != "Subject: hi\r\n\r\nbody\r\n" {
+	if got := contents(t, f, err); got != "Subject: hi\r\n\r\nbody\r\n" {
 		t.Errorf("read back %q", got)
 	}
 	if ok, err := s.Exists(path); !ok || err != nil {

@@ -156,7 +156,13 @@ func path(to backends.Status) []backends.Status {
 // walk creates a message and moves it along the path to status.
 func walk(t *testing.T, s messageStore, id string, status backends.Status) *backends.Message {
 	t.Helper()
-	m := create(t, s, newMessage(id))
+	return advance(t, s, create(t, s, newMessage(id)), status)
+}
+
+// advance moves a message just created along the path to status.
+func advance(t *testing.T, s messageStore, m *backends.Message, status backends.Status) *backends.Message {
+	t.Helper()
+	id := m.ID
 	p := path(status)
 	if p[0] != backends.StatusAccepted || p[len(p)-1] != status {
 		t.Fatalf("no path from ACCEPTED to %s", status)

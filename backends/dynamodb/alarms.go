@@ -37,35 +37,12 @@ func (s *Store) alarmStmt(m *meta, a backends.Alarm) types.ParameterizedStatemen
 	return s.insert(item)
 }
 
-// alarmChange runs a change of one alarm with its _META item, again when
-// the message changed meanwhile.
-func (s *Store) alarmChange(ctx context.Context, id string, change func(m *meta) []types.ParameterizedStatement) error {
-	for attempt := 1; ; attempt++ {
-		m, err := s.getMeta(ctx, id)
-		if err != nil {
-			return err
-		}
-		readSeq, hadSeq := m.seq, m.hasSeq
-		stmts := change(m)
-		if stmts == nil {
-			return nil
-		}
-		m.seq++
-		stmts = append([]types.ParameterizedStatement{s.metaUpdate(m, m.msg.Status, readSeq, hadSeq, nil)}, stmts...)
-		_, err = s.txn(ctx, stmts)
-		if errors.Is(err, errCondition) && attempt < 10 {
-			continue
-		}
-		return err
-	}
-}
-
 func (s *Store) SetAlarm(ctx context.Context, a backends.Alarm) error {
 	if err := a.Check(); err != nil {
 		return err
 	}
-	err := s.alarmChange(ctx, a.MessageID, func(m *meta) []types.ParameterizedStatement {
-		return []types.ParameterizedStatement{s.alarmStmt(m, a)}
+	err := s.metaChange(ctx, a.MessageID, func(m *meta) ([]types.ParameterizedStatement, error) {
+		return []types.ParameterizedStatement{s.alarmStmt(m, a)}, nil
 	})
 	if err != nil {
 		return fmt.Errorf("alarm %s of %s: %w", a.Kind, a.MessageID, err)
@@ -74,13 +51,13 @@ func (s *Store) SetAlarm(ctx context.Context, a backends.Alarm) error {
 }
 
 func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
-	err := s.alarmChange(ctx, messageID, func(m *meta) []types.ParameterizedStatement {
+	err := s.metaChange(ctx, messageID, func(m *meta) ([]types.ParameterizedStatement, error) {
 		if _, ok := m.alarms[kind]; !ok {
-			return nil
+			return nil, nil
 		}
 		delete(m.alarms, kind)
 		return []types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`,
-			str(messageID), str(alarmPrefix+kind))}
+			str(messageID), str(alarmPrefix+kind))}, nil
 	})
 	if errors.Is(err, backends.ErrNotFound) {
 		return nil // gone with its message

@@ -33,7 +33,8 @@ import (
 // written) that the create's transaction deletes on condition that it is
 // still there and not given up. Bytes whose row never came keep their
 // pending item: Restore, which the relays' housekeeping runs, gives up on
-// those older than spoolGrace and deletes them.
+// those older than spoolGrace and deletes them. A message's receipts are
+// kept in chunks the same way (receipts.go).
 const (
 	spoolPrefix    = "_SPOOL#"
 	spoolingPrefix = "_SPOOLING#"
@@ -50,7 +51,9 @@ const (
 	sweepLimit = 100
 )
 
-func spoolKey(nonce string, seq int) string { return fmt.Sprintf("%s%s#%04d", spoolPrefix, nonce, seq) }
+// chunkKey is the sort key of the seq-th chunk (from 1) of bytes kept
+// under prefix: spoolPrefix or receiptPrefix, a nonce and '#'.
+func chunkKey(prefix string, seq int) string { return fmt.Sprintf("%s%04d", prefix, seq) }
 
 // bodyNonce is the nonce of the BodyRef msg.EmlPath.
 func bodyNonce(msg *backends.Message) (string, error) {
@@ -61,13 +64,14 @@ func bodyNonce(msg *backends.Message) (string, error) {
 	return ref, nil
 }
 
-// bodyItems cuts msg.Body into its chunks' items; an empty body has one.
-func bodyItems(msg *backends.Message, nonce string, ttl *int64) []map[string]types.AttributeValue {
+// chunkItems cuts data into the items of its chunks in partition id, under
+// prefix; empty data has one.
+func chunkItems(id, prefix string, data []byte, ttl *int64) []map[string]types.AttributeValue {
 	var out []map[string]types.AttributeValue
-	for seq, off := 1, 0; off < len(msg.Body) || seq == 1; seq++ {
-		end := min(off+bodyChunk, len(msg.Body))
-		it := map[string]types.AttributeValue{"Id": str(msg.ID), "Status": str(spoolKey(nonce, seq)),
-			"Data": &types.AttributeValueMemberB{Value: msg.Body[off:end]}}
+	for seq, off := 1, 0; off < len(data) || seq == 1; seq++ {
+		end := min(off+bodyChunk, len(data))
+		it := map[string]types.AttributeValue{"Id": str(id), "Status": str(chunkKey(prefix, seq)),
+			"Data": &types.AttributeValueMemberB{Value: data[off:end]}}
 		if ttl != nil {
 			it["TTL"] = num(*ttl)
 		}
@@ -77,32 +81,70 @@ func bodyItems(msg *backends.Message, nonce string, ttl *int64) []map[string]typ
 	return out
 }
 
-// spoolBody prepares the bytes of a create: the statements its
-// transaction carries for them, after it has written those too large to
-// go with it. It returns how many chunks there are, kept on the _META item
-// for Purge.
-func (s *Store) spoolBody(ctx context.Context, msg *backends.Message, ttl *int64) ([]types.ParameterizedStatement, int, error) {
-	nonce, err := bodyNonce(msg)
-	if err != nil {
-		return nil, 0, err
-	}
-	items := bodyItems(msg, nonce, ttl)
-	if len(msg.Body) <= txBodyBytes {
+// stage prepares bytes of partition id, kept under prefix, for a
+// transaction to commit: the statements it carries for them, after it
+// has written those too large to go with it, with a pending item under
+// nonce (naming the chunks' prefix) that the statements delete on
+// condition that it is still there and not given up. It returns how many
+// chunks there are.
+func (s *Store) stage(ctx context.Context, id, nonce, prefix string, data []byte, ttl *int64) ([]types.ParameterizedStatement, int, error) {
+	items := chunkItems(id, prefix, data, ttl)
+	if len(data) <= txBodyBytes {
 		stmts := make([]types.ParameterizedStatement, len(items))
 		for i, it := range items {
 			stmts[i] = s.insert(it)
 		}
 		return stmts, len(items), nil
 	}
-	pending := map[string]types.AttributeValue{"Id": str(msg.ID), "Status": str(spoolingPrefix + nonce),
-		"Queue": str(sharded(spoolingQueue, shardOf(msg.ID))), "QueueKey": str(keyTime(time.Now()))}
+	pending := map[string]types.AttributeValue{"Id": str(id), "Status": str(spoolingPrefix + nonce), "Chunks": str(prefix),
+		"Queue": str(sharded(spoolingQueue, shardOf(id))), "QueueKey": str(keyTime(time.Now()))}
 	if err := s.putItems(ctx, append([]map[string]types.AttributeValue{pending}, items...)); err != nil {
-		return nil, 0, fmt.Errorf("create message %s: write its bytes: %w", msg.ID, err)
+		return nil, 0, fmt.Errorf("write its bytes: %w", err)
 	}
 	// On a missing item only the Queue's comparison fails the condition.
 	claim := stmt("DELETE FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ? AND "Queue" = ? AND "GivenUp" IS MISSING`,
-		str(msg.ID), str(spoolingPrefix+nonce), pending["Queue"])
+		str(id), str(spoolingPrefix+nonce), pending["Queue"])
 	return []types.ParameterizedStatement{claim}, len(items), nil
+}
+
+// spoolBody prepares the bytes of a create (stage). It returns how many
+// chunks there are, kept on the _META item for Purge.
+func (s *Store) spoolBody(ctx context.Context, msg *backends.Message, ttl *int64) ([]types.ParameterizedStatement, int, error) {
+	nonce, err := bodyNonce(msg)
+	if err != nil {
+		return nil, 0, err
+	}
+	stmts, n, err := s.stage(ctx, msg.ID, nonce, spoolPrefix+nonce+"#", msg.Body, ttl)
+	if err != nil {
+		return nil, 0, fmt.Errorf("create message %s: %w", msg.ID, err)
+	}
+	return stmts, n, nil
+}
+
+// readChunks reads, in order, the chunks of partition id whose keys begin
+// with prefix, and gives fn each one's key and bytes.
+func (s *Store) readChunks(ctx context.Context, id, prefix string, fn func(key string, data []byte)) error {
+	in := &dynamodb.QueryInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true),
+		KeyConditionExpression:    aws.String("Id = :id AND begins_with(#s, :p)"),
+		ExpressionAttributeNames:  map[string]string{"#s": "Status"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": str(id), ":p": str(prefix)}}
+	for {
+		resp, err := s.db.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, it := range resp.Items {
+			data, _ := it["Data"].(*types.AttributeValueMemberB)
+			if data == nil {
+				return fmt.Errorf("chunk %s without Data", getS(it, "Status"))
+			}
+			fn(getS(it, "Status"), data.Value)
+		}
+		if resp.LastEvaluatedKey == nil {
+			return nil
+		}
+		in.ExclusiveStartKey = resp.LastEvaluatedKey
+	}
 }
 
 // OpenBody reads the bytes the store keeps for message id, chunk by chunk
@@ -111,30 +153,15 @@ func (s *Store) spoolBody(ctx context.Context, msg *backends.Message, ttl *int64
 func (s *Store) OpenBody(ctx context.Context, id string) (io.ReadCloser, error) {
 	chunks := map[string][][]byte{}
 	var nonces []string
-	in := &dynamodb.QueryInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("Id = :id AND begins_with(#s, :p)"),
-		ExpressionAttributeNames:  map[string]string{"#s": "Status"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":id": str(id), ":p": str(spoolPrefix)}}
-	for {
-		resp, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, fmt.Errorf("read the body of %s: %w", id, err)
+	err := s.readChunks(ctx, id, spoolPrefix, func(key string, data []byte) {
+		nonce, _, _ := strings.Cut(strings.TrimPrefix(key, spoolPrefix), "#")
+		if _, ok := chunks[nonce]; !ok {
+			nonces = append(nonces, nonce)
 		}
-		for _, it := range resp.Items {
-			nonce, _, _ := strings.Cut(strings.TrimPrefix(getS(it, "Status"), spoolPrefix), "#")
-			if _, ok := chunks[nonce]; !ok {
-				nonces = append(nonces, nonce)
-			}
-			data, _ := it["Data"].(*types.AttributeValueMemberB)
-			if data == nil {
-				return nil, fmt.Errorf("the body of %s: a chunk without Data", id)
-			}
-			chunks[nonce] = append(chunks[nonce], data.Value)
-		}
-		if resp.LastEvaluatedKey == nil {
-			break
-		}
-		in.ExclusiveStartKey = resp.LastEvaluatedKey
+		chunks[nonce] = append(chunks[nonce], data)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the body of %s: %w", id, err)
 	}
 	nonce, err := s.rowNonce(ctx, id, nonces)
 	if err != nil {
@@ -163,15 +190,25 @@ func (s *Store) rowNonce(ctx context.Context, id string, nonces []string) (strin
 	return nonce, nil
 }
 
-// bodyDeletes are the deletes of the bytes a message's row kept.
-func bodyDeletes(m *meta, chunks int64) []types.WriteRequest {
-	nonce, err := bodyNonce(&m.msg)
-	if err != nil || chunks <= 0 {
-		return nil
-	}
-	out := make([]types.WriteRequest, chunks)
+// chunkDeletes are the deletes of the n chunks of partition id under
+// prefix.
+func chunkDeletes(id, prefix string, n int64) []types.WriteRequest {
+	out := make([]types.WriteRequest, max(n, 0))
 	for i := range out {
-		out[i] = deleteOf(m.msg.ID, spoolKey(nonce, i+1))
+		out[i] = deleteOf(id, chunkKey(prefix, i+1))
+	}
+	return out
+}
+
+// bodyDeletes are the deletes of the bytes a message's row kept: its own
+// (chunks of them) and its receipts', which its _META item lists.
+func bodyDeletes(m *meta, chunks int64) []types.WriteRequest {
+	var out []types.WriteRequest
+	if nonce, err := bodyNonce(&m.msg); err == nil {
+		out = chunkDeletes(m.msg.ID, spoolPrefix+nonce+"#", chunks)
+	}
+	for _, r := range m.receipts {
+		out = append(out, chunkDeletes(m.msg.ID, r.prefix(), r.chunks)...)
 	}
 	return out
 }
@@ -196,8 +233,11 @@ func (s *Store) sweepSpooling(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return fmt.Errorf("give up the bytes of %s: %w", id, err)
 		}
-		keys, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND begins_with("Status", ?)`, 0,
-			str(id), str(spoolPrefix+strings.TrimPrefix(sk, spoolingPrefix)+"#"))
+		chunks := getS(it, "Chunks")
+		if chunks == "" { // written by a relay that kept only bodies
+			chunks = spoolPrefix + strings.TrimPrefix(sk, spoolingPrefix) + "#"
+		}
+		keys, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND begins_with("Status", ?)`, 0, str(id), str(chunks))
 		if err != nil {
 			return fmt.Errorf("read the bytes of %s given up: %w", id, err)
 		}

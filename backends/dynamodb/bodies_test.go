@@ -161,22 +161,8 @@ func TestBodies(t *testing.T) {
 	}
 
 	// Purge deletes the bytes with the row.
-	lease := time.Now().Add(time.Minute)
 	for i := range sizes {
-		id := fmt.Sprintf("body-%d", i)
-		for _, tr := range []backends.Transition{
-			{From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
-			{From: backends.StatusIntaking, To: backends.StatusReady},
-			{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease},
-			{From: backends.StatusProcessing, To: backends.StatusSent, Reason: "250 ok"},
-			{From: backends.StatusSent, To: backends.StatusCallingSent, LeaseUntil: lease},
-			{From: backends.StatusCallingSent, To: backends.StatusSentAcknowledged},
-		} {
-			tr.ID = id
-			if err := s.Transition(ctx, tr); err != nil {
-				t.Fatal(err)
-			}
-		}
+		acknowledge(t, s, fmt.Sprintf("body-%d", i))
 	}
 	purged, err := s.Purge(ctx, time.Now().Add(time.Second), 100)
 	if err != nil || len(purged) != len(sizes) {
@@ -185,6 +171,26 @@ func TestBodies(t *testing.T) {
 	for i := range sizes {
 		if keys := itemKeys(t, opts, fmt.Sprintf("body-%d", i)); len(keys) != 0 {
 			t.Errorf("body-%d: items left after the purge: %v", i, keys)
+		}
+	}
+}
+
+// acknowledge moves a message just created to SENT-ACKNOWLEDGED, which
+// Purge removes.
+func acknowledge(t *testing.T, s *dynamodb.Store, id string) {
+	t.Helper()
+	lease := time.Now().Add(time.Minute)
+	for _, tr := range []backends.Transition{
+		{From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: lease},
+		{From: backends.StatusIntaking, To: backends.StatusReady},
+		{From: backends.StatusReady, To: backends.StatusProcessing, LeaseUntil: lease},
+		{From: backends.StatusProcessing, To: backends.StatusSent, Reason: "250 ok"},
+		{From: backends.StatusSent, To: backends.StatusCallingSent, LeaseUntil: lease},
+		{From: backends.StatusCallingSent, To: backends.StatusSentAcknowledged},
+	} {
+		tr.ID = id
+		if err := s.Transition(context.Background(), tr); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

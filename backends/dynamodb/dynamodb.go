@@ -261,6 +261,31 @@ func (s *Store) getMeta(ctx context.Context, id string) (*meta, error) {
 	return metaFromItem(items[0])
 }
 
+// metaChange runs a change of a message's items that its _META item
+// records (an alarm, a receipt) with that item, again when the message
+// changed meanwhile. change sees the message as read and returns the
+// statements of the change, none when there is nothing to do.
+func (s *Store) metaChange(ctx context.Context, id string, change func(m *meta) ([]types.ParameterizedStatement, error)) error {
+	for attempt := 1; ; attempt++ {
+		m, err := s.getMeta(ctx, id)
+		if err != nil {
+			return err
+		}
+		readSeq, hadSeq := m.seq, m.hasSeq
+		stmts, err := change(m)
+		if stmts == nil || err != nil {
+			return err
+		}
+		m.seq++
+		stmts = append([]types.ParameterizedStatement{s.metaUpdate(m, m.msg.Status, readSeq, hadSeq, nil)}, stmts...)
+		_, err = s.txn(ctx, stmts)
+		if errors.Is(err, errCondition) && attempt < 10 {
+			continue
+		}
+		return err
+	}
+}
+
 // indexKeys are the top-level attributes of a _META item that place it in
 // the indexes; BatchKey is there only while the message is undelivered.
 func indexKeys(m *meta) map[string]types.AttributeValue {

@@ -10,3 +10,12 @@ import (
 func (s *Store) SweepSpooling(ctx context.Context, now time.Time) error {
 	return s.sweepSpooling(ctx, now)
 }
+
+// StageReceipt writes the chunks of a receipt too large for a transaction,
+// with their pending item, as SaveReceipt does first, and stops there: as
+// a relay that dies before the transaction that records it.
+func (s *Store) StageReceipt(ctx context.Context, id, nonce string, raw []byte) error {
+	r := receipt{nonce: nonce}
+	_, _, err := s.stage(ctx, id, nonce, r.prefix(), raw, nil)
+	return err
+}

@@ -26,7 +26,9 @@ import (
 //     under BATCHES;
 //   - _ALARM#kind for each alarm of the message, in QueueIndex under
 //     ALARM:kind by the time it rings (its _META item keeps which alarms
-//     it has, since a PartiQL UPDATE cannot create an item).
+//     it has, since a PartiQL UPDATE cannot create an item);
+//   - _SPOOL#<nonce>#0001 … for its bytes and _RECEIPT#<nonce>#0001 … for
+//     its receipts, when the store keeps them (bodies.go, receipts.go).
 //
 // The seed's StatusIndex is made only for tools that know the seed (see
 // seedIndex); the relay reads four indexes of its own: QueueIndex (Queue,
@@ -121,12 +123,13 @@ func ttlOf(item map[string]types.AttributeValue) *int64 {
 // store needs.
 type meta struct {
 	msg      backends.Message
-	held     bool              // READY waits for its batch's activation
-	seq      int64             // revision: one more with each write
-	hasSeq   bool              // false for a legacy item
-	eventSeq int64             // events recorded so far
-	reached  map[string]int64  // times each status was reached
-	alarms   map[string]string // the message's alarms: kind -> QueueKey of its item
+	held     bool               // READY waits for its batch's activation
+	seq      int64              // revision: one more with each write
+	hasSeq   bool               // false for a legacy item
+	eventSeq int64              // events recorded so far
+	reached  map[string]int64   // times each status was reached
+	alarms   map[string]string  // the message's alarms: kind -> QueueKey of its item
+	receipts map[string]receipt // the receipts kept with it, by name
 	ttl      *int64
 }
 
@@ -183,6 +186,7 @@ func metaFromItem(item map[string]types.AttributeValue) (*meta, error) {
 			m.alarms[k] = sv.Value
 		}
 	}
+	m.receipts = receiptsOf(getM(a, "Receipts"))
 	for k, v := range getM(a, "Reached") {
 		if nv, ok := v.(*types.AttributeValueMemberN); ok {
 			m.reached[k], _ = strconv.ParseInt(nv.Value, 10, 64)
@@ -231,6 +235,9 @@ func (m *meta) attributes() map[string]types.AttributeValue {
 			alarms[k] = str(v)
 		}
 		a["Alarms"] = &types.AttributeValueMemberM{Value: alarms}
+	}
+	if len(m.receipts) > 0 {
+		a["Receipts"] = receiptsAttribute(m.receipts)
 	}
 	return a
 }

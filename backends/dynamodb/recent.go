@@ -1,6 +1,9 @@
 package dynamodb
 
-import "sync"
+import (
+	"maps"
+	"sync"
+)
 
 // recentLimit bounds how many messages a store remembers.
 const recentLimit = 4096
@@ -51,5 +54,6 @@ func (m *meta) clone() meta {
 	for k, v := range m.alarms {
 		c.alarms[k] = v
 	}
+	c.receipts = maps.Clone(m.receipts)
 	return c
 }

@@ -133,29 +133,39 @@ func TestBodies(t *testing.T) {
 	}
 }
 
-// TestMigrateBodies migrates a schema-6 outbox with rows in it: their
-// spool paths stay, and new rows keep their bytes in the store.
-func TestMigrateBodies(t *testing.T) {
+// migratedFrom makes an outbox of schema v holding one row, old-1, whose
+// bytes are at path; Open refuses it until Migrate brings it up to date.
+// It returns the store opened then, closed with the test.
+func migratedFrom(t *testing.T, v int, path string) *mysql.Store {
+	t.Helper()
 	ctx := context.Background()
 	dsn, db := seedDatabase(t)
-	if _, err := mysql.MigrateTo(ctx, db, 6); err != nil {
+	if _, err := mysql.MigrateTo(ctx, db, v); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Exec(`INSERT INTO emails (id, status, eml_file_path, created_at, updated_at, due_at, queue_at)
-		VALUES ('old-1', 'READY', '20260101/0000/old-1.0123456789ab.eml', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`); err != nil {
+		VALUES ('old-1', 'READY', ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))`, path); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := mysql.Open(ctx, dsn, mysql.Options{}); !errors.Is(err, mysql.ErrSchemaBehind) {
-		t.Fatalf("Open of schema 6: %v", err)
+		t.Fatalf("Open of schema %d: %v", v, err)
 	}
-	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != 1 || applied[0] != 7 {
-		t.Fatalf("Migrate from 6 = %v, %v", applied, err)
+	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != mysql.LatestVersion()-v || applied[0] != v+1 {
+		t.Fatalf("Migrate from %d = %v, %v", v, applied, err)
 	}
 	s, err := mysql.Open(ctx, dsn, mysql.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestMigrateBodies migrates a schema-6 outbox with rows in it: their
+// spool paths stay, and new rows keep their bytes in the store.
+func TestMigrateBodies(t *testing.T) {
+	ctx := context.Background()
+	s := migratedFrom(t, 6, "20260101/0000/old-1.0123456789ab.eml")
 	if m, err := s.Get(ctx, "old-1"); err != nil || m.EmlPath != "20260101/0000/old-1.0123456789ab.eml" {
 		t.Fatalf("old row after the migration: %+v, %v", m, err)
 	}

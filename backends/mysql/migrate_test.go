@@ -25,7 +25,7 @@ func seedDatabase(t *testing.T) (string, *sql.DB) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	for _, st := range []string{"DROP TABLE email_bodies", "DROP TABLE email_alarms", "DROP TABLE message_links", "DROP TABLE mailbox_cursors", "DROP TABLE email_events", "DROP TABLE email_batches", "DROP TABLE email_statuses", "DROP TABLE emails", "DROP TABLE schema_migrations"} {
+	for _, st := range []string{"DROP TABLE email_receipts", "DROP TABLE email_bodies", "DROP TABLE email_alarms", "DROP TABLE message_links", "DROP TABLE mailbox_cursors", "DROP TABLE email_events", "DROP TABLE email_batches", "DROP TABLE email_statuses", "DROP TABLE emails", "DROP TABLE schema_migrations"} {
 		if _, err := db.Exec(st); err != nil {
 			t.Fatal(err)
 		}

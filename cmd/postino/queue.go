@@ -157,7 +157,7 @@ func receipts(ctx context.Context, c *admin.Client, id, dir string, asJSON bool,
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RECEIPT\tSIZE\tSAVED")
 		for _, r := range list.Receipts {
-			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, r.ModTime.Local().Format(time.DateTime))
+			fmt.Fprintf(tw, "%s\t%d\t%s\n", r.Name, r.Size, r.SavedAt.Local().Format(time.DateTime))
 		}
 		return tw.Flush()
 	})

@@ -10,7 +10,6 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/outcome"
-	"github.com/genropy/postino/spool"
 )
 
 // Message is a message as the API shows it.
@@ -94,12 +93,12 @@ func eventView(e *backends.Event) Event {
 		State: string(e.State), Attempts: e.Attempts, LastError: e.LastError, Acked: e.Acked, Details: e.Details}
 }
 
-// MessageList is a page of messages.
 // ReceiptList lists the receipts kept with a message.
 type ReceiptList struct {
-	Receipts []spool.Receipt `json:"receipts"`
+	Receipts []backends.Receipt `json:"receipts"`
 }
 
+// MessageList is a page of messages.
 type MessageList struct {
 	Messages []Message `json:"messages"`
 	// Next is the cursor of the next page, empty on the last.

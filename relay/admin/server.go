@@ -6,16 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/spool"
 )
 
 // Store is what the API needs of the outbox.
@@ -57,10 +54,13 @@ type Options struct {
 	Log   *slog.Logger
 }
 
-// Receipts is where the receipts of messages are kept.
+// Receipts is where the receipts of messages are kept, by the path of
+// each message's bytes: the spool or the outbox, whichever holds them.
 type Receipts interface {
-	Receipts(path string) ([]spool.Receipt, error)
-	OpenReceipt(path, name string) (*os.File, error)
+	Receipts(ctx context.Context, path string) ([]backends.Receipt, error)
+	// OpenReceipt answers backends.ErrNotFound for a receipt the message
+	// does not have.
+	OpenReceipt(ctx context.Context, path, name string) (io.ReadCloser, error)
 }
 
 const (
@@ -146,13 +146,13 @@ func (a *api) receipts(w http.ResponseWriter, r *http.Request) {
 		storeError(w, err)
 		return
 	}
-	list, err := a.opts.Receipts.Receipts(m.EmlPath)
+	list, err := a.opts.Receipts.Receipts(r.Context(), m.EmlPath)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "cannot list the receipts of %s: %v", m.ID, err)
+		writeError(w, http.StatusServiceUnavailable, "cannot list the receipts of %s: %v", m.ID, err)
 		return
 	}
 	if list == nil {
-		list = []spool.Receipt{}
+		list = []backends.Receipt{}
 	}
 	writeJSON(w, http.StatusOK, ReceiptList{Receipts: list})
 }
@@ -165,13 +165,17 @@ func (a *api) receipt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("name")
-	f, err := a.opts.Receipts.OpenReceipt(m.EmlPath, name)
-	if errors.Is(err, fs.ErrNotExist) {
+	if err := backends.CheckReceiptName(name); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	f, err := a.opts.Receipts.OpenReceipt(r.Context(), m.EmlPath, name)
+	if errors.Is(err, backends.ErrNotFound) {
 		writeError(w, http.StatusNotFound, "message %s has no receipt %s; list them with GET /v1/messages/%s/receipts", m.ID, name, m.ID)
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "%v", err)
+		writeError(w, http.StatusServiceUnavailable, "cannot read receipt %s of %s: %v", name, m.ID, err)
 		return
 	}
 	defer f.Close()

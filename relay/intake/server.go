@@ -394,7 +394,7 @@ func (d *memDraft) Size() int64   { return int64(d.Len()) }
 // them.
 func (s *Server) createDraft(id string, now time.Time) (draft, error) {
 	if s.cfg.StoreBodies {
-		return &memDraft{path: backends.BodyRef(id, spool.Nonce())}, nil
+		return &memDraft{path: backends.BodyRef(id, backends.Nonce())}, nil
 	}
 	return s.spool.Create(id, now)
 }

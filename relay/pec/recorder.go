@@ -54,9 +54,11 @@ type Store interface {
 	DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error)
 }
 
-// Evidence keeps receipts with their message.
+// Evidence keeps receipts with their message, whose bytes are at path; a
+// name saved again keeps one copy. backends.ErrNotFound: the message is
+// gone.
 type Evidence interface {
-	SaveReceipt(path, name string, raw []byte) error
+	SaveReceipt(ctx context.Context, path, name string, raw []byte) error
 }
 
 // Recorder reads the messages of PEC mailboxes: each receipt is kept as
@@ -120,7 +122,8 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 		}
 	}
 	name := receiptName(rec, raw)
-	if err := r.evidence.SaveReceipt(m.EmlPath, name, raw); err != nil {
+	// A message removed meanwhile is told of below, by AddEvent.
+	if err := r.evidence.SaveReceipt(ctx, m.EmlPath, name, raw); err != nil && !errors.Is(err, backends.ErrNotFound) {
 		return 0, fmt.Errorf("keep receipt %s of %s: %w", name, m.ID, err)
 	}
 	e, err := r.event(ctx, m, rec, by, name, raw)

@@ -30,7 +30,7 @@ type kept struct {
 	files map[string][]byte
 }
 
-func (k *kept) SaveReceipt(path, name string, raw []byte) error {
+func (k *kept) SaveReceipt(_ context.Context, path, name string, raw []byte) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.files[path+"/"+name] = raw
