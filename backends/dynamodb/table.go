@@ -88,9 +88,8 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 		return "", err
 	}
 	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-	var nf *types.ResourceNotFoundException
 	switch {
-	case errors.As(err, &nf):
+	case isNotFound(err):
 		_, err = client.CreateTable(ctx, &dynamodb.CreateTableInput{
 			TableName: aws.String(table),
 			KeySchema: []types.KeySchemaElement{
@@ -167,11 +166,18 @@ func waitActive(ctx context.Context, client *dynamodb.Client, table string) erro
 }
 
 // checkTable tells what is missing from the table, and the command that
-// adds it.
+// adds it. The layout item says it all at once: create-table writes it
+// last, once the indexes are there. Only a table without it is described
+// (DescribeTable is a control-plane call, limited to a few a second on AWS,
+// and DynamoDB Local counts the items for it: seconds at 100,000).
 func checkTable(ctx context.Context, client *dynamodb.Client, table string) error {
+	if ok, err := layoutReady(ctx, client, table); ok {
+		return nil
+	} else if err != nil && !isNotFound(err) {
+		return err
+	}
 	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-	var nf *types.ResourceNotFoundException
-	if errors.As(err, &nf) {
+	if isNotFound(err) {
 		return fmt.Errorf("DynamoDB table %s does not exist; run: postino dynamodb create-table --table %s", table, table)
 	}
 	if err != nil {
@@ -187,11 +193,11 @@ func checkTable(ctx context.Context, client *dynamodb.Client, table string) erro
 				table, aws.ToString(gsi.IndexName), table)
 		}
 	}
-	if ok, err := layoutReady(ctx, client, table); !ok || err != nil {
-		if err != nil {
-			return err
-		}
-		return errNoLayout(table)
-	}
-	return nil
+	return errNoLayout(table)
+}
+
+// isNotFound reports whether DynamoDB said there is no such table.
+func isNotFound(err error) bool {
+	var nf *types.ResourceNotFoundException
+	return errors.As(err, &nf)
 }
