@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -87,14 +87,20 @@ func (s *Store) SuspendedBatches(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return suspendedOf(items), nil
+}
+
+// suspendedOf lists, in order and once each, the batches of items that
+// were not activated.
+func suspendedOf(items []map[string]types.AttributeValue) []string {
 	var out []string
 	for _, it := range items {
 		if _, activated := getM(it, "Attributes")["ActivatedAt"]; !activated {
 			out = append(out, strings.TrimPrefix(getS(it, "Id"), batchPrefix))
 		}
 	}
-	sort.Strings(out)
-	return out, nil
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func (s *Store) batchItems(ctx context.Context) ([]map[string]types.AttributeValue, error) {

@@ -40,20 +40,29 @@ func layoutReady(ctx context.Context, client *dynamodb.Client, table string) (bo
 }
 
 // initLayout places every _META item, event and alarm of the table in its
-// shard (a table of the seed's shape, or of an earlier store, has them in
+// shard (seedIndexed: the table has the seed's StatusIndex, where a table
+// of an earlier layout lists its batches) (a table of the seed's shape, or of an earlier store, has them in
 // none) and makes the
 // counter items from a count of them, once: it scans the whole table, so
 // create-table does it, before relays use the table. Run again after an
 // interruption, it starts over and counts anew.
-func initLayout(ctx context.Context, client *dynamodb.Client, table string) error {
+func initLayout(ctx context.Context, client *dynamodb.Client, table string, seedIndexed bool) error {
 	if ok, err := layoutReady(ctx, client, table); ok || err != nil {
 		return err
 	}
 	s := &Store{db: client, table: table}
-	suspended, err := s.SuspendedBatches(ctx)
+	batches, err := s.batchItems(ctx)
+	if err == nil && seedIndexed {
+		// A table laid out before version 2 lists its batches only in the
+		// seed's index: their messages must stay held.
+		var earlier []map[string]types.AttributeValue
+		earlier, err = s.query(ctx, "SELECT * FROM "+s.from(seedIndex)+` WHERE "Status" = ?`, 0, str(batchStatus))
+		batches = append(batches, earlier...)
+	}
 	if err != nil {
 		return fmt.Errorf("read suspended batches of %s: %w", table, err)
 	}
+	suspended := suspendedOf(batches)
 	total := counts{}
 	var start map[string]types.AttributeValue
 	for {

@@ -363,14 +363,16 @@ func attrsOf(item map[string]types.AttributeValue) map[string]types.AttributeVal
 }
 
 // TestCreateTableRelaysEarlierLayout: a table laid out by an earlier
-// version (counter items per status, batches read from StatusIndex) is
-// refused with what to run, and create-table lays it out again: the old
-// counters gone, the counts right, the suspended batch found.
+// version (counter items per status, batches found through the seed's
+// StatusIndex) is refused with what to run, and create-table lays it out
+// again: the old counters gone, the counts right, the suspended batch
+// found where claims read it, and its message still held.
 func TestCreateTableRelaysEarlierLayout(t *testing.T) {
 	ctx := context.Background()
-	opts := freshTable(t, 0)
+	opts := createFresh(t, dynamodb.Options{SeedIndex: true})
 	s := openStore(t, opts)
-	if err := s.Create(ctx, &backends.Message{ID: "earlier-1", EmlPath: "x.eml"}); err != nil {
+	makeReady(t, s, "held", 1, backends.PriorityNormal, time.Now().Add(-time.Minute), "camp")
+	if err := s.SuspendBatch(ctx, "camp"); err != nil {
 		t.Fatal(err)
 	}
 	client, table, err := dynamodb.Client(ctx, opts)
@@ -379,34 +381,47 @@ func TestCreateTableRelaysEarlierLayout(t *testing.T) {
 	}
 	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
 	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	// As the earlier layout left them: no Version, a counter per status,
+	// the batch item in no queue.
 	for _, it := range []map[string]types.AttributeValue{
 		{"Id": sv("_LAYOUT"), "Status": sv("_LAYOUT"), "Shards": n("8")},
-		{"Id": sv("_COUNT#READY#3"), "Status": sv("_COUNT"), "N": n("5")},
-		{"Id": sv("_BATCH#camp"), "Status": sv("_BATCH"), "Attributes": &types.AttributeValueMemberM{
-			Value: map[string]types.AttributeValue{"SuspendedAt": sv(time.Now().UTC().Format(time.RFC3339Nano))}}},
+		{"Id": sv("_COUNT#READY#3"), "Status": sv("_COUNT"), "N": n("1")},
 	} {
 		if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if _, err := client.UpdateItem(ctx, &awsdynamodb.UpdateItemInput{TableName: aws.String(table),
+		Key:              map[string]types.AttributeValue{"Id": sv("_BATCH#camp"), "Status": sv("_BATCH")},
+		UpdateExpression: aws.String("REMOVE #q, QueueKey"), ExpressionAttributeNames: map[string]string{"#q": "Queue"}}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := dynamodb.Open(ctx, opts); err == nil || !strings.Contains(err.Error(), "postino dynamodb create-table") {
 		t.Fatalf("Open on an earlier layout: %v", err)
 	}
-	_, indexes, err := dynamodb.CreateTable(ctx, opts)
+	_, indexes, err := dynamodb.CreateTable(ctx, dynamodb.Options{Table: opts.Table, Endpoint: opts.Endpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(indexes, "StatusIndex") {
-		t.Errorf("indexes %v: the seed's StatusIndex was not asked for", indexes)
+	if !slices.Contains(indexes, "StatusIndex") {
+		t.Errorf("indexes %v: the seed's StatusIndex the table had is gone", indexes)
 	}
 	s = openStore(t, opts)
-	if got, err := s.SuspendedBatches(ctx); err != nil || !slices.Equal(got, []string{"camp"}) {
-		t.Errorf("suspended batches after create-table: %v, %v; want the earlier layout's camp", got, err)
-	}
 	if got := rawItems(t, opts, "_COUNT#READY#3"); len(got) != 0 {
 		t.Errorf("the earlier layout's counter is still there: %v", got)
 	}
-	if got, err := s.Counts(ctx); err != nil || !maps.Equal(got, map[backends.Status]int{backends.StatusAccepted: 1}) {
+	if got, err := s.Counts(ctx); err != nil || !maps.Equal(got, map[backends.Status]int{backends.StatusReady: 1}) {
 		t.Errorf("counts after create-table: %v, %v", got, err)
+	}
+	if got, err := s.SuspendedBatches(ctx); err != nil || !slices.Equal(got, []string{"camp"}) {
+		t.Errorf("suspended batches after create-table: %v, %v; want the earlier layout's camp", got, err)
+	}
+	if q := sOf(rawItems(t, opts, "held-0000")["_META"]["Queue"]); !strings.HasPrefix(q, "HELD:") {
+		t.Errorf("the suspended batch's message is in queue %q after create-table, want it held", q)
+	}
+	now := time.Now().UTC()
+	if got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now,
+		LeaseUntil: now.Add(time.Minute), Limit: 10}); err != nil || len(got) != 0 {
+		t.Errorf("a claim took %v, %v; the batch is suspended", ids(got), err)
 	}
 }

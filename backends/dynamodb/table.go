@@ -88,6 +88,7 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 		return "", err
 	}
 	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	have := map[string]bool{}
 	switch {
 	case isNotFound(err):
 		_, err = client.CreateTable(ctx, &dynamodb.CreateTableInput{
@@ -106,7 +107,6 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 	case err != nil:
 		return table, fmt.Errorf("describe table %s: %w", table, err)
 	default:
-		have := map[string]bool{}
 		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
 			have[aws.ToString(gsi.IndexName)] = true
 		}
@@ -135,7 +135,7 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 	if err != nil && !isTTLAlreadyOn(err) {
 		return table, fmt.Errorf("turn TTL on for %s: %w", table, err)
 	}
-	return table, initLayout(ctx, client, table)
+	return table, initLayout(ctx, client, table, have[seedIndex])
 }
 
 func isTTLAlreadyOn(err error) bool {
