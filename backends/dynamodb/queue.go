@@ -1,6 +1,7 @@
 package dynamodb
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -261,42 +262,35 @@ func prioritized(st backends.Status) bool {
 // each. Messages not due yet cost at most a short page each shard, however
 // many they are.
 func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[string]types.AttributeValue, error) {
-	due := func(p int) string { return fmt.Sprintf("%d#%s~", p, keyTime(c.Now)) }
 	if !prioritized(c.From) {
 		return s.queuedShards(ctx, string(c.From), lowKey, keyTime(c.Now)+"~", n)
 	}
-	type rest struct{ shard, from int }
-	var (
-		mu    sync.Mutex
-		later []rest
-	)
+	// due[p] is the last key of priority p's due messages.
+	var due [backends.PriorityLow + 1]string
+	for p := range due {
+		due[p] = fmt.Sprintf("%d#%s~", p, keyTime(c.Now))
+	}
 	pages := make([][]map[string]types.AttributeValue, shards)
+	notDue := make([]int, shards) // the priority where each shard met a message not due
 	err := eachAtOnce(shards, func(i int) error {
-		var (
-			p   int
-			err error
-		)
-		pages[i], p, err = s.dueHead(ctx, sharded(string(c.From), i), n, due)
-		if p < backends.PriorityLow {
-			mu.Lock()
-			later = append(later, rest{i, p + 1})
-			mu.Unlock()
-		}
+		var err error
+		pages[i], notDue[i], err = s.dueHead(ctx, sharded(string(c.From), i), n, due)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	var ranges [][2]int // shard, priority
-	for _, r := range later {
-		for p := r.from; p <= backends.PriorityLow; p++ {
-			ranges = append(ranges, [2]int{r.shard, p})
+	for shard, p := range notDue {
+		for p++; p <= backends.PriorityLow; p++ {
+			ranges = append(ranges, [2]int{shard, p})
 		}
 	}
 	more := make([][]map[string]types.AttributeValue, len(ranges))
 	err = eachAtOnce(len(ranges), func(i int) error {
+		shard, p := ranges[i][0], ranges[i][1]
 		var err error
-		more[i], err = s.queued(ctx, sharded(string(c.From), ranges[i][0]), fmt.Sprintf("%d#", ranges[i][1]), due(ranges[i][1]), n)
+		more[i], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
 		return err
 	})
 	return mergeBy(append(pages, more...), "QueueKey", true), err
@@ -308,15 +302,15 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 const headPage = 16
 
 // dueHead reads the due entries of a prioritized queue from the first
-// priority on, up to n, until one not due yet; it returns them, and the
-// priority of the entry not due (PriorityLow when there was none: nothing
-// is left to read).
-func (s *Store) dueHead(ctx context.Context, queue string, n int, due func(p int) string) ([]map[string]types.AttributeValue, int, error) {
+// priority on, up to n, until one not due yet (due holds each priority's
+// last due key); it returns them, and the priority of the entry not due
+// (PriorityLow when there was none: nothing is left to read).
+func (s *Store) dueHead(ctx context.Context, queue string, n int, due [backends.PriorityLow + 1]string) ([]map[string]types.AttributeValue, int, error) {
 	var (
 		out   []map[string]types.AttributeValue
 		start map[string]types.AttributeValue
 	)
-	lo, hi := fmt.Sprintf("%d#", backends.PriorityImmediate), due(backends.PriorityLow)
+	lo, hi := fmt.Sprintf("%d#", backends.PriorityImmediate), due[backends.PriorityLow]
 	for size := min(n, headPage); ; size = n - len(out) {
 		page, next, err := s.queuePage(ctx, queue, lo, hi, size, start)
 		if err != nil {
@@ -324,7 +318,7 @@ func (s *Store) dueHead(ctx context.Context, queue string, n int, due func(p int
 		}
 		for j, it := range page {
 			k := getS(it, "QueueKey")
-			if p := int(k[0] - '0'); k > due(p) {
+			if p := int(k[0] - '0'); k > due[p] {
 				return append(out, page[:j]...), p, nil
 			}
 		}
@@ -422,27 +416,20 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	// claim costs one round of requests.
 	var (
 		suspended []string
-		cands     []map[string]types.AttributeValue
+		batchErr  error
+		reading   sync.WaitGroup
 	)
-	err := eachAtOnce(2, func(i int) error {
-		var err error
-		switch {
-		case i == 0:
-			cands, err = s.claimable(ctx, c, c.Limit+4)
-		case c.From == backends.StatusReady:
-			suspended, err = s.SuspendedBatches(ctx)
-		}
-		return err
-	})
-	if err != nil {
+	if c.From == backends.StatusReady {
+		reading.Go(func() { suspended, batchErr = s.SuspendedBatches(ctx) })
+	}
+	cands, err := s.claimable(ctx, c, c.Limit+4)
+	reading.Wait()
+	if err = cmp.Or(err, batchErr); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	toHold := func(it map[string]types.AttributeValue) bool {
-		b := getS(getM(it, "Attributes"), "Batch")
-		return b != "" && slices.Contains(suspended, b)
-	}
+	held := func(batch string) bool { return batch != "" && slices.Contains(suspended, batch) }
 	apply := func(m *meta, moved counts) ([]types.ParameterizedStatement, bool, error) {
-		if m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) {
+		if held(m.msg.Batch) {
 			return []types.ParameterizedStatement{s.holdUpdate(m, true)}, false, nil
 		}
 		ch, err := s.prepare(m, c.Move(m.msg.ID))
@@ -455,7 +442,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		wanted := 0
 		for ; len(cands) > 0 && wanted < c.Limit-len(out) && len(chunk) < perTxn; cands = cands[1:] {
 			chunk = append(chunk, cands[0])
-			if !toHold(cands[0]) {
+			if !held(getS(getM(cands[0], "Attributes"), "Batch")) {
 				wanted++
 			}
 		}

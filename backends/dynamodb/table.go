@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -62,30 +63,9 @@ func attributes() []types.AttributeDefinition {
 // shards and counts them once, with a scan (initLayout): run it while no
 // relay uses the table. It is safe to run on a table that has everything.
 func CreateTable(ctx context.Context, opts Options) (string, []string, error) {
-	table, err := createTable(ctx, opts)
-	if err != nil {
-		return table, nil, err
-	}
-	client, _, err := Client(ctx, opts)
-	if err != nil {
-		return table, nil, err
-	}
-	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
-	if err != nil {
-		return table, nil, fmt.Errorf("describe table %s: %w", table, err)
-	}
-	var names []string
-	for _, gsi := range desc.Table.GlobalSecondaryIndexes {
-		names = append(names, aws.ToString(gsi.IndexName))
-	}
-	slices.Sort(names)
-	return table, names, nil
-}
-
-func createTable(ctx context.Context, opts Options) (string, error) {
 	client, table, err := Client(ctx, opts)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
 	have := map[string]bool{}
@@ -102,10 +82,10 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 			BillingMode:            types.BillingModePayPerRequest,
 		})
 		if err != nil {
-			return table, fmt.Errorf("create table %s: %w", table, err)
+			return table, nil, fmt.Errorf("create table %s: %w", table, err)
 		}
 	case err != nil:
-		return table, fmt.Errorf("describe table %s: %w", table, err)
+		return table, nil, fmt.Errorf("describe table %s: %w", table, err)
 	default:
 		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
 			have[aws.ToString(gsi.IndexName)] = true
@@ -115,7 +95,7 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 				continue
 			}
 			if err := waitActive(ctx, client, table); err != nil {
-				return table, err
+				return table, nil, err
 			}
 			_, err := client.UpdateTable(ctx, &dynamodb.UpdateTableInput{
 				TableName: aws.String(table), AttributeDefinitions: attributes(),
@@ -123,19 +103,27 @@ func createTable(ctx context.Context, opts Options) (string, error) {
 					IndexName: gsi.IndexName, KeySchema: gsi.KeySchema, Projection: gsi.Projection}}},
 			})
 			if err != nil {
-				return table, fmt.Errorf("add index %s to %s: %w", aws.ToString(gsi.IndexName), table, err)
+				return table, nil, fmt.Errorf("add index %s to %s: %w", aws.ToString(gsi.IndexName), table, err)
 			}
 		}
 	}
 	if err := waitActive(ctx, client, table); err != nil {
-		return table, err
+		return table, nil, err
 	}
 	_, err = client.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{TableName: aws.String(table),
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String("TTL"), Enabled: aws.Bool(true)}})
 	if err != nil && !isTTLAlreadyOn(err) {
-		return table, fmt.Errorf("turn TTL on for %s: %w", table, err)
+		return table, nil, fmt.Errorf("turn TTL on for %s: %w", table, err)
 	}
-	return table, initLayout(ctx, client, table, have[seedIndex])
+	// The table's indexes: those it had, and those it was given.
+	names := slices.Collect(maps.Keys(have))
+	for _, gsi := range indexes(opts.SeedIndex) {
+		if !have[aws.ToString(gsi.IndexName)] {
+			names = append(names, aws.ToString(gsi.IndexName))
+		}
+	}
+	slices.Sort(names)
+	return table, names, initLayout(ctx, client, table, have[seedIndex])
 }
 
 func isTTLAlreadyOn(err error) bool {
