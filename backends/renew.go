@@ -65,7 +65,7 @@ func (r *Renewal) Check() error {
 	if !r.Status.Working() {
 		return fmt.Errorf("renew %s: not a working status", what)
 	}
-	if err := checkRenewal(what, len(r.IDs), r.Held, r.Until); err != nil {
+	if err := checkRenewal(what, r.IDs, r.Held, r.Until); err != nil {
 		return err
 	}
 	for _, id := range r.IDs {
@@ -78,12 +78,21 @@ func (r *Renewal) Check() error {
 
 // checkRenewal checks what every renewal needs: both leases, and a bound
 // on the leases renewed at once.
-func checkRenewal(what string, n int, held, until time.Time) error {
+func checkRenewal(what string, ids []string, held, until time.Time) error {
 	if held.IsZero() || until.IsZero() {
 		return fmt.Errorf("renew %s: the lease held and the new one are both needed", what)
 	}
-	if n > MaxRenewal {
-		return fmt.Errorf("renew %s: %d at once, more than %d", what, n, MaxRenewal)
+	if len(ids) > MaxRenewal {
+		return fmt.Errorf("renew %s: %d at once, more than %d", what, len(ids), MaxRenewal)
+	}
+	// A store may write every id in one transaction, which may name an
+	// item once.
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return fmt.Errorf("renew %s: %s named twice; name each once", what, id)
+		}
+		seen[id] = true
 	}
 	return nil
 }
@@ -104,7 +113,7 @@ type EventRenewal struct {
 
 // Check validates a renewal of events before the store looks at anything.
 func (r *EventRenewal) Check() error {
-	return checkRenewal("the leases of calling events", len(r.IDs), r.Held, r.Until)
+	return checkRenewal("the leases of calling events", r.IDs, r.Held, r.Until)
 }
 
 // Renews reports whether r renews e's lease: e is calling under the lease

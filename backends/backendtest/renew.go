@@ -71,6 +71,10 @@ func testRenewEvents(t *testing.T, s eventStore) {
 	now, held := at(3*time.Hour), at(3*time.Hour+time.Minute+123456789)
 	claimEventsUntil(t, s, now, held, "rev-1", "rev-3")
 	until := at(3*time.Hour + 5*time.Minute + 987654321)
+	// An event named twice is refused before anything is written.
+	if _, err := s.RenewEvents(ctx, backends.EventRenewal{IDs: []string{"rev-1", "rev-3", "rev-1"}, Held: held, Until: until}); err == nil {
+		t.Error("RenewEvents naming rev-1 twice: no error")
+	}
 	got, err := s.RenewEvents(ctx, backends.EventRenewal{IDs: []string{"rev-1", "rev-3", "rev-4", "rev-missing"}, Held: held, Until: until})
 	if err != nil {
 		t.Fatal(err)

@@ -92,7 +92,8 @@ func setLease(ctx context.Context, tx *sql.Tx, table, key string, ids []string, 
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET lease_until = ? WHERE "+key+" IN ("+inList(len(ids))+")",
-		append([]any{until}, sortedIDs(ids)...)...)
+	args := sortedIDs(ids) // once each: an id may come twice
+	_, err := tx.ExecContext(ctx, "UPDATE "+table+" SET lease_until = ? WHERE "+key+" IN ("+inList(len(args))+")",
+		append([]any{until}, args...)...)
 	return err
 }
