@@ -42,7 +42,7 @@ type Options struct {
 	Log   *slog.Logger
 }
 
-var bucketOutcomes = []byte("outcomes") // message id -> JSON transition
+var bucketOutcomes = []byte("outcomes") // message id -> JSON kept (earlier: the bare transition)
 
 // Journal keeps outcomes until the store takes them. Its methods are safe
 // for concurrent use.
@@ -109,9 +109,6 @@ func Refused(err error) bool {
 // not even be kept.
 func (j *Journal) Write(ctx context.Context, t backends.Transition, leases ...time.Time) error {
 	k := kept{T: t, Leases: leases}
-	if len(k.Leases) == 0 {
-		k.Leases = []time.Time{t.Held}
-	}
 	err := j.land(ctx, k)
 	if err == nil || Refused(err) {
 		return err
@@ -136,10 +133,32 @@ type kept struct {
 	Leases []time.Time         `json:"leases"`
 }
 
-// land writes k to the store under each of its leases in turn, while the
-// store refuses it for its lease.
+// land writes k to the store under each of its leases in turn (none: the
+// one its transition names), while the store refuses it for its lease.
 func (j *Journal) land(ctx context.Context, k kept) error {
-	return lease.Write(k.T, k.Leases, func(t backends.Transition) error { return j.store.Transition(ctx, t) })
+	leases := k.Leases
+	if len(leases) == 0 {
+		leases = []time.Time{k.T.Held}
+	}
+	return lease.Write(k.T, leases, func(t backends.Transition) error { return j.store.Transition(ctx, t) })
+}
+
+// decode reads an entry: a kept outcome or, as journals wrote before they
+// kept the leases beside it, the bare transition.
+func decode(raw []byte) (kept, error) {
+	var k kept
+	if err := json.Unmarshal(raw, &k); err != nil {
+		return k, err
+	}
+	if k.T.ID == "" {
+		if err := json.Unmarshal(raw, &k.T); err != nil {
+			return k, err
+		}
+	}
+	if k.T.ID == "" {
+		return k, errors.New("the entry names no message")
+	}
+	return k, nil
 }
 
 // keep stores k under its message's id: a message has one outcome at a
@@ -184,14 +203,14 @@ func (j *Journal) Replay(ctx context.Context) (int, error) {
 	landed := 0
 	var failed error
 	for _, e := range entries {
-		var k kept
-		if err := json.Unmarshal(e.raw, &k); err != nil {
+		k, err := decode(e.raw)
+		if err != nil {
 			j.opts.Log.Error("outcome journal: an entry cannot be read; dropped", "id", string(e.id), "error", err)
 			j.drop(e)
 			continue
 		}
 		t := k.T
-		err := j.land(ctx, k)
+		err = j.land(ctx, k)
 		switch {
 		case err == nil:
 			landed++

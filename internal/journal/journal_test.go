@@ -2,6 +2,7 @@ package journal_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -252,4 +253,35 @@ func TestKeptUnderEveryCandidateLease(t *testing.T) {
 		t.Fatalf("Replay = %d, %v; want the kept outcome written under the renewed lease", n, err)
 	}
 	sentOnce(t, store.Store, "m1")
+}
+
+// An outcome kept by a journal of the earlier format (the bare transition,
+// naming its lease) is written at the restart, not read as empty and
+// dropped.
+func TestReplaysEarlierEntries(t *testing.T) {
+	store := outboxtest.Store(t)
+	path := filepath.Join(t.TempDir(), "outcomes.db")
+	j := open(t, path, store)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tr := claimed(t, store, "m1")
+	raw, err := json.Marshal(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bbolt.Tx) error { return tx.Bucket([]byte("outcomes")).Put([]byte("m1"), raw) }); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	j = open(t, path, store)
+	defer j.Close()
+	if n, err := j.Replay(context.Background()); n != 1 || err != nil {
+		t.Fatalf("Replay of an earlier entry = %d, %v; want 1 written", n, err)
+	}
+	sentOnce(t, store, "m1")
 }

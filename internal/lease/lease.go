@@ -241,6 +241,9 @@ func Write(t backends.Transition, leases []time.Time, write func(backends.Transi
 // next while the outbox refuses the write for its lease: write names held
 // as the lease it holds, as EventUpdate.Held does.
 func Try(leases []time.Time, write func(held time.Time) error) error {
+	if len(leases) == 0 {
+		return errors.New("no lease to write under: the worker must name the lease it holds")
+	}
 	var err error
 	for _, held := range leases {
 		if err = write(held); !errors.Is(err, backends.ErrLockNotAcquired) {
