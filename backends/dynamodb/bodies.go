@@ -65,13 +65,15 @@ func bodyNonce(msg *backends.Message) (string, error) {
 }
 
 // chunkItems cuts data into the items of its chunks in partition id, under
-// prefix; empty data has one.
+// prefix; empty data has one. Each says how many there are (Of), so that a
+// reader missing one (expired by its TTL) knows.
 func chunkItems(id, prefix string, data []byte, ttl *int64) []map[string]types.AttributeValue {
 	var out []map[string]types.AttributeValue
+	of := num(int64(max(1, (len(data)+bodyChunk-1)/bodyChunk)))
 	for seq, off := 1, 0; off < len(data) || seq == 1; seq++ {
 		end := min(off+bodyChunk, len(data))
 		it := map[string]types.AttributeValue{"Id": str(id), "Status": str(chunkKey(prefix, seq)),
-			"Data": &types.AttributeValueMemberB{Value: data[off:end]}}
+			"Data": &types.AttributeValueMemberB{Value: data[off:end]}, "Of": of}
 		if ttl != nil {
 			it["TTL"] = num(*ttl)
 		}
@@ -97,7 +99,7 @@ func (s *Store) stage(ctx context.Context, id, nonce, prefix string, data []byte
 		return stmts, len(items), nil
 	}
 	pending := map[string]types.AttributeValue{"Id": str(id), "Status": str(spoolingPrefix + nonce), "Chunks": str(prefix),
-		"Queue": str(sharded(spoolingQueue, shardOf(id))), "QueueKey": str(keyTime(time.Now()))}
+		"Count": num(int64(len(items))), "Queue": str(sharded(spoolingQueue, shardOf(id))), "QueueKey": str(keyTime(time.Now()))}
 	if err := s.putItems(ctx, append([]map[string]types.AttributeValue{pending}, items...)); err != nil {
 		return nil, 0, fmt.Errorf("write its bytes: %w", err)
 	}
@@ -122,8 +124,9 @@ func (s *Store) spoolBody(ctx context.Context, msg *backends.Message, ttl *int64
 }
 
 // readChunks reads, in order, the chunks of partition id whose keys begin
-// with prefix, and gives fn each one's key and bytes.
-func (s *Store) readChunks(ctx context.Context, id, prefix string, fn func(key string, data []byte)) error {
+// with prefix, and gives fn each one's key, bytes and how many chunks its
+// bytes were cut in.
+func (s *Store) readChunks(ctx context.Context, id, prefix string, fn func(key string, data []byte, of int64)) error {
 	in := &dynamodb.QueryInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true),
 		KeyConditionExpression:    aws.String("Id = :id AND begins_with(#s, :p)"),
 		ExpressionAttributeNames:  map[string]string{"#s": "Status"},
@@ -138,7 +141,7 @@ func (s *Store) readChunks(ctx context.Context, id, prefix string, fn func(key s
 			if data == nil {
 				return fmt.Errorf("chunk %s without Data", getS(it, "Status"))
 			}
-			fn(getS(it, "Status"), data.Value)
+			fn(getS(it, "Status"), data.Value, getN(it, "Of"))
 		}
 		if resp.LastEvaluatedKey == nil {
 			return nil
@@ -152,13 +155,15 @@ func (s *Store) readChunks(ctx context.Context, id, prefix string, fn func(key s
 // may lie beside them until swept: then the row's path says which are its.
 func (s *Store) OpenBody(ctx context.Context, id string) (io.ReadCloser, error) {
 	chunks := map[string][][]byte{}
+	of := map[string]int64{}
 	var nonces []string
-	err := s.readChunks(ctx, id, spoolPrefix, func(key string, data []byte) {
+	err := s.readChunks(ctx, id, spoolPrefix, func(key string, data []byte, n int64) {
 		nonce, _, _ := strings.Cut(strings.TrimPrefix(key, spoolPrefix), "#")
 		if _, ok := chunks[nonce]; !ok {
 			nonces = append(nonces, nonce)
 		}
 		chunks[nonce] = append(chunks[nonce], data)
+		of[nonce] = n
 	})
 	if err != nil {
 		return nil, fmt.Errorf("read the body of %s: %w", id, err)
@@ -166,6 +171,10 @@ func (s *Store) OpenBody(ctx context.Context, id string) (io.ReadCloser, error) 
 	nonce, err := s.rowNonce(ctx, id, nonces)
 	if err != nil {
 		return nil, err
+	}
+	if got := int64(len(chunks[nonce])); got != of[nonce] {
+		// Sent short, the message would be cut; unread, it waits.
+		return nil, fmt.Errorf("the body of %s: %d of its %d chunks are there (expired by their TTL?)", id, got, of[nonce])
 	}
 	return io.NopCloser(bytes.NewReader(bytes.Join(chunks[nonce], nil))), nil
 }
@@ -233,18 +242,7 @@ func (s *Store) sweepSpooling(ctx context.Context, now time.Time) error {
 		if err != nil {
 			return fmt.Errorf("give up the bytes of %s: %w", id, err)
 		}
-		chunks := getS(it, "Chunks")
-		if chunks == "" { // written by a relay that kept only bodies
-			chunks = spoolPrefix + strings.TrimPrefix(sk, spoolingPrefix) + "#"
-		}
-		keys, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND begins_with("Status", ?)`, 0, str(id), str(chunks))
-		if err != nil {
-			return fmt.Errorf("read the bytes of %s given up: %w", id, err)
-		}
-		dels := make([]types.WriteRequest, 0, len(keys)+1)
-		for _, k := range append(keys, it) {
-			dels = append(dels, deleteOf(id, getS(k, "Status")))
-		}
+		dels := append(chunkDeletes(id, getS(it, "Chunks"), getN(it, "Count")), deleteOf(id, sk))
 		if err := s.writeItems(ctx, dels); err != nil {
 			return fmt.Errorf("delete the bytes of %s given up: %w", id, err)
 		}

@@ -278,3 +278,30 @@ func TestBodyRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// TestBodyChunkMissing: bytes missing a chunk (expired by its TTL) are not
+// read short, which would send the message cut: OpenBody says what is
+// missing.
+func TestBodyChunkMissing(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	s := openStore(t, opts)
+	body := randomBytes(2*chunk + 10)
+	if err := s.Create(ctx, bodyMessage("cut-1", "0123456789ab", body)); err != nil {
+		t.Fatal(err)
+	}
+	client, table, err := dynamodb.Client(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.DeleteItem(ctx, &awsdynamodb.DeleteItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
+		"Id": &types.AttributeValueMemberS{Value: "cut-1"}, "Status": &types.AttributeValueMemberS{Value: "_SPOOL#0123456789ab#0003"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.OpenBody(ctx, "cut-1"); err == nil || !strings.Contains(err.Error(), "2 of its 3 chunks") {
+		if r != nil {
+			r.Close()
+		}
+		t.Fatalf("OpenBody with a chunk gone: %v, want it said", err)
+	}
+}

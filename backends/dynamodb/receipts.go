@@ -122,7 +122,7 @@ func (s *Store) OpenReceipt(ctx context.Context, id, name string) (io.ReadCloser
 		return nil, fmt.Errorf("receipt %s of %s: %w", name, id, backends.ErrNotFound)
 	}
 	var chunks [][]byte
-	if err := s.readChunks(ctx, id, r.prefix(), func(_ string, data []byte) { chunks = append(chunks, data) }); err != nil {
+	if err := s.readChunks(ctx, id, r.prefix(), func(_ string, data []byte, _ int64) { chunks = append(chunks, data) }); err != nil {
 		return nil, fmt.Errorf("read receipt %s of %s: %w", name, id, err)
 	}
 	if int64(len(chunks)) != r.chunks {
