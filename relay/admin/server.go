@@ -148,7 +148,8 @@ func (a *api) receipts(w http.ResponseWriter, r *http.Request) {
 	}
 	list, err := a.opts.Receipts.Receipts(r.Context(), m.EmlPath)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "cannot list the receipts of %s: %v", m.ID, err)
+		// Purged since the Get: 404, not a 503 that asks to retry.
+		storeError(w, fmt.Errorf("cannot list the receipts of %s: %w", m.ID, err))
 		return
 	}
 	if list == nil {
