@@ -318,15 +318,19 @@ func (s *Store) metaUpdate(m *meta, readStatus backends.Status, readSeq int64, h
 	if _, ok := keys["BatchKey"]; !ok {
 		text += ` REMOVE "BatchKey"`
 	}
-	text += ` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`
-	params = append(params, str(m.msg.ID), str(metaStatus), str(string(readStatus)))
+	where, wparams := s.metaAsRead(m.msg.ID, readStatus, readSeq, hadSeq)
+	return stmt(text+where, append(params, wparams...)...)
+}
+
+// metaAsRead is the WHERE clause that holds a _META item to the state it
+// was read in: its status and its revision.
+func (s *Store) metaAsRead(id string, readStatus backends.Status, readSeq int64, hadSeq bool) (string, []types.AttributeValue) {
+	text := ` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`
+	params := []types.AttributeValue{str(id), str(metaStatus), str(string(readStatus))}
 	if hadSeq {
-		text += ` AND "Attributes"."Seq" = ?`
-		params = append(params, num(readSeq))
-	} else {
-		text += ` AND "Attributes"."Seq" IS MISSING`
+		return text + ` AND "Attributes"."Seq" = ?`, append(params, num(readSeq))
 	}
-	return stmt(text, params...)
+	return text + ` AND "Attributes"."Seq" IS MISSING`, params
 }
 
 // statusItem is the item of one history row.

@@ -529,14 +529,16 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 }
 
 // remove deletes a message's items: the _META item first, on condition that
-// it is still in status st, then the others (history, events, the events'
-// references, its bytes), which are of no use without it, 25 to a request.
-// Its bytes, which sort after _META, are deleted by their keys, unread.
+// it is still as read (in status st, at its revision: a receipt recorded
+// since changes it, and would be left behind), then the others (history,
+// events, the events' references, its bytes), which are of no use without
+// it, 25 to a request. Its bytes, which sort after _META, are deleted by
+// their keys, unread.
 func (s *Store) remove(ctx context.Context, m *meta, st backends.Status, chunks int64) (bool, error) {
 	gone := counts{}
 	gone.move(st, "")
-	_, err := s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+
-		` WHERE "Id" = ? AND "Status" = ? AND "Attributes"."Latest" = ?`, str(m.msg.ID), str(metaStatus), str(string(st)))},
+	where, params := s.metaAsRead(m.msg.ID, st, m.seq, m.hasSeq)
+	_, err := s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+where, params...)},
 		s.counterStmts(gone)...))
 	if errors.Is(err, errCondition) {
 		return false, nil

@@ -27,9 +27,9 @@ import (
 // Chunks, Size, SavedAt), recorded by a change of the message like an
 // alarm's: listing them reads that item only, the first copy of a name
 // recorded is the one kept, and Purge deletes their chunks by their keys,
-// unread, with the message's bytes (bodyDeletes). The chunks of a receipt
-// recorded while Purge was removing its message, after its read of the
-// message, are left to their TTL.
+// unread, with the message's bytes (bodyDeletes). A receipt recorded
+// after Purge read the message changes its revision, and Purge's delete,
+// held to the revision it read, leaves the message to the next round.
 const receiptPrefix = "_RECEIPT#"
 
 // receipt is a receipt as the _META item lists it.
