@@ -50,34 +50,20 @@ func (s *Store) eventInserts(m *meta, e *backends.Event, at time.Time, ttl *int6
 }
 
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
-	for attempt := 1; ; attempt++ {
-		m, err := s.getMeta(ctx, e.MessageID)
-		if err != nil {
-			return fmt.Errorf("add event to %s: %w", e.MessageID, err)
-		}
-		readSeq, hadSeq := m.seq, m.hasSeq
+	var ev backends.Event
+	err := s.metaChange(ctx, e.MessageID, func(m *meta) ([]types.ParameterizedStatement, error) {
 		now := time.Now().UTC()
-		ev := *e
-		ttl := s.ttlFor(now)
-		inserts, err := s.eventInserts(m, &ev, now, ttl)
-		if err != nil {
-			return err
-		}
-		m.seq++
-		stmts := append([]types.ParameterizedStatement{s.metaUpdate(m, m.msg.Status, readSeq, hadSeq, nil)}, inserts...)
-		_, err = s.txn(ctx, stmts)
-		if errors.Is(err, errCondition) && attempt < 10 {
-			continue
-		}
-		if errors.Is(err, errDupItem) {
-			return fmt.Errorf("add event to %s: event %s: %w", e.MessageID, e.ID, backends.ErrDuplicate)
-		}
-		if err != nil {
-			return fmt.Errorf("add event to %s: %w", e.MessageID, err)
-		}
-		*e = ev
-		return nil
+		ev = *e
+		return s.eventInserts(m, &ev, now, s.ttlFor(now))
+	})
+	if errors.Is(err, errDupItem) {
+		return fmt.Errorf("add event to %s: event %s: %w", e.MessageID, e.ID, backends.ErrDuplicate)
 	}
+	if err != nil {
+		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
+	}
+	*e = ev
+	return nil
 }
 
 func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
@@ -114,22 +100,14 @@ func (s *Store) EventsByState(ctx context.Context, state backends.EventState, li
 
 // getEvent finds an event by its id.
 func (s *Store) getEvent(ctx context.Context, id string) (*backends.Event, error) {
-	refs, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, 1, str(eventRef(id)), str(eventRefStatus))
+	events, err := s.readEvents(ctx, []string{id})
 	if err != nil {
 		return nil, err
 	}
-	if len(refs) == 0 {
+	if len(events) == 0 {
 		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
 	}
-	a := getM(refs[0], "Attributes")
-	items, err := s.query(ctx, "SELECT * FROM "+s.from("")+` WHERE "Id" = ? AND "Status" = ?`, 1, str(getS(a, "MessageId")), str(eventKey(getN(a, "Seq"))))
-	if err != nil {
-		return nil, err
-	}
-	if len(items) == 0 {
-		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
-	}
-	return eventFromItem(items[0]), nil
+	return events[0], nil
 }
 
 // eventUpdate writes an event's new state, e, conditionally on the state it

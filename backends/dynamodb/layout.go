@@ -109,7 +109,7 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 		m.held = m.msg.Batch != "" && slices.Contains(suspended, m.msg.Batch) && m.msg.Status.Undelivered()
 		return s.place(ctx, m)
 	case sk == counterStatus && strings.Count(id, "#") > 1:
-		return s.writeItems(ctx, []types.WriteRequest{{DeleteRequest: &types.DeleteRequest{Key: itemKey(id, sk)}}})
+		return s.writeItems(ctx, []types.WriteRequest{deleteOf(id, sk)})
 	case sk == batchStatus:
 		place = batchPlace(strings.TrimPrefix(id, batchPrefix))
 	case strings.HasPrefix(sk, eventPrefix):
