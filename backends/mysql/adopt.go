@@ -83,7 +83,7 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adop
 	if err := w.lockMessages(ids); err != nil {
 		return err
 	}
-	var done backends.Adoption
+	var done []backends.Adopted // counted once the page commits
 	now := time.Now().UTC()
 	for _, id := range ids {
 		m, ok := w.msgs[id]
@@ -96,7 +96,7 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adop
 				return fmt.Errorf("message %s: %w", id, err)
 			}
 		}
-		done.Count(kind)
+		done = append(done, kind)
 	}
 	if err := w.write(); err != nil {
 		return err
@@ -104,6 +104,8 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adop
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	a.Queued, a.Told, a.Unsendable = a.Queued+done.Queued, a.Told+done.Told, a.Unsendable+done.Unsendable
+	for _, k := range done {
+		a.Count(k)
+	}
 	return nil
 }
