@@ -258,9 +258,18 @@ func timeIDKeyID(k []byte) string { return string(k[8:]) }
 // not survive.
 func suffixesUnder(b *bbolt.Bucket, prefix []byte) []string {
 	var out []string
+	for _, k := range keysUnder(b, prefix) {
+		out = append(out, string(k[len(prefix):]))
+	}
+	return out
+}
+
+// keysUnder returns the keys of b that start with prefix, copied.
+func keysUnder(b *bbolt.Bucket, prefix []byte) [][]byte {
+	var out [][]byte
 	c := b.Cursor()
 	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-		out = append(out, string(k[len(prefix):]))
+		out = append(out, bytes.Clone(k))
 	}
 	return out
 }

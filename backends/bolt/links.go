@@ -1,7 +1,6 @@
 package bolt
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 
@@ -51,11 +50,11 @@ func (s *Store) Linked(ctx context.Context, key string) (string, error) {
 func removeLinks(tx *bbolt.Tx, id string) error {
 	prefix := pairKey(id, "")
 	ml := tx.Bucket(bucketMsgLinks)
-	for _, link := range suffixesUnder(ml, prefix) {
-		if err := tx.Bucket(bucketLinks).Delete([]byte(link)); err != nil {
+	for _, k := range keysUnder(ml, prefix) {
+		if err := tx.Bucket(bucketLinks).Delete(k[len(prefix):]); err != nil {
 			return err
 		}
-		if err := ml.Delete(append(bytes.Clone(prefix), link...)); err != nil {
+		if err := ml.Delete(k); err != nil {
 			return err
 		}
 	}

@@ -345,8 +345,8 @@ func remove(tx *bbolt.Tx, m *backends.Message) error {
 	}
 	prefix := pairKey(m.ID, "")
 	h := tx.Bucket(bucketHistory)
-	for _, seq := range suffixesUnder(h, prefix) {
-		if err := h.Delete(append(bytes.Clone(prefix), seq...)); err != nil {
+	for _, k := range keysUnder(h, prefix) {
+		if err := h.Delete(k); err != nil {
 			return err
 		}
 	}
