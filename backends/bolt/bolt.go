@@ -100,7 +100,7 @@ func Open(path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open outbox %s: %w", path, err)
 	}
 	s := &Store{db: db}
-	s.commits = groupcommit.New(commitConfig, s.commit)
+	s.commits = groupcommit.New(commitConfig, groupcommit.BoltUpdates(db))
 	return s, nil
 }
 
@@ -120,32 +120,6 @@ func (s *Store) Close() error {
 // write only until a group takes it (groupcommit.Pending.Wait).
 func (s *Store) write(ctx context.Context, fn func(*bbolt.Tx) error) error {
 	return s.commits.Do(ctx, fn)
-}
-
-// commit runs a group of writes in one transaction.
-func (s *Store) commit(group []func(*bbolt.Tx) error) []error { return CommitGroup(s.db, group) }
-
-// CommitGroup runs a group of writes to db in one transaction, for a
-// groupcommit.Committer: one fsync for all of them. When the transaction
-// fails, each write is run again alone, so that one write's failure does not
-// fail the others; a write may therefore run twice.
-func CommitGroup(db *bbolt.DB, group []func(*bbolt.Tx) error) []error {
-	err := db.Update(func(tx *bbolt.Tx) error {
-		for _, fn := range group {
-			if err := fn(tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err == nil {
-		return nil
-	}
-	errs := make([]error, len(group))
-	for i, fn := range group {
-		errs[i] = db.Update(fn)
-	}
-	return errs
 }
 
 func (s *Store) Ping(ctx context.Context) error {

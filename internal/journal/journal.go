@@ -24,7 +24,6 @@ import (
 	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/groupcommit"
 	"github.com/genropy/postino/internal/lease"
@@ -74,8 +73,8 @@ func Open(path string, store Store, o Options) (*Journal, error) {
 	}
 	j := &Journal{db: db, store: store, opts: o, kept: make(chan struct{}, 1)}
 	// Outcomes that fail together (the outbox is down) are kept together:
-	// one fsync for all of them.
-	j.commits = groupcommit.New(groupcommit.Config{Max: 256}, j.commit)
+	// one fsync for all of them; one the file refuses loses no other.
+	j.commits = groupcommit.New(groupcommit.Config{Max: 256}, groupcommit.BoltUpdates(db))
 	return j, nil
 }
 
@@ -83,12 +82,6 @@ func Open(path string, store Store, o Options) (*Journal, error) {
 func (j *Journal) Close() error {
 	j.commits.Close()
 	return j.db.Close()
-}
-
-// commit keeps a group of outcomes in one transaction, and each alone when
-// the group's fails, so that one outcome the file refuses loses no other.
-func (j *Journal) commit(group []func(*bbolt.Tx) error) []error {
-	return bolt.CommitGroup(j.db, group)
 }
 
 // Refused reports whether the store refused a transition for good: the
