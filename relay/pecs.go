@@ -35,7 +35,7 @@ func (r *Relay) pecMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake
 	} else {
 		r.log.Warn("pec.trust_bundle is not set: receipts' signatures are not checked, and their events say so")
 	}
-	r.pecRecorder = pec.NewRecorder(r.outbox, r.evidence, opts, r.log, pec.NewMetrics(reg), wake)
+	r.pecRecorder = pec.NewRecorder(r.outbox, r.bodies, opts, r.log, pec.NewMetrics(reg), wake)
 	for i, a := range r.cfg.PEC.Accounts {
 		cfg, err := a.mailbox().mailbox(r.owner(), os.Getenv)
 		if err != nil {

@@ -43,9 +43,7 @@ type Relay struct {
 	// bodies opens messages' bytes, in the spool or the
 	// outbox, as each row's path says.
 	bodies *spool.Bodies
-	// evidence keeps the messages' receipts where their bytes are.
-	evidence *spool.Evidence
-	outbox   backends.Outbox
+	outbox backends.Outbox
 	// outcomes keeps the delivery outcomes the outbox failed to take.
 	outcomes *journal.Journal
 	// exclusive is true when no other process can use the outbox (bbolt's
@@ -93,12 +91,11 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.outbox, r.exclusive, err = cfg.openOutbox(context.Background()); err != nil {
 		return nil, err
 	}
-	store, receipts, err := keptInOutbox(cfg, r.outbox)
+	store, err := keptInOutbox(cfg, r.outbox)
 	if err != nil {
 		return nil, err
 	}
 	r.bodies = spool.NewBodies(r.spool, store)
-	r.evidence = spool.NewEvidence(r.spool, receipts)
 
 	if r.outcomes, err = journal.Open(cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: log}); err != nil {
 		return nil, err
@@ -171,7 +168,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Degraded:   r.degraded,
 			Wake:       r.worker.Wake,
 			WakeEvents: r.dispatcher.Wake,
-			Receipts:   r.evidence,
+			Receipts:   r.bodies,
 			Throughput: r.throughput.Minutes,
 			Token:      token,
 			Log:        log,
@@ -198,16 +195,15 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	return r, nil
 }
 
-// keptInOutbox returns what the outbox keeps of messages: their bytes and
-// their receipts, none when it keeps no bytes. Whatever this relay writes,
-// it reads what another relay kept in the outbox when the store keeps any.
-func keptInOutbox(cfg Config, o backends.Outbox) (spool.Store, spool.ReceiptStore, error) {
+// keptInOutbox returns the outbox when it keeps messages' bytes and their
+// receipts, nil otherwise. Whatever this relay writes, it reads what
+// another relay kept in the outbox when the store keeps any.
+func keptInOutbox(cfg Config, o backends.Outbox) (spool.Store, error) {
 	store, keeps := o.(spool.Store)
-	receipts, keepsReceipts := o.(spool.ReceiptStore)
-	if cfg.Spool.Store == SpoolOutbox && (!keeps || !keepsReceipts) {
-		return nil, nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
+	if cfg.Spool.Store == SpoolOutbox && !keeps {
+		return nil, fmt.Errorf("spool.store outbox: the %s outbox does not keep message bytes yet; use spool.store shared", cfg.Outbox.Backend)
 	}
-	return store, receipts, nil
+	return store, nil
 }
 
 // ReloadDKIM puts the DKIM policy and keys of c in force for the messages

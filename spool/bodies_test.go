@@ -12,11 +12,14 @@ import (
 	"github.com/genropy/postino/spool"
 )
 
-// memStore keeps bodies by message id, as an outbox would.
-type memStore map[string]string
+// memStore keeps bodies by message id, and receipts, as an outbox would.
+type memStore struct {
+	bodies map[string]string
+	memReceipts
+}
 
 func (m memStore) OpenBody(_ context.Context, id string) (io.ReadCloser, error) {
-	b, ok := m[id]
+	b, ok := m.bodies[id]
 	if !ok {
 		return nil, backends.ErrNotFound
 	}
@@ -29,7 +32,7 @@ func (m memStore) OpenBody(_ context.Context, id string) (io.ReadCloser, error) 
 func TestBodies(t *testing.T) {
 	files := openSpool(t)
 	onDisk := write(t, files, "disk-1", time.Now(), []byte("from the spool"))
-	store := memStore{"kept.1": "from the outbox"}
+	store := memStore{bodies: map[string]string{"kept.1": "from the outbox"}}
 	tests := []struct {
 		name, path string
 		store      spool.Store

@@ -88,8 +88,9 @@ func (s *Spool) Receipts(path string) ([]backends.Receipt, error) {
 	return out, nil
 }
 
-// OpenReceipt opens one receipt of the message at path.
-func (s *Spool) OpenReceipt(path, name string) (*os.File, error) {
+// OpenReceipt opens one receipt of the message at path; one it does not
+// have is backends.ErrNotFound.
+func (s *Spool) OpenReceipt(path, name string) (io.ReadCloser, error) {
 	if err := backends.CheckReceiptName(name); err != nil {
 		return nil, err
 	}
@@ -97,82 +98,7 @@ func (s *Spool) OpenReceipt(path, name string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	return os.Open(filepath.Join(dir, name))
-}
-
-// ReceiptStore is an outbox that keeps the receipts of the messages whose
-// bytes it keeps (spool.store outbox).
-type ReceiptStore interface {
-	// SaveReceipt keeps raw as receipt name of message id; the first copy
-	// of a name stays. ErrNotFound when the message is not there.
-	SaveReceipt(ctx context.Context, id, name string, raw []byte) error
-	// Receipts lists the receipts of message id by name; ErrNotFound when
-	// the message is not there.
-	Receipts(ctx context.Context, id string) ([]backends.Receipt, error)
-	OpenReceipt(ctx context.Context, id, name string) (io.ReadCloser, error)
-}
-
-// Evidence keeps the receipts of each message where its path says its
-// bytes are, as Bodies reads them: in the outbox store for a
-// backends.BodyRef, so that any relay of the fleet serves them and none
-// needs a disk that outlives it, beside the message file otherwise.
-type Evidence struct {
-	files *Spool
-	store ReceiptStore // nil when the outbox keeps no bytes
-}
-
-// NewEvidence keeps receipts in the spool and, for BodyRefs, in store,
-// which may be nil when the outbox keeps no bytes.
-func NewEvidence(files *Spool, store ReceiptStore) *Evidence {
-	return &Evidence{files: files, store: store}
-}
-
-// inStore returns the id of a message whose receipts the store keeps; ok
-// is false for a spool file's.
-func (e *Evidence) inStore(path string) (id string, ok bool, err error) {
-	id, ok = backends.BodyID(path)
-	if ok && e.store == nil {
-		return "", true, fmt.Errorf("spool: the receipts of %s are in the outbox: %w", id, errNoStore)
-	}
-	return id, ok, nil
-}
-
-// SaveReceipt keeps raw as receipt name of the message at path; saving a
-// name again keeps one copy.
-func (e *Evidence) SaveReceipt(ctx context.Context, path, name string, raw []byte) error {
-	id, ok, err := e.inStore(path)
-	switch {
-	case err != nil:
-		return err
-	case ok:
-		return e.store.SaveReceipt(ctx, id, name, raw)
-	}
-	return e.files.SaveReceipt(path, name, raw)
-}
-
-// Receipts lists the receipts kept with the message at path, by name.
-func (e *Evidence) Receipts(ctx context.Context, path string) ([]backends.Receipt, error) {
-	id, ok, err := e.inStore(path)
-	switch {
-	case err != nil:
-		return nil, err
-	case ok:
-		return e.store.Receipts(ctx, id)
-	}
-	return e.files.Receipts(path)
-}
-
-// OpenReceipt opens one receipt of the message at path; one it does not
-// have is backends.ErrNotFound, wherever it is kept.
-func (e *Evidence) OpenReceipt(ctx context.Context, path, name string) (io.ReadCloser, error) {
-	id, ok, err := e.inStore(path)
-	switch {
-	case err != nil:
-		return nil, err
-	case ok:
-		return e.store.OpenReceipt(ctx, id, name)
-	}
-	f, err := e.files.OpenReceipt(path, name)
+	f, err := os.Open(filepath.Join(dir, name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("spool: receipt %s of %s: %w", name, path, backends.ErrNotFound)
 	}
@@ -180,4 +106,42 @@ func (e *Evidence) OpenReceipt(ctx context.Context, path, name string) (io.ReadC
 		return nil, err
 	}
 	return f, nil
+}
+
+// SaveReceipt keeps raw as receipt name of the message at path, where its
+// bytes are (see Bodies); saving a name again keeps one copy.
+func (b *Bodies) SaveReceipt(ctx context.Context, path, name string, raw []byte) error {
+	id, inStore, err := b.where(path, "receipts")
+	switch {
+	case err != nil:
+		return err
+	case inStore:
+		return b.store.SaveReceipt(ctx, id, name, raw)
+	}
+	return b.files.SaveReceipt(path, name, raw)
+}
+
+// Receipts lists the receipts kept with the message at path, by name.
+func (b *Bodies) Receipts(ctx context.Context, path string) ([]backends.Receipt, error) {
+	id, inStore, err := b.where(path, "receipts")
+	switch {
+	case err != nil:
+		return nil, err
+	case inStore:
+		return b.store.Receipts(ctx, id)
+	}
+	return b.files.Receipts(path)
+}
+
+// OpenReceipt opens one receipt of the message at path; one it does not
+// have is backends.ErrNotFound, wherever it is kept.
+func (b *Bodies) OpenReceipt(ctx context.Context, path, name string) (io.ReadCloser, error) {
+	id, inStore, err := b.where(path, "receipts")
+	switch {
+	case err != nil:
+		return nil, err
+	case inStore:
+		return b.store.OpenReceipt(ctx, id, name)
+	}
+	return b.files.OpenReceipt(path, name)
 }

@@ -88,11 +88,11 @@ func (m memReceipts) OpenReceipt(_ context.Context, id, name string) (io.ReadClo
 	return io.NopCloser(bytes.NewReader(raw)), nil
 }
 
-// TestEvidence keeps each message's receipts where its path says its
+// TestReceiptsWhereTheBytesAre keeps each message's receipts where its path says its
 // bytes are: the spool for a file's path, the store for a BodyRef,
 // whatever the relay writes; one a relay cannot reach is an error, and a
 // receipt not kept is ErrNotFound wherever it would be.
-func TestEvidence(t *testing.T) {
+func TestReceiptsWhereTheBytesAre(t *testing.T) {
 	ctx := context.Background()
 	files := openSpool(t)
 	onDisk := write(t, files, "disk-1", time.Now(), []byte("from the spool"))
@@ -109,11 +109,11 @@ func TestEvidence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var store spool.ReceiptStore
+			var store spool.Store
 			if tt.store != nil {
-				store = tt.store
+				store = memStore{memReceipts: tt.store}
 			}
-			e := spool.NewEvidence(files, store)
+			e := spool.NewBodies(files, store)
 			err := e.SaveReceipt(ctx, tt.path, "accettazione.eml", []byte("accepted"))
 			if !tt.ok {
 				if err == nil {

@@ -14,7 +14,7 @@ import (
 )
 
 // ReceiptStore is a store that keeps the receipts of the messages whose
-// bytes it keeps (spool.store outbox), as the spool's ReceiptStore says.
+// bytes it keeps (spool.store outbox), as spool.Store says.
 type ReceiptStore interface {
 	messageStore
 	SaveReceipt(ctx context.Context, id, name string, raw []byte) error
