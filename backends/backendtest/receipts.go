@@ -68,15 +68,7 @@ func saveReceipt(t *testing.T, s ReceiptStore, id, name string, raw []byte) {
 func readReceipt(t *testing.T, s ReceiptStore, id, name string) []byte {
 	t.Helper()
 	r, err := s.OpenReceipt(context.Background(), id, name)
-	if err != nil {
-		t.Fatalf("OpenReceipt(%s, %s): %v", id, name, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return readAll(t, r, err, "receipt "+name+" of "+id)
 }
 
 // testReceiptsSaved: receipts of any size are listed by name, with their

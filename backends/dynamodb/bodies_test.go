@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/dynamodb"
 )
 
@@ -25,34 +24,6 @@ const (
 	chunk   = 350_000
 	txBytes = 3 << 20
 )
-
-func bodyMessage(id, nonce string, body []byte) *backends.Message {
-	return &backends.Message{ID: id, MessageID: id + "@example.com", Priority: backends.PriorityNormal,
-		EmlPath: backends.BodyRef(id, nonce), Body: body,
-		Envelope: backends.Envelope{Sender: "a@example.com", Recipients: []string{"b@example.com"}, Size: int64(len(body))}}
-}
-
-func readBody(t *testing.T, s *dynamodb.Store, id string) []byte {
-	t.Helper()
-	r, err := s.OpenBody(context.Background(), id)
-	if err != nil {
-		t.Fatalf("OpenBody %s: %v", id, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rand.IntN(256))
-	}
-	return b
-}
 
 // itemKeys lists the sort keys of the items of partition id, every page.
 func itemKeys(t *testing.T, opts dynamodb.Options, id string) []string {
@@ -104,14 +75,14 @@ func TestBodies(t *testing.T) {
 	want := map[string][]byte{}
 	for i, n := range sizes {
 		id := fmt.Sprintf("body-%d", i)
-		want[id] = randomBytes(n)
-		if err := s.Create(ctx, bodyMessage(id, "0123456789ab", want[id])); err != nil {
+		want[id] = backendtest.RandomBytes(n)
+		if err := s.Create(ctx, backendtest.BodyMessage(id, "0123456789ab", want[id])); err != nil {
 			t.Fatalf("create %d bytes: %v", n, err)
 		}
 	}
 	for i, n := range sizes {
 		id := fmt.Sprintf("body-%d", i)
-		if got := readBody(t, s, id); !bytes.Equal(got, want[id]) {
+		if got := backendtest.ReadBody(t, s, id); !bytes.Equal(got, want[id]) {
 			t.Errorf("%s: read %d bytes back, want %d", id, len(got), n)
 		}
 		keys := itemKeys(t, opts, id)
@@ -203,18 +174,18 @@ func TestBodiesWithoutRow(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	s := openStore(t, opts)
-	first, second := randomBytes(txBytes+1), randomBytes(txBytes+2)
-	if err := s.Create(ctx, bodyMessage("dup", "bbbbbbbbbbbb", first)); err != nil {
+	first, second := backendtest.RandomBytes(txBytes+1), backendtest.RandomBytes(txBytes+2)
+	if err := s.Create(ctx, backendtest.BodyMessage("dup", "bbbbbbbbbbbb", first)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Create(ctx, bodyMessage("dup", "aaaaaaaaaaaa", second)); !errors.Is(err, backends.ErrDuplicate) {
+	if err := s.Create(ctx, backendtest.BodyMessage("dup", "aaaaaaaaaaaa", second)); !errors.Is(err, backends.ErrDuplicate) {
 		t.Fatalf("duplicate create: %v", err)
 	}
 	keys := itemKeys(t, opts, "dup")
 	if c := countPrefix(keys, "_SPOOL#aaaaaaaaaaaa#"); c != 9 || !slices.Contains(keys, "_SPOOLING#aaaaaaaaaaaa") {
 		t.Fatalf("the second submission left %d chunks, items %v", c, keys)
 	}
-	if got := readBody(t, s, "dup"); !bytes.Equal(got, first) {
+	if got := backendtest.ReadBody(t, s, "dup"); !bytes.Equal(got, first) {
 		t.Error("the second submission's bytes were read for the row")
 	}
 	if err := s.SweepSpooling(ctx, time.Now()); err != nil {
@@ -233,7 +204,7 @@ func TestBodiesWithoutRow(t *testing.T) {
 	if countPrefix(keys, "_SPOOL#bbbbbbbbbbbb#") != 9 {
 		t.Errorf("the sweep took the row's bytes: %v", keys)
 	}
-	if got := readBody(t, s, "dup"); !bytes.Equal(got, first) {
+	if got := backendtest.ReadBody(t, s, "dup"); !bytes.Equal(got, first) {
 		t.Error("the row's bytes changed")
 	}
 }
@@ -257,9 +228,9 @@ func TestBodyRoundTrips(t *testing.T) {
 		{2*txBytes + 17, 2, 7},
 	} {
 		id := fmt.Sprintf("count-%d", tc.size)
-		body := randomBytes(tc.size)
+		body := backendtest.RandomBytes(tc.size)
 		counter.reset()
-		if err := s.Create(ctx, bodyMessage(id, "0123456789ab", body)); err != nil {
+		if err := s.Create(ctx, backendtest.BodyMessage(id, "0123456789ab", body)); err != nil {
 			t.Fatal(err)
 		}
 		n, calls := counter.total()
@@ -268,7 +239,7 @@ func TestBodyRoundTrips(t *testing.T) {
 			t.Errorf("%d bytes: create took %d requests (%s), want %d", tc.size, n, calls, tc.create)
 		}
 		counter.reset()
-		if got := readBody(t, s, id); !bytes.Equal(got, body) {
+		if got := backendtest.ReadBody(t, s, id); !bytes.Equal(got, body) {
 			t.Fatalf("%d bytes read back wrong", tc.size)
 		}
 		n, calls = counter.total()
@@ -286,8 +257,8 @@ func TestBodyChunkMissing(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	s := openStore(t, opts)
-	body := randomBytes(2*chunk + 10)
-	if err := s.Create(ctx, bodyMessage("cut-1", "0123456789ab", body)); err != nil {
+	body := backendtest.RandomBytes(2*chunk + 10)
+	if err := s.Create(ctx, backendtest.BodyMessage("cut-1", "0123456789ab", body)); err != nil {
 		t.Fatal(err)
 	}
 	client, table, err := dynamodb.Client(ctx, opts)

@@ -21,12 +21,12 @@ func TestReceiptItems(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
 	s := openStore(t, opts)
-	if err := s.Create(ctx, bodyMessage("pec-1", "0123456789ab", []byte("Subject: x\r\n\r\nx\r\n"))); err != nil {
+	if err := s.Create(ctx, backendtest.BodyMessage("pec-1", "0123456789ab", []byte("Subject: x\r\n\r\nx\r\n"))); err != nil {
 		t.Fatal(err)
 	}
 	sizes := map[string]int{"small.eml": 4 << 10, "chunked.eml": 2*chunk + 1, "staged.eml": txBytes + 1}
 	for name, n := range sizes {
-		if err := s.SaveReceipt(ctx, "pec-1", name, randomBytes(n)); err != nil {
+		if err := s.SaveReceipt(ctx, "pec-1", name, backendtest.RandomBytes(n)); err != nil {
 			t.Fatalf("save %s: %v", name, err)
 		}
 	}
@@ -47,7 +47,7 @@ func TestReceiptItems(t *testing.T) {
 
 	// A relay died between the chunks of a receipt and its transaction:
 	// they are given up with the pending item once they have waited.
-	if err := s.StageReceipt(ctx, "pec-1", "dead00000000", randomBytes(txBytes+1)); err != nil {
+	if err := s.StageReceipt(ctx, "pec-1", "dead00000000", backendtest.RandomBytes(txBytes+1)); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.SweepSpooling(ctx, time.Now().Add(2*time.Hour)); err != nil {

@@ -6,42 +6,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"sync"
 	"testing"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/mysql"
 )
-
-func bodyMessage(id string, body []byte) *backends.Message {
-	return &backends.Message{ID: id, MessageID: id + "@example.com", Priority: backends.PriorityNormal,
-		EmlPath: backends.BodyRef(id, "0123456789ab"), Body: body,
-		Envelope: backends.Envelope{Sender: "a@example.com", Recipients: []string{"b@example.com"}, Size: int64(len(body))}}
-}
-
-func readBody(t *testing.T, s *mysql.Store, id string) []byte {
-	t.Helper()
-	r, err := s.OpenBody(context.Background(), id)
-	if err != nil {
-		t.Fatalf("OpenBody %s: %v", id, err)
-	}
-	defer r.Close()
-	b, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func randomBytes(n int) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(rand.IntN(256)) // every octet, quotes and backslashes included
-	}
-	return b
-}
 
 // storeAndDB opens a store on a fresh database, and a connection of its
 // own to look at the tables beside it; both close with the test.
@@ -76,10 +47,10 @@ func TestBodies(t *testing.T) {
 	errs := make(chan error, len(sizes))
 	for i, n := range sizes {
 		id := fmt.Sprintf("body-%d", i)
-		body := randomBytes(n)
+		body := backendtest.RandomBytes(n)
 		want[id] = body
 		wg.Go(func() { // concurrent: a group commit holds several bodies
-			if err := s.Create(ctx, bodyMessage(id, body)); err != nil {
+			if err := s.Create(ctx, backendtest.BodyMessage(id, "0123456789ab", body)); err != nil {
 				errs <- err
 			}
 		})
@@ -90,7 +61,7 @@ func TestBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, b := range want {
-		if got := readBody(t, s, id); !bytes.Equal(got, b) {
+		if got := backendtest.ReadBody(t, s, id); !bytes.Equal(got, b) {
 			t.Errorf("%s: read %d bytes back, want %d, equal %v", id, len(got), len(b), bytes.Equal(got, b))
 		}
 	}
@@ -103,19 +74,19 @@ func TestBodies(t *testing.T) {
 	}
 
 	// A second submission of an id keeps the first one's bytes.
-	dup := bodyMessage("body-2", []byte("another message"))
+	dup := backendtest.BodyMessage("body-2", "0123456789ab", []byte("another message"))
 	dup.EmlPath = backends.BodyRef("body-2", "ba9876543210")
 	if err := s.Create(ctx, dup); !errors.Is(err, backends.ErrDuplicate) {
 		t.Fatalf("duplicate create: %v", err)
 	}
-	if got := readBody(t, s, "body-2"); !bytes.Equal(got, want["body-2"]) {
+	if got := backendtest.ReadBody(t, s, "body-2"); !bytes.Equal(got, want["body-2"]) {
 		t.Error("a duplicate changed the first submission's bytes")
 	}
 	if _, err := s.OpenBody(ctx, "nobody"); !errors.Is(err, backends.ErrNotFound) {
 		t.Errorf("OpenBody of no message: %v", err)
 	}
 	// A message of the spool keeps no bytes in the store.
-	spooled := bodyMessage("spooled", nil)
+	spooled := backendtest.BodyMessage("spooled", "0123456789ab", nil)
 	spooled.EmlPath = "20260101/0000/spooled.0123456789ab.eml"
 	if err := s.Create(ctx, spooled); err != nil {
 		t.Fatal(err)
@@ -170,10 +141,10 @@ func TestMigrateBodies(t *testing.T) {
 		t.Fatalf("old row after the migration: %+v, %v", m, err)
 	}
 	body := []byte("Subject: new\r\n\r\nkept in the outbox\r\n")
-	if err := s.Create(ctx, bodyMessage("new-1", body)); err != nil {
+	if err := s.Create(ctx, backendtest.BodyMessage("new-1", "0123456789ab", body)); err != nil {
 		t.Fatal(err)
 	}
-	if got := readBody(t, s, "new-1"); !bytes.Equal(got, body) {
+	if got := backendtest.ReadBody(t, s, "new-1"); !bytes.Equal(got, body) {
 		t.Errorf("read back %q", got)
 	}
 }
@@ -190,7 +161,7 @@ func TestBodiesAtomic(t *testing.T) {
 	}
 	// A budget past the server's packet: the bytes' statement is refused.
 	mysql.SetBodyBudget(s, 2*packet)
-	if err := s.Create(ctx, bodyMessage("too-big", bytes.Repeat([]byte("x"), packet+1))); err == nil {
+	if err := s.Create(ctx, backendtest.BodyMessage("too-big", "0123456789ab", bytes.Repeat([]byte("x"), packet+1))); err == nil {
 		t.Fatal("a statement over max_allowed_packet was accepted")
 	}
 	var rows, chunks int

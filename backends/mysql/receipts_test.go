@@ -20,10 +20,10 @@ func TestReceiptsChunked(t *testing.T) {
 	s, db := storeAndDB(t)
 	const budget = 64 << 10
 	mysql.SetBodyBudget(s, budget)
-	if err := s.Create(ctx, bodyMessage("pec-1", []byte("Subject: x\r\n\r\nx\r\n"))); err != nil {
+	if err := s.Create(ctx, backendtest.BodyMessage("pec-1", "0123456789ab", []byte("Subject: x\r\n\r\nx\r\n"))); err != nil {
 		t.Fatal(err)
 	}
-	raw := randomBytes(5*budget + 17)
+	raw := backendtest.RandomBytes(5*budget + 17)
 	if err := s.SaveReceipt(ctx, "pec-1", "avvenuta-consegna.eml", raw); err != nil {
 		t.Fatal(err)
 	}
