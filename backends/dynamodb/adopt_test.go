@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/dynamodb"
 )
 
@@ -71,33 +72,9 @@ func TestAdoptSeedMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantFound := map[backends.Status]int{backends.StatusReady: 2, backends.StatusProcessing: 1, backends.StatusAccepted: 1,
-		backends.StatusSent: 1, backends.StatusCallingFailed: 1, backends.StatusSentAcknowledged: 1}
-	if !maps.Equal(got.Found, wantFound) || got.Queued != 3 || got.Told != 2 || got.Unsendable != 1 {
-		t.Errorf("Adopt = %+v; want found %v, 3 queued, 2 told, 1 unsendable", got, wantFound)
-	}
 
 	s := openStore(t, opts)
-	for id, want := range map[string]struct {
-		status  backends.Status
-		outcome string // the event that tells it, if any
-	}{
-		"r-ready": {backends.StatusAccepted, ""}, "r-proc": {backends.StatusAccepted, ""}, "r-acc": {backends.StatusAccepted, ""},
-		"r-noeml": {backends.StatusInvalid, "INVALID"}, "r-sent": {backends.StatusSent, "SENT"}, "r-calling": {backends.StatusFailed, "FAILED"},
-		"r-done": {backends.StatusSentAcknowledged, ""},
-	} {
-		m, err := s.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		evs, err := s.Events(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Status != want.status || (want.outcome == "") != (len(evs) == 0) || (len(evs) > 0 && (len(evs) != 1 || evs[0].Outcome != want.outcome)) {
-			t.Errorf("%s: %s with events %+v; want %s, event %q", id, m.Status, evs, want.status, want.outcome)
-		}
-	}
+	backendtest.CheckSeedAdoption(t, s, got, "r-done")
 	wantCounts := map[backends.Status]int{backends.StatusAccepted: 3, backends.StatusInvalid: 1, backends.StatusSent: 1,
 		backends.StatusFailed: 1, backends.StatusSentAcknowledged: 1}
 	if counts, err := s.Counts(ctx); err != nil || !maps.Equal(counts, wantCounts) {
