@@ -17,6 +17,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
+	"github.com/genropy/postino/backends/dynamodb/dynamodbtest"
 )
 
 // rawItems reads every item of a message as stored.
@@ -199,33 +200,7 @@ func seedTable(t *testing.T) dynamodb.Options {
 	freshTable(t, 0) // skips or fails without DynamoDB Local
 	client, table, _ := dynamodb.Client(ctx, opts)
 	client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
-	_, err := client.CreateTable(ctx, &awsdynamodb.CreateTableInput{
-		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest,
-		KeySchema: []types.KeySchemaElement{{AttributeName: aws.String("Id"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange}},
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("Id"), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String("Status"), AttributeType: types.ScalarAttributeTypeS}},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{IndexName: aws.String("StatusIndex"),
-			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String("Status"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Id"), KeyType: types.KeyTypeRange}},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// DynamoDB Local stops building indexes for good when a table is
-		// deleted while one of its indexes is being built: leave it then.
-		desc, err := client.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
-		if err != nil {
-			return
-		}
-		for _, gsi := range desc.Table.GlobalSecondaryIndexes {
-			if gsi.IndexStatus != types.IndexStatusActive {
-				t.Logf("table %s left behind: its index %s is %s", table, aws.ToString(gsi.IndexName), gsi.IndexStatus)
-				return
-			}
-		}
-		client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
-	})
+	dynamodbtest.SeedTable(t, client, table)
 	return opts
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends/dynamodb"
+	"github.com/genropy/postino/backends/dynamodb/dynamodbtest"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/relay/admin"
@@ -142,37 +143,7 @@ func seedDynamoDBTable(t *testing.T, table string, messages map[string]map[strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := []types.KeySchemaElement{{AttributeName: aws.String("Id"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Status"), KeyType: types.KeyTypeRange}}
-	_, err = client.CreateTable(ctx, &awsdynamodb.CreateTableInput{
-		TableName: aws.String(table), BillingMode: types.BillingModePayPerRequest, KeySchema: key,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("Id"), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String("Status"), AttributeType: types.ScalarAttributeTypeS}},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{IndexName: aws.String("StatusIndex"),
-			KeySchema:  []types.KeySchemaElement{{AttributeName: aws.String("Status"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("Id"), KeyType: types.KeyTypeRange}},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-			desc, err := client.DescribeTable(ctx, &awsdynamodb.DescribeTableInput{TableName: aws.String(table)})
-			if err != nil {
-				return
-			}
-			building := slices.ContainsFunc(desc.Table.GlobalSecondaryIndexes, func(g types.GlobalSecondaryIndexDescription) bool {
-				return g.IndexStatus != types.IndexStatusActive
-			})
-			if !building {
-				client.DeleteTable(ctx, &awsdynamodb.DeleteTableInput{TableName: aws.String(table)})
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Logf("table %s left behind: an index is still being built", table)
-				return
-			}
-		}
-	})
+	dynamodbtest.SeedTable(t, client, table)
 	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	for id, attrs := range messages {
 		a := map[string]types.AttributeValue{"UpdatedAt": sv("2026-01-02T03:04:05Z")}
