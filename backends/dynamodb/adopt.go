@@ -96,31 +96,23 @@ func (s *Store) adoptOne(ctx context.Context, m *meta) (backends.Adopted, error)
 }
 
 // readReached fills m's count of the statuses reached from its status
-// items, and says whether it has events.
+// items, and says whether it has events. It reads their keys only, up to
+// _META: not the message's bytes, which sort after it.
 func (s *Store) readReached(ctx context.Context, m *meta) (events bool, err error) {
-	in := &dynamodb.QueryInput{TableName: aws.String(s.table), ConsistentRead: aws.Bool(true),
-		KeyConditionExpression:    aws.String("Id = :id"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":id": str(m.msg.ID)},
-		ProjectionExpression:      aws.String("#s"), ExpressionAttributeNames: map[string]string{"#s": "Status"}}
-	for {
-		resp, err := s.db.Query(ctx, in)
-		if err != nil {
-			return false, err
-		}
-		for _, it := range resp.Items {
-			sk := getS(it, "Status")
-			if strings.HasPrefix(sk, eventPrefix) {
-				events = true
-				continue
-			}
-			if _, _, ok := historyFromItem(it); ok {
-				st, _, _ := strings.Cut(sk, "#")
-				m.reached[st]++
-			}
-		}
-		if resp.LastEvaluatedKey == nil {
-			return events, nil
-		}
-		in.ExclusiveStartKey = resp.LastEvaluatedKey
+	items, err := s.query(ctx, `SELECT "Status" FROM `+s.from("")+` WHERE "Id" = ? AND "Status" < ?`, 0, str(m.msg.ID), str(metaStatus))
+	if err != nil {
+		return false, err
 	}
+	for _, it := range items {
+		sk := getS(it, "Status")
+		if strings.HasPrefix(sk, eventPrefix) {
+			events = true
+			continue
+		}
+		if _, _, ok := historyFromItem(it); ok {
+			st, _, _ := strings.Cut(sk, "#")
+			m.reached[st]++
+		}
+	}
+	return events, nil
 }
