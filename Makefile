@@ -9,14 +9,21 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
-export TEST_POSTINO_DYNAMODB_ENDPOINT ?= http://127.0.0.1:$(DYNAMODB_PORT)
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 
-.PHONY: test deps lint vet build proto bench-accept bench-relay bench-stores bench-depth
+.PHONY: test test-deps deps lint vet build proto bench-accept bench-relay bench-stores bench-depth
 
-test: deps lint vet
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The tests run beside a DynamoDB Local of their own (.ci/with-dynamodb), so
+# that two runs at once share none; TEST_POSTINO_DYNAMODB_ENDPOINT set in the
+# environment names one to use instead.
+test: test-deps lint vet
+	$(if $(TEST_POSTINO_DYNAMODB_ENDPOINT),,.ci/with-dynamodb) $(GO) test -race -count=1 -timeout 20m ./...
 
+test-deps:
+	@.ci/deps
+
+# deps also starts the shared DynamoDB Local on DYNAMODB_PORT, which the
+# benchmarks and tests run by hand use.
 deps:
 	@TEST_POSTINO_DYNAMODB_PORT=$(DYNAMODB_PORT) .ci/deps
 
@@ -67,7 +74,7 @@ bench-relay:
 	contrib/bench/load.sh -d
 
 bench-stores: deps
-	$(GO) test -run XXX -bench Store -benchtime 2000x ./backends/...
+	TEST_POSTINO_DYNAMODB_ENDPOINT=$${TEST_POSTINO_DYNAMODB_ENDPOINT:-http://127.0.0.1:$(DYNAMODB_PORT)} $(GO) test -run XXX -bench Store -benchtime 2000x ./backends/...
 
 # bench-depth fills a fresh outbox with DEPTH_N messages (mostly deferred,
 # some acknowledged, a suspended batch at the head), then measures the relay

@@ -1,0 +1,30 @@
+# Shared by .ci/deps and .ci/with-dynamodb (sourced, not run).
+
+cache=${TEST_POSTINO_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/postino-test}
+mkdir -p "$cache"
+jar_dir=$cache/node_modules/amplify-dynamodb-simulator/emulator
+
+up() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_up() {
+  for _ in $(seq 120); do up "$1" && return 0; sleep 0.5; done
+  echo "$2 did not come up on port $1" >&2
+  return 1
+}
+
+dynamodb_install() {
+  if [ ! -f "$jar_dir/DynamoDBLocal.jar" ]; then
+    echo "installing DynamoDB Local into $cache"
+    (cd "$cache" && npm install --no-audit --no-fund --loglevel=error amplify-dynamodb-simulator >/dev/null)
+  fi
+}
+
+# dynamodb_start PORT LOG starts an in-memory DynamoDB Local in the
+# background and leaves its pid in dynamodb_pid. Java alone is left running
+# (exec), its output to LOG and its input from /dev/null, so that nothing
+# left behind holds the caller's output: `.ci/deps | tail` ends when the
+# script does.
+dynamodb_start() {
+  (cd "$jar_dir" && exec nohup java -Djava.library.path=./DynamoDBLocal_lib -jar DynamoDBLocal.jar \
+      -inMemory -port "$1") >"$2" 2>&1 </dev/null &
+  dynamodb_pid=$!
+}
