@@ -66,3 +66,30 @@ func BenchmarkCounts(b *testing.B) {
 	calls, _ := counter.total()
 	b.ReportMetric(float64(calls)/float64(b.N), "requests/op")
 }
+
+// BenchmarkRenew times the renewal of the leases of 100 messages held,
+// the most one renewal names (backends.MaxRenewal).
+func BenchmarkRenew(b *testing.B) {
+	ctx := context.Background()
+	s := openStore(b, freshTable(b, 0))
+	now := time.Now().UTC()
+	makeReady(b, s, "held", backends.MaxRenewal, backends.PriorityNormal, now.Add(-time.Minute), "")
+	held := now.Add(time.Minute)
+	ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing,
+		Now: now, LeaseUntil: held, Limit: backends.MaxRenewal})
+	if err != nil || len(ms) != backends.MaxRenewal {
+		b.Fatalf("claimed %d, %v", len(ms), err)
+	}
+	ids := make([]string, len(ms))
+	for i, m := range ms {
+		ids[i] = m.ID
+	}
+	for b.Loop() {
+		until := held.Add(time.Second)
+		got, err := s.Renew(ctx, backends.Renewal{IDs: ids, Status: backends.StatusProcessing, Held: held, Until: until})
+		if err != nil || len(got) != len(ids) {
+			b.Fatalf("renewed %d, %v", len(got), err)
+		}
+		held = until
+	}
+}

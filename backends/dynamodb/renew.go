@@ -18,7 +18,8 @@ import (
 const batchStatements = 25
 
 // Renew reads the _META items of the messages and renews those held as r
-// says, one batch of reads and one of conditional updates per 25 messages.
+// says, one batch of reads and one of conditional updates per 25 messages,
+// the batches of 25 at once.
 // An update is conditional on the revision read, and makes a new one, so
 // that a restore that read the lease before it was renewed fails its own
 // condition instead of taking the message from its live holder. A message
@@ -27,8 +28,8 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	var renewed []string
-	for chunk := range slices.Chunk(r.IDs, batchStatements) {
+	return eachChunkAtOnce(r.IDs, func(chunk []string) ([]string, error) {
+		var renewed []string
 		for attempt := 1; len(chunk) > 0; attempt++ {
 			metas, err := s.readMetas(ctx, chunk)
 			if err != nil {
@@ -45,8 +46,26 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 			}
 			chunk = conflicted
 		}
+		return renewed, nil
+	})
+}
+
+// eachChunkAtOnce runs renew on ids 25 at a time, the chunks at once, and
+// returns the ids they renewed, or the first error. One after another, the
+// chunks of a relay holding hundreds of messages took longer than the
+// third of a lease its renewals have (seen on DynamoDB Local under load).
+func eachChunkAtOnce(ids []string, renew func(chunk []string) ([]string, error)) ([]string, error) {
+	chunks := slices.Collect(slices.Chunk(ids, batchStatements))
+	renewed := make([][]string, len(chunks))
+	err := eachAtOnce(len(chunks), func(i int) error {
+		var err error
+		renewed[i], err = renew(chunks[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return renewed, nil
+	return slices.Concat(renewed...), nil
 }
 
 // readMetas reads the _META items of ids, in one batch of at most 25; an
@@ -139,7 +158,7 @@ func (s *Store) leaseUpdate(m *meta, until time.Time) types.ParameterizedStateme
 		tm(until), num(m.seq+1), str(queueKey(&renewed)), str(m.msg.ID), str(metaStatus), str(string(m.msg.Status)), num(m.seq))
 }
 
-// RenewEvents renews, 25 events at a time, those r renews: each event and,
+// RenewEvents renews, 25 events at a time and the 25s at once, those r renews: each event and,
 // when r says so, its message, in one transaction for the 25. An event's
 // update is conditional on the lease read, its message's on the revision
 // read, as Renew's; when another writer changed one in between, the 25 are
@@ -148,25 +167,21 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	if err := r.Check(); err != nil {
 		return nil, err
 	}
-	var renewed []string
-	for chunk := range slices.Chunk(r.IDs, batchStatements) {
+	return eachChunkAtOnce(r.IDs, func(chunk []string) ([]string, error) {
 		for attempt := 1; ; attempt++ {
 			ok, err := s.renewEvents(ctx, r, chunk)
-			if errors.Is(err, errCondition) && attempt < 3 {
+			switch {
+			case errors.Is(err, errCondition) && attempt < 3:
 				continue
-			}
-			if errors.Is(err, errCondition) {
+			case errors.Is(err, errCondition):
 				// Not refused: the holder must not take them for lost.
 				return nil, fmt.Errorf("renew the leases of calling events: %d events kept changing while they were renewed", len(chunk))
-			}
-			if err != nil {
+			case err != nil:
 				return nil, fmt.Errorf("renew the leases of calling events: %w", err)
 			}
-			renewed = append(renewed, ok...)
-			break
+			return ok, nil
 		}
-	}
-	return renewed, nil
+	})
 }
 
 // renewEvents reads the events of ids (at most 25) and their messages, and
