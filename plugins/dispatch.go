@@ -53,11 +53,20 @@ type Dispatcher struct {
 	leases  *lease.Renewer
 	runners []*runner
 	wake    chan struct{}
+
+	// calling holds a token per event being handled, up to Concurrency;
+	// freed is told when one is done. Events are claimed as slots free
+	// up, not batch after batch: one slow plugin call does not keep a
+	// relay from taking over the events of a relay that died.
+	calling chan struct{}
+	freed   chan struct{}
+	handles sync.WaitGroup
 }
 
 // NewDispatcher prepares the plugins; they start when Run does.
 func NewDispatcher(cfg Config, store Store, specs []Spec, log *slog.Logger, m *Metrics) *Dispatcher {
-	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, leases: lease.ForEvents(store, cfg.Lease, log), wake: make(chan struct{}, 1)}
+	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, leases: lease.ForEvents(store, cfg.Lease, log), wake: make(chan struct{}, 1),
+		calling: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}
 	for _, s := range specs {
 		d.runners = append(d.runners, newRunner(s, log, cfg.Version))
 	}
@@ -102,19 +111,24 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	poll := time.NewTicker(d.cfg.Poll)
 	defer poll.Stop()
 	for ctx.Err() == nil {
-		n, err := d.dispatch(ctx)
-		if err != nil {
-			d.log.Error("callbacks: cannot claim events; retrying", "error", err)
+		free := cap(d.calling) - len(d.calling)
+		n := 0
+		if free > 0 {
+			var err error
+			if n, err = d.dispatch(ctx, free); err != nil {
+				d.log.Error("callbacks: cannot claim events; retrying", "error", err)
+			}
 		}
-		if n > 0 {
-			// Claims take one event per message, the first in line: the
-			// acknowledgements just made may have put the next ones in line,
-			// which must not wait for the poll.
-			continue
+		if n > 0 && n == free {
+			continue // there may be more
 		}
 		select {
 		case <-ctx.Done():
 		case <-d.wake:
+		case <-d.freed:
+			// Claims take one event per message, the first in line: the
+			// acknowledgement just made may have put the next in line,
+			// which must not wait for the poll.
 		case <-poll.C:
 			for _, r := range d.runners {
 				if r.state() != nil {
@@ -123,23 +137,30 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			}
 		}
 	}
+	d.handles.Wait()
 }
 
-// dispatch claims a batch of events and handles each.
-func (d *Dispatcher) dispatch(ctx context.Context) (int, error) {
+// dispatch claims up to limit events and starts handling each.
+func (d *Dispatcher) dispatch(ctx context.Context, limit int) (int, error) {
 	now := time.Now().UTC()
 	events, err := d.store.ClaimEvents(context.WithoutCancel(ctx), backends.EventClaim{
-		Now: now, LeaseUntil: now.Add(d.cfg.Lease), Limit: d.cfg.Concurrency, Reason: "calling plugins (" + d.cfg.Owner + ")",
+		Now: now, LeaseUntil: now.Add(d.cfg.Lease), Limit: limit, Reason: "calling plugins (" + d.cfg.Owner + ")",
 	})
 	if err != nil {
 		return 0, err
 	}
-	var wg sync.WaitGroup
 	for _, e := range events {
 		hold := d.leases.Hold(e.ID, e.LeaseUntil)
-		wg.Go(func() { d.handle(context.WithoutCancel(ctx), e, hold) })
+		d.calling <- struct{}{}
+		d.handles.Go(func() {
+			d.handle(context.WithoutCancel(ctx), e, hold)
+			<-d.calling
+			select {
+			case d.freed <- struct{}{}:
+			default:
+			}
+		})
 	}
-	wg.Wait()
 	return len(events), nil
 }
 

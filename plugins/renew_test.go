@@ -113,6 +113,34 @@ func TestDeadDispatcherTakenOver(t *testing.T) {
 	}
 }
 
+// A plugin call that takes long holds its own event, not the dispatcher:
+// events that come meanwhile are claimed and called, as a relay taking
+// over a dead relay's events does while it waits on a slow plugin.
+func TestSlowCallHoldsOnlyItsEvent(t *testing.T) {
+	store := outboxtest.Store(t)
+	slow, _, gate := held(t)
+	slow.Outcomes = []string{"sent"}
+	defer os.Remove(gate)
+	fast, out := testPlugin(t, "ok")
+	fast.Name, fast.Outcomes = "fast", []string{"failed"}
+	seed(t, store, "slow", backends.StatusSent)
+	runLeased(t, store, 10*time.Millisecond, time.Minute, slow, fast)
+	eventually(t, func() bool {
+		m, err := store.Get(context.Background(), "slow")
+		return err == nil && m.Status == backends.StatusCallingSent
+	}, func() string { return "the slow plugin was never called" })
+	seed(t, store, "next", backends.StatusFailed)
+	waitEvents(t, store, "next", backends.EventAcked)
+	if n := len(calls(t, out)); n != 1 {
+		t.Errorf("the plugin of the next event was called %d times, want once", n)
+	}
+	if es, _ := store.Events(context.Background(), "slow"); es[0].State != backends.EventCalling {
+		t.Errorf("the slow call's event is %s, want still calling", eventsText(es))
+	}
+	openGate(t, gate)
+	waitEvents(t, store, "slow", backends.EventAcked)
+}
+
 func count(st []backends.Status, s backends.Status) int {
 	n := 0
 	for _, x := range st {
