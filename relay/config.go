@@ -157,7 +157,8 @@ type DynamoDBConfig struct {
 	Endpoint string `yaml:"endpoint"`
 	Region   string `yaml:"region"`
 	// TTL lets DynamoDB drop a message's items this long after their last
-	// change; 0 writes no TTL.
+	// change, its bytes this long after it was accepted; 0 writes no TTL.
+	// It must be longer than delivery.retry.max_age (checkTTL).
 	TTL Duration `yaml:"ttl"`
 }
 
@@ -507,7 +508,7 @@ func (c *Config) Check() error {
 		}
 	}
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
-		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkRetention, c.Log.check} {
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkRetention, c.checkTTL, c.Log.check} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -664,6 +665,19 @@ func (p *PluginConfig) check(i int) error {
 func (c *Config) checkRetention() error {
 	if c.Retention <= 0 {
 		return errors.New("retention must be positive, for instance 7d")
+	}
+	return nil
+}
+
+// checkTTL keeps DynamoDB's TTL longer than a message may wait to be sent.
+// A message's bytes expire ttl after it was accepted, its record ttl after
+// its last change: past max_age a message ends as expired at its next
+// attempt, and never needs its bytes again.
+func (c *Config) checkTTL() error {
+	ttl, maxAge := c.Outbox.DynamoDB.TTL, c.Delivery.Retry.MaxAge
+	if c.Outbox.Backend == "dynamodb" && ttl > 0 && ttl <= maxAge {
+		return fmt.Errorf("outbox.dynamodb.ttl %s is not longer than delivery.retry.max_age %s: DynamoDB would drop the bytes of messages "+
+			"still to be sent; make the ttl longer (a day more at least) or 0 for no TTL", ttl.D(), maxAge.D())
 	}
 	return nil
 }

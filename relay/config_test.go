@@ -248,6 +248,10 @@ var checkErrors = []struct {
 		c.Plugins = []PluginConfig{p}
 	}, "retry.max"},
 	{"retention", func(c *Config) { c.Retention = 0 }, "retention"},
+	{"dynamodb ttl within max age", func(c *Config) {
+		c.Outbox.Backend = "dynamodb"
+		c.Outbox.DynamoDB.TTL = c.Delivery.Retry.MaxAge
+	}, "outbox.dynamodb.ttl"},
 	{"log format", func(c *Config) { c.Log.Format = "xml" }, "log.format"},
 }
 
