@@ -208,25 +208,18 @@ func (k *walker) entity(depth int) ([]byte, error) {
 	if k.plan.sevenBit && !isASCII(raw) {
 		return nil, cannot("a header holds 8-bit octets, which only SMTPUTF8 carries")
 	}
-	h, herr := textproto.ReadHeader(bufio.NewReader(bytes.NewReader(raw)))
 	if term != nil {
 		// The header was cut short by a delimiter: the entity has no body.
 		return term, k.write(raw)
 	}
-	mediaType, params := "text/plain", map[string]string{}
-	if v := h.Get("Content-Type"); herr == nil && v != "" {
-		if t, p, err := mime.ParseMediaType(v); err == nil {
-			mediaType, params = t, p
-		}
-	}
-	cte := strings.ToLower(strings.TrimSpace(h.Get("Content-Transfer-Encoding")))
+	mediaType, boundary, cte, herr := parseHeader(raw)
 	identity := cte == "" || cte == "7bit" || cte == "8bit" || cte == "binary"
 	switch {
-	case herr == nil && identity && strings.HasPrefix(mediaType, "multipart/") && params["boundary"] != "":
+	case herr == nil && identity && strings.HasPrefix(mediaType, "multipart/") && boundary != "":
 		if err := k.write(k.containerHeader(raw, cte, depth)); err != nil {
 			return nil, err
 		}
-		return k.multipart(params["boundary"], depth)
+		return k.multipart(boundary, depth)
 	case herr == nil && identity && (mediaType == "message/rfc822" || mediaType == "message/global"):
 		if err := k.write(k.containerHeader(raw, cte, depth)); err != nil {
 			return nil, err
@@ -234,6 +227,21 @@ func (k *walker) entity(depth int) ([]byte, error) {
 		return k.entity(depth + 1)
 	}
 	return k.leafPart(raw, herr, cte, depth)
+}
+
+// parseHeader reads what an entity's header says of its body: its media
+// type (text/plain when it says none, or nothing readable), a multipart's
+// boundary, and its transfer encoding.
+func parseHeader(raw []byte) (mediaType, boundary, cte string, err error) {
+	h, err := textproto.ReadHeader(bufio.NewReader(bytes.NewReader(raw)))
+	if err != nil {
+		return "text/plain", "", "", err
+	}
+	mediaType = "text/plain"
+	if t, p, err := mime.ParseMediaType(h.Get("Content-Type")); err == nil {
+		mediaType, boundary = t, p["boundary"]
+	}
+	return mediaType, boundary, strings.ToLower(strings.TrimSpace(h.Get("Content-Transfer-Encoding"))), nil
 }
 
 // containerHeader is the header of a multipart or message part: as it is,
