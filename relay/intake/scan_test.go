@@ -129,7 +129,9 @@ func checkScanned(t *testing.T, in, out []byte, limit int, longLines bool) {
 	if long != longLines {
 		t.Fatalf("longLines %v, want %v", longLines, long)
 	}
-	strip := func(b []byte) []byte { return bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("\r"), nil), []byte("\n"), nil) }
+	strip := func(b []byte) []byte {
+		return bytes.ReplaceAll(bytes.ReplaceAll(b, []byte("\r"), nil), []byte("\n"), nil)
+	}
 	if !bytes.Equal(strip(in), strip(out)) {
 		t.Fatalf("more than the line ends changed: %q became %q", in, out)
 	}
