@@ -220,3 +220,40 @@ func walk(t *testing.T, msg []byte) []part {
 	}
 	return []part{{mediaType: mediaType, raw: string(body), decoded: string(decoded)}}
 }
+
+// FuzzRecode checks what a re-encoded message guarantees, whatever the
+// input (in the CRLF form intake hands on): no line over 998 octets, 7-bit
+// octets when asked, and nothing left to do for a second pass.
+func FuzzRecode(f *testing.F) {
+	for _, name := range []string{"plain-8bit.eml", "multipart.eml", "one-line-html.eml"} {
+		b, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, true)
+	}
+	f.Add([]byte("Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\r\n"+strings.Repeat("é", 600)+"\r\n--b--\r\n"), false)
+	f.Fuzz(func(t *testing.T, in []byte, sevenBit bool) {
+		in = bytes.ReplaceAll(bytes.ReplaceAll(in, []byte("\r"), nil), []byte("\n"), []byte("\r\n"))
+		p, err := Scan(bytes.NewReader(in), sevenBit)
+		if err != nil {
+			return
+		}
+		var out bytes.Buffer
+		if err := p.Write(&out, bytes.NewReader(in)); err != nil {
+			if !errors.Is(err, ErrCannot) {
+				t.Fatalf("Write: %v", err)
+			}
+			return
+		}
+		// Copied as it is when nothing is needed: then the input suits.
+		checkTransport(t, out.Bytes(), sevenBit)
+		if !p.Needed() {
+			return
+		}
+		again, err := Scan(bytes.NewReader(out.Bytes()), sevenBit)
+		if err != nil || again.Needed() {
+			t.Fatalf("a second pass: %v, needed %v", err, again != nil && again.Needed())
+		}
+	})
+}
