@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/emersion/go-message"
+	"github.com/emersion/go-smtp"
 
 	"github.com/genropy/postino/internal/dkimtest"
 	"github.com/genropy/postino/internal/smtptest"
@@ -222,4 +223,30 @@ func (c *appClients) swaks(id string) []byte {
 		"--header", "X-Genro-Mail-ID: "+id, "--body", body, "--tls", "--auth", "PLAIN",
 		"--auth-user", "app", "--auth-password", "s3cret-app", "--silent", "2")
 	return []byte("From: app@example.com\r\n\r\n" + body + "\r\n")
+}
+
+// TestEightBitHeaderToSevenBitUpstream: 8-bit octets in a header, sent
+// without SMTPUTF8, cannot be made 7-bit: to an upstream without 8BITMIME
+// the message fails with 5.6.3 and says why, and nothing is sent.
+func TestEightBitHeaderToSevenBitUpstream(t *testing.T) {
+	upstream := smtptest.Start(t, smtptest.Options{No8BITMIME: true})
+	cfg, _ := testConfig(t)
+	cfg.Routes.Default.Smarthost = upstream.Addr
+	rl := start(t, cfg)
+	c, err := smtp.Dial(rl.r.SMTPAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SendMail("app@example.com", []string{"user@example.net"},
+		strings.NewReader("From: app@example.com\r\nX-Genro-Mail-ID: hdr8\r\nSubject: Grüße\r\n\r\nGrüße\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	m := waitStatus(t, rl.client, "hdr8", "FAILED-ACKNOWLEDGED")
+	if r := m.Recipients[0]; r.EnhancedCode != "5.6.3" || !strings.Contains(r.Text, "a header holds 8-bit octets") {
+		t.Errorf("recipient %+v, want 5.6.3 saying the header holds 8-bit octets", r)
+	}
+	if n := len(upstream.Messages()); n != 0 {
+		t.Errorf("the upstream got %d messages", n)
+	}
 }
