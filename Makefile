@@ -11,7 +11,7 @@ GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 
-.PHONY: test test-deps deps lint vet build proto bench-accept bench-relay bench-stores bench-depth
+.PHONY: test test-deps deps lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth
 
 # The tests run beside a DynamoDB Local of their own (.ci/with-dynamodb), so
 # that two runs at once share none; TEST_POSTINO_DYNAMODB_ENDPOINT set in the
@@ -48,6 +48,18 @@ lint:
 
 vet:
 	$(GO) vet ./...
+
+# fuzz runs every fuzz target of the module (each `func Fuzz...` of a
+# _test.go file, found afresh each time) for FUZZTIME. go test -fuzz takes
+# one target of one package at a time.
+FUZZTIME ?= 20s
+fuzz:
+	@set -e; grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u | while read -r dir; do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$dir"/*_test.go); do \
+			echo "fuzz: $$dir $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) "$$dir"; \
+		done; \
+	done
 
 build:
 	$(GO) build -o bin/postino ./cmd/postino

@@ -54,8 +54,11 @@ type SMTPConfig struct {
 	Listen         string   `yaml:"listen"`
 	MaxMessageSize ByteSize `yaml:"max_message_size"`
 	MaxRecipients  int      `yaml:"max_recipients"`
-	// MaxLineLength bounds body lines; RFC 5322 says 998.
-	MaxLineLength int `yaml:"max_line_length"`
+	// MaxLineLength bounds body lines. A line over RFC 5322's 998 octets
+	// (HTML generated on one line) is taken, and its part re-encoded as
+	// quoted-printable; a longer one is refused. go-smtp bounds command
+	// lines with the same limit: it buffers a command line whole.
+	MaxLineLength ByteSize `yaml:"max_line_length"`
 	// BareNewlines is "normalize" (a lone CR or LF becomes CRLF) or
 	// "reject".
 	BareNewlines string `yaml:"bare_newlines"`
@@ -424,7 +427,7 @@ func DefaultConfig() Config {
 			Listen:         "127.0.0.1:2525",
 			MaxMessageSize: 25 << 20,
 			MaxRecipients:  1000,
-			MaxLineLength:  998,
+			MaxLineLength:  256 << 10,
 			BareNewlines:   "normalize",
 			ReadTimeout:    Duration(5 * time.Minute),
 			WriteTimeout:   Duration(5 * time.Minute),

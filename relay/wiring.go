@@ -92,7 +92,7 @@ func (c *Config) intakeConfig(getenv func(string) string) (intake.Config, error)
 		Hostname:           c.Hostname,
 		MaxMessageSize:     int64(c.SMTP.MaxMessageSize),
 		MaxRecipients:      c.SMTP.MaxRecipients,
-		MaxLineLength:      c.SMTP.MaxLineLength,
+		MaxLineLength:      int(min(c.SMTP.MaxLineLength, c.SMTP.MaxMessageSize)),
 		RejectBareNewlines: c.SMTP.BareNewlines == "reject",
 		AllowNetworks:      nets,
 		Accounts:           accounts,

@@ -3,6 +3,7 @@
 package smtptest
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -52,6 +53,9 @@ type Options struct {
 	Login bool
 	// NoSMTPUTF8 leaves SMTPUTF8 out of the extensions.
 	NoSMTPUTF8 bool
+	// No8BITMIME leaves 8BITMIME out of the extensions, which go-smtp
+	// always offers: an upstream that wants 7-bit mail.
+	No8BITMIME bool
 	// MaxSize is the SIZE limit; 0 is none.
 	MaxSize int64
 }
@@ -96,6 +100,9 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.No8BITMIME {
+		l = no8bitListener{l}
+	}
 	if o.Implicit {
 		l = tls.NewListener(l, o.TLS)
 	}
@@ -104,6 +111,28 @@ func Start(t testing.TB, o Options) *Server {
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return s
+}
+
+// no8bitListener's connections leave 8BITMIME out of EHLO's reply: the
+// server writes its replies a whole at a time, and only replies.
+type no8bitListener struct{ net.Listener }
+
+func (l no8bitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return no8bitConn{c}, nil
+}
+
+type no8bitConn struct{ net.Conn }
+
+func (c no8bitConn) Write(p []byte) (int, error) {
+	q := bytes.ReplaceAll(p, []byte("250-8BITMIME\r\n"), nil)
+	if _, err := c.Conn.Write(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 type nopLogger struct{}

@@ -3,7 +3,6 @@ package delivery
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -263,48 +262,9 @@ type flight struct {
 	// the message may be another claim's by now, so nothing is recorded.
 	lost bool
 
-	// The DKIM signature is made once per attempt, by the first job that
-	// has a session open, and shared by the others.
-	signOnce sync.Once
-	signed   *dkim.Result // nil until signed, or when signing is off
-	signErr  *Reply       // why the message cannot leave, when it cannot
-}
-
-// signature returns the fields to put before the message, or the verdict
-// for its recipients when it cannot be signed: permanent when the policy
-// wants a key the domain lacks, temporary otherwise.
-func (f *flight) signature() (string, *Reply) {
-	s := f.e.cfg.Signer
-	if s == nil {
-		return "", nil
-	}
-	f.signOnce.Do(func() {
-		if !s.Enabled() {
-			return
-		}
-		file, err := f.e.spool.Open(f.m.EmlPath)
-		if err != nil {
-			f.signErr = &Reply{Code: 451, Enhanced: "4.3.0", Text: fmt.Sprintf("cannot read the spool file %s to sign it: %v", f.m.EmlPath, err)}
-			return
-		}
-		defer file.Close()
-		res, err := s.Sign(file, f.route.DKIMDomain)
-		switch {
-		case errors.Is(err, dkim.ErrNoKey):
-			f.signErr = &Reply{Code: 550, Enhanced: "5.7.0", Text: err.Error()}
-		case err != nil:
-			f.signErr = &Reply{Code: 451, Enhanced: "4.3.0", Text: err.Error()}
-		default:
-			f.signed = &res
-		}
-	})
-	if f.signErr != nil {
-		return "", f.signErr
-	}
-	if f.signed == nil {
-		return "", nil
-	}
-	return f.signed.Fields, nil
+	// forms are the message as it leaves: as spooled, and re-encoded for
+	// an upstream without 8BITMIME.
+	forms [2]form
 }
 
 // job is the part of a flight for one destination.
@@ -609,8 +569,8 @@ func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.T
 		tried[k] = d.results[i]
 	}
 	a := attempt{Attempt: attemptNo, Route: f.route.Name, DurationMS: time.Since(f.start).Milliseconds(), Recipients: tried}
-	if f.signed != nil {
-		a.DKIM = f.signed.String()
+	if signed := f.signature(); signed != nil {
+		a.DKIM = signed.String()
 		if d.addAttempt {
 			t.Reason += "; " + a.DKIM
 		}

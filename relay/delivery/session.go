@@ -240,13 +240,15 @@ func (s *session) connect(j *job) bool {
 func (d *destination) deliver(c *client, j *job, reset bool) {
 	e := d.e
 	m := j.f.m
-	sig, rep := j.f.signature()
-	if rep != nil {
-		j.fail(c.host, *rep)
+	// An upstream without 8BITMIME gets the 8-bit parts re-encoded.
+	sevenBit := m.Envelope.EightBit && !c.has("8BITMIME")
+	fm := j.f.form(sevenBit)
+	if fm.rep != nil {
+		j.fail(c.host, *fm.rep)
 		j.done()
 		return
 	}
-	f, err := e.spool.Open(m.EmlPath)
+	body, err := j.f.open(fm)
 	if err != nil {
 		// A missing mount or a volume's hiccup looks the same as a file
 		// gone for good: the message waits for its next attempt, and only
@@ -255,15 +257,19 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 		j.done()
 		return
 	}
-	defer f.Close()
+	defer body.Close()
 	rcpts := make([]string, len(j.rcpts))
 	for k, i := range j.rcpts {
 		rcpts[k] = m.Envelope.Recipients[i]
 	}
+	sig := ""
+	if fm.signed != nil {
+		sig = fm.signed.Fields
+	}
 	t := &transaction{
-		from: d.route.envelopeSender(m), rcpts: rcpts, size: m.Envelope.Size + int64(len(sig)),
-		smtputf8: m.Envelope.SMTPUTF8, eightBit: m.Envelope.EightBit,
-		body: io.MultiReader(strings.NewReader(sig), bufio.NewReaderSize(f, 32<<10)), envID: m.ID, reset: reset,
+		from: d.route.envelopeSender(m), rcpts: rcpts, size: fm.size + int64(len(sig)),
+		smtputf8: m.Envelope.SMTPUTF8, eightBit: m.Envelope.EightBit && !sevenBit,
+		body: io.MultiReader(strings.NewReader(sig), bufio.NewReaderSize(body, 32<<10)), envID: m.ID, reset: reset,
 	}
 	out, err := c.send(t)
 	if err != nil && e.abort.Err() != nil {

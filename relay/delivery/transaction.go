@@ -52,9 +52,6 @@ func (c *client) precheck(t *transaction) (Reply, bool) {
 	if t.smtputf8 && !c.has("SMTPUTF8") {
 		return verdict(554, "5.6.7", "the message needs SMTPUTF8 (UTF-8 addresses or headers), which %s does not offer", c.host), false
 	}
-	if t.eightBit && !c.has("8BITMIME") {
-		return verdict(554, "5.6.3", "the message holds 8-bit data and %s does not offer 8BITMIME", c.host), false
-	}
 	if limit, err := strconv.ParseInt(c.ext["SIZE"], 10, 64); err == nil && limit > 0 && t.size > limit {
 		return verdict(552, "5.3.4", "the message of %d octets is larger than the %d octets %s accepts", t.size, limit, c.host), false
 	}

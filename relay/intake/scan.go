@@ -6,28 +6,38 @@ import (
 	"strings"
 
 	"github.com/emersion/go-smtp"
+
+	"github.com/genropy/postino/relay/recode"
 )
 
 // maxHeaderLine is RFC 5322's limit on a line, without its CRLF.
-const maxHeaderLine = 998
+const maxHeaderLine = recode.MaxLine
 
 // scanner checks the message as it streams from the client and hands on
-// canonical CRLF text: it rejects NUL octets, lines over the limits, and
-// 8-bit octets the client did not announce; a bare CR or LF is turned into
-// CRLF (or rejected, when so configured), so that no sequence that some
-// upstream might read as the end of data survives into the spool.
+// canonical CRLF text. What it hands on has no NUL octet, no CR or LF
+// outside a CRLF pair, no header line over 998 octets and no body line over
+// maxLine; it refuses a message that would need otherwise (a bare CR or LF
+// is turned into CRLF, unless rejectBare), so that no sequence that some
+// upstream might read as the end of data survives into the spool. It
+// notes, without refusing them, 8-bit octets (apps send them without
+// BODY=8BITMIME, and Postfix takes them) and body lines over 998 octets,
+// whose parts intake then re-encodes (relay/recode).
 type scanner struct {
 	r io.Reader
 
 	rejectBare bool
-	allow8bit  bool
 	maxLine    int
+	// checkAt is the line length from which each octet is checked: the
+	// lower of maxLine and 998.
+	checkAt int
 
 	inHeader bool
 	line     int // 1-based number of the current line
 	lineLen  int
 	pendCR   bool
 	eightBit bool
+	// longLines says a body line is over 998 octets.
+	longLines bool
 
 	in  []byte
 	out []byte
@@ -35,16 +45,16 @@ type scanner struct {
 	err error
 }
 
-func newScanner(r io.Reader, rejectBare, allow8bit bool, maxLine int) *scanner {
+func newScanner(r io.Reader, rejectBare bool, maxLine int) *scanner {
 	s := &scanner{in: make([]byte, 16<<10)}
-	s.reset(r, rejectBare, allow8bit, maxLine)
+	s.reset(r, rejectBare, maxLine)
 	return s
 }
 
 // reset readies a scanner for another message, keeping its buffers.
-func (s *scanner) reset(r io.Reader, rejectBare, allow8bit bool, maxLine int) {
+func (s *scanner) reset(r io.Reader, rejectBare bool, maxLine int) {
 	*s = scanner{
-		r: r, rejectBare: rejectBare, allow8bit: allow8bit, maxLine: maxLine,
+		r: r, rejectBare: rejectBare, maxLine: maxLine, checkAt: min(maxLine, maxHeaderLine),
 		inHeader: true, line: 1,
 		in: s.in, out: s.out[:0],
 	}
@@ -110,26 +120,29 @@ func (s *scanner) process(b []byte) {
 		case c == 0:
 			s.err = contentError("line %d holds a NUL octet, which mail may not carry; encode binary content as base64", s.line)
 		default:
-			if c >= 0x80 && !s.eightBit {
+			if c >= 0x80 {
 				s.eightBit = true
-				if !s.allow8bit {
-					s.err = &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 6, 1},
-						Message: fmt.Sprintf("line %d holds 8-bit data but MAIL FROM did not say BODY=8BITMIME or SMTPUTF8", s.line)}
-					return
-				}
 			}
 			s.lineLen++
-			if s.inHeader && s.lineLen > maxHeaderLine {
-				s.err = contentError("header line %d is longer than %d octets; fold it", s.line, maxHeaderLine)
-				return
-			}
-			if s.lineLen > s.maxLine {
-				s.err = contentError("line %d is longer than %d octets; encode the body as quoted-printable or base64", s.line, s.maxLine)
+			if s.lineLen > s.checkAt && !s.long() {
 				return
 			}
 			s.out = append(s.out, c)
 		}
 	}
+}
+
+// long checks a line that has grown over checkAt octets.
+func (s *scanner) long() bool {
+	switch {
+	case s.lineLen > s.maxLine:
+		s.err = contentError("line %d is longer than %d octets; encode the body as quoted-printable or base64", s.line, s.maxLine)
+	case s.inHeader && s.lineLen > maxHeaderLine:
+		s.err = contentError("header line %d is longer than %d octets; fold it", s.line, maxHeaderLine)
+	case s.lineLen > maxHeaderLine:
+		s.longLines = true
+	}
+	return s.err == nil
 }
 
 // bare handles a CR or LF that is not part of a CRLF pair.

@@ -274,8 +274,7 @@ func tempFailure(format string, args ...any) error {
 // data reads, checks and stores one message. It returns the message id when
 // it knows it, and the reply.
 func (s *session) data(r io.Reader, now time.Time) (string, error) {
-	allow8bit := s.opts.Body == smtp.Body8BitMIME || s.opts.Body == smtp.BodyBinaryMIME || s.opts.UTF8
-	rd := s.srv.getReader(r, allow8bit)
+	rd := s.srv.getReader(r)
 	defer s.srv.putReader(rd)
 
 	h, err := textproto.ReadHeader(rd.br)
@@ -307,6 +306,11 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 	if err != nil {
 		return ident.id, err
 	}
+	if rd.sc.longLines {
+		if f, err = s.srv.recodeDraft(ident.id, f, now); err != nil {
+			return ident.id, err
+		}
+	}
 	// The body took as long as the client took to send it: the outbox's
 	// own time starts once the file is safe.
 	commit, cancelCommit := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
@@ -316,20 +320,20 @@ func (s *session) data(r io.Reader, now time.Time) (string, error) {
 
 // getReader takes a reader from the pool, or makes one, and sets it to
 // read r.
-func (s *Server) getReader(r io.Reader, allow8bit bool) *reader {
+func (s *Server) getReader(r io.Reader) *reader {
 	rd, _ := s.readers.Get().(*reader)
 	if rd == nil {
-		rd = &reader{sc: newScanner(nil, false, false, 0)}
+		rd = &reader{sc: newScanner(nil, false, 0)}
 		rd.br = bufio.NewReaderSize(rd.sc, 32<<10)
 	}
-	rd.sc.reset(r, s.cfg.RejectBareNewlines, allow8bit, s.cfg.MaxLineLength)
+	rd.sc.reset(r, s.cfg.RejectBareNewlines, s.cfg.MaxLineLength)
 	rd.br.Reset(rd.sc)
 	return rd
 }
 
 // putReader gives rd back to the pool, holding on to no connection.
 func (s *Server) putReader(rd *reader) {
-	rd.sc.reset(nil, false, false, 0)
+	rd.sc.reset(nil, false, 0)
 	rd.br.Reset(nil)
 	s.readers.Put(rd)
 }

@@ -313,7 +313,6 @@ func TestRejections(t *testing.T) {
 		{"nul", "", "From: a@example.com\r\n\r\nx\x00y\r\n.\r\n", "554 5.6.0"},
 		{"long header line", "", "From: a@example.com\r\nSubject: " + strings.Repeat("s", 990) + "\r\n\r\nx\r\n.\r\n", "554 5.6.0"},
 		{"long body line", "", "From: a@example.com\r\n\r\n" + strings.Repeat("b", 1200) + "\r\n.\r\n", "554 5.6.0"},
-		{"8bit without 8bitmime", "", "From: a@example.com\r\n\r\ncaffè\r\n.\r\n", "554 5.6.1"},
 		{"bad priority", "", "From: a@example.com\r\nX-Postino-Priority: urgent\r\n\r\nx\r\n.\r\n", "554 5.6.0"},
 		{"bad batch", "", "From: a@example.com\r\nX-Postino-Batch: a b\r\n\r\nx\r\n.\r\n", "554 5.6.0"},
 		{"bad send-after", "", "From: a@example.com\r\nX-Postino-Send-After: soon\r\n\r\nx\r\n.\r\n", "554 5.6.0"},

@@ -1,0 +1,74 @@
+package intake
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"time"
+
+	"github.com/genropy/postino/relay/recode"
+)
+
+// recodeDraft replaces the committed draft f of a message with body lines
+// over 998 octets by one whose parts holding them are re-encoded
+// (relay/recode), and removes f. No upstream has to take such lines, and
+// folding them as Postfix does would change the text: re-encoding it here,
+// once, before the message is recorded, means that delivery signs and
+// sends the same bytes whatever the upstream.
+func (s *Server) recodeDraft(id string, f draft, now time.Time) (draft, error) {
+	defer f.Abort() // committed, but recorded nowhere: f goes in any case
+	open := func() (io.ReadCloser, error) {
+		if d, ok := f.(*memDraft); ok {
+			return io.NopCloser(bytes.NewReader(d.Bytes())), nil
+		}
+		return s.spool.Open(f.Path())
+	}
+	r, err := open()
+	if err != nil {
+		return nil, tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+	}
+	plan, err := recode.Scan(r, false)
+	r.Close()
+	if err != nil {
+		return nil, recodeError(err)
+	}
+	g, err := s.createDraft(id, now)
+	if err != nil {
+		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
+	}
+	if err := writeRecoded(plan, open, g); err != nil {
+		g.Abort()
+		return nil, err
+	}
+	return g, nil
+}
+
+// writeRecoded writes the message open reads to g as plan says, and
+// commits g; the error is the reply.
+func writeRecoded(plan *recode.Plan, open func() (io.ReadCloser, error), g draft) error {
+	r, err := open()
+	if err != nil {
+		return tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+	}
+	defer r.Close()
+	ew := &errWriter{w: g}
+	if err := plan.Write(ew, r); err != nil {
+		if ew.err != nil {
+			return tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
+		}
+		return recodeError(err)
+	}
+	if err := g.Commit(); err != nil {
+		return tempFailure("Cannot write the message to the spool, try again later: %v", err)
+	}
+	return nil
+}
+
+// recodeError is the reply to a message whose long lines cannot be
+// re-encoded: a fault of the message, unless reading it back failed.
+func recodeError(err error) error {
+	if errors.Is(err, recode.ErrCannot) {
+		return contentError("a body line is longer than %d octets and %v; encode that part as quoted-printable or base64", recode.MaxLine, err)
+	}
+	return tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+}
