@@ -57,6 +57,19 @@ type Config struct {
 	// StoreBodies hands a message's bytes to the outbox with its row
 	// (spool.store outbox) instead of writing them to the spool.
 	StoreBodies bool
+	// MaxSessions bounds the sessions open at once, and
+	// MaxSessionsPerClient those of one address outside AllowNetworks;
+	// ReservedSessions of MaxSessions are kept for AllowNetworks. A client
+	// over a limit gets 421 at once. Zero is no limit.
+	MaxSessions          int
+	MaxSessionsPerClient int
+	ReservedSessions     int
+	// TransactionTimeout bounds a transaction, from MAIL to the end of
+	// the data; zero is no bound.
+	TransactionTimeout time.Duration
+	// MinDataRate, in bytes per second, is what the data must average
+	// once it has taken longer than ReadTimeout; zero is no minimum.
+	MinDataRate int64
 }
 
 // Outbox is what intake needs of the store.
@@ -76,6 +89,7 @@ type Server struct {
 	// accepted is told of every newly queued message, to wake the worker.
 	accepted func()
 	smtp     *smtp.Server
+	limits   *sessionLimits
 	// readers keeps the buffers of finished sessions for the next ones:
 	// allocating them per message keeps the collector busy under load.
 	readers sync.Pool
@@ -89,7 +103,9 @@ type reader struct {
 
 // NewServer builds the SMTP server; Serve starts it.
 func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
-	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted}
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted,
+		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
+			log: log, metrics: m, byClient: map[netip.Addr]int{}}}
 	srv := smtp.NewServer(s)
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageSize
@@ -109,7 +125,7 @@ func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.smtp.Serve(replyListener{l})
+	err := s.smtp.Serve(limitListener{Listener: replyListener{l}, srv: s})
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}
@@ -139,15 +155,8 @@ func (a slogAdapter) Println(v ...any) {
 
 // NewSession implements smtp.Backend.
 func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
-	addr, _ := netip.ParseAddrPort(c.Conn().RemoteAddr().String())
-	ip := addr.Addr().Unmap()
-	trusted := false
-	for _, p := range s.cfg.AllowNetworks {
-		if p.Contains(ip) {
-			trusted = true
-			break
-		}
-	}
+	ip := clientIP(c.Conn().RemoteAddr())
+	trusted := s.trusted(ip)
 	if !trusted && s.cfg.Accounts == nil {
 		s.metrics.rejected("client")
 		s.log.Warn("client refused: not in an allowed network", "client", ip)
@@ -155,12 +164,23 @@ func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
 			Message: fmt.Sprintf("Your address %s may not send through this relay", ip)}
 	}
 	_, isTLS := c.TLSConnectionState()
-	return &session{srv: s, conn: c, clientIP: ip, trusted: trusted, tls: isTLS}, nil
+	return &session{srv: s, conn: c, lim: connLimits(c.Conn()), clientIP: ip, trusted: trusted, tls: isTLS}, nil
+}
+
+// trusted says whether ip is in the allowed networks: one of the apps.
+func (s *Server) trusted(ip netip.Addr) bool {
+	for _, p := range s.cfg.AllowNetworks {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 type session struct {
 	srv      *Server
 	conn     *smtp.Conn
+	lim      *limitConn
 	clientIP netip.Addr
 	trusted  bool
 	tls      bool
@@ -218,6 +238,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	s.from = from
 	s.opts = *opts
 	s.rcpts = s.rcpts[:0]
+	s.lim.beginTransaction(time.Now())
 	return nil
 }
 
@@ -234,13 +255,20 @@ func (s *session) Reset() {
 	s.from = ""
 	s.opts = smtp.MailOptions{}
 	s.rcpts = s.rcpts[:0]
+	s.lim.endTransaction()
 }
 
 func (s *session) Logout() error { return nil }
 
 func (s *session) Data(r io.Reader) error {
 	start := time.Now()
+	s.lim.beginData(start)
 	id, err := s.data(r, start.UTC())
+	if cut := s.lim.reply(); cut != nil {
+		// Whatever the read in progress made of it, the limits ended the
+		// transaction: nothing was stored, and the session closes.
+		err = cut
+	}
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
 		s.srv.metrics.accept(time.Since(start))
 		return err
@@ -248,6 +276,8 @@ func (s *session) Data(r io.Reader) error {
 	reason := "content"
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
 		switch {
+		case reply == s.lim.reply():
+			reason = "slow"
 		case reply.Code/100 == 4:
 			reason = "temporary"
 		case reply.EnhancedCode == smtp.ErrDataTooLarge.EnhancedCode:
