@@ -132,7 +132,9 @@ type limitConn struct {
 	// txEnd is the deadline of the transaction in progress, or zero.
 	txEnd time.Time
 	// dataStart is when the data of the transaction began, or zero;
-	// dataBytes counts what has arrived since.
+	// dataBytes counts the bytes read since, as they came (TLS records
+	// included): what the message's reader has is counted only once a
+	// buffer is full.
 	dataStart time.Time
 	dataBytes int64
 	// cut is the reply to the transaction the limits ended; every read
@@ -157,7 +159,22 @@ func connLimits(c net.Conn) *limitConn {
 
 func (c *limitConn) Close() error {
 	c.once.Do(func() { c.srv.limits.release(c.ip) })
+	if c.reply() != nil {
+		c.linger()
+	}
 	return c.Conn.Close()
+}
+
+// cutLinger is how long a cut session's client has to read the 421.
+const cutLinger = time.Second
+
+// linger sends the last reply and reads what the client still sends, for
+// a while, before the close: a connection closed with bytes unread is
+// reset, and the reset can overtake the reply in the client's kernel.
+func (c *limitConn) linger() {
+	c.Conn.SetReadDeadline(time.Now().Add(cutLinger))
+	// The reply goes out before the first read (replyConn).
+	io.Copy(io.Discard, c.Conn)
 }
 
 // beginTransaction starts the transaction's clock (at MAIL).
@@ -247,8 +264,9 @@ func (c *limitConn) Read(p []byte) (int, error) {
 		// Between commands, go-smtp answers a timeout with 421 itself.
 		return n, err
 	}
-	// In DATA and BDAT, go-smtp replies with the error it reads.
-	return n, c.cut
+	// The session replies with the cut (reply); an end of file, unlike
+	// an error, is what TLS passes on and go-smtp then closes on quietly.
+	return n, io.EOF
 }
 
 // dataDeadline is the earliest of: the read timeout from now, the time by

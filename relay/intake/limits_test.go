@@ -3,6 +3,7 @@ package intake_test
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -183,10 +185,21 @@ func TestSlowData(t *testing.T) {
 	}{
 		{"rate", func(c *intake.Config) { c.ReadTimeout, c.MinDataRate = time.Second, 1000 }, "421 4.4.2 Data arrived too slowly"},
 		{"transaction", func(c *intake.Config) { c.TransactionTimeout = time.Second }, "421 4.4.2 The transaction took longer"},
+		{"rate over TLS", func(c *intake.Config) {
+			// Each byte trickled is a TLS record of 23.
+			c.ReadTimeout, c.MinDataRate, c.TLS = time.Second, 5000, &tls.Config{}
+		}, "421 4.4.2 Data arrived too slowly"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, tc.mutate)
 			r := dialEHLO(t, e.addr)
+			if strings.HasSuffix(tc.name, "TLS") {
+				// tls.Conn.Close sets a write deadline of now before
+				// the reply buffer (conn.go) sends the 421: the same
+				// loss as the 221 after STARTTLS (issue 18).
+				t.Skip("until the reply buffer flushes before a new write deadline (QUIT after STARTTLS, issue 18)")
+				r = startTLS(t, r, e)
+			}
 			kept := queuedID(t, r.transaction("", simple))
 
 			r.send("MAIL FROM:<app@example.com>\r\nRCPT TO:<user@example.net>\r\nDATA\r\n")
@@ -204,8 +217,10 @@ func TestSlowData(t *testing.T) {
 			if took > 5*time.Second {
 				t.Errorf("cut after %s", took)
 			}
-			if _, err := r.r.ReadLine(); !errors.Is(err, io.EOF) {
-				t.Errorf("after the cut: %v, want the connection closed", err)
+			// Closed: an end of file, or a reset when the relay closed
+			// with the trickle's last bytes unread.
+			if l, err := r.r.ReadLine(); !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+				t.Errorf("after the cut: %q, %v, want the connection closed", l, err)
 			}
 			if _, err := e.store.Get(context.Background(), "trickled"); !errors.Is(err, backends.ErrNotFound) {
 				t.Errorf("the cut message: %v, want no row", err)
@@ -218,6 +233,19 @@ func TestSlowData(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startTLS turns r into a TLS session.
+func startTLS(t *testing.T, r *raw, e *env) *raw {
+	t.Helper()
+	r.send("STARTTLS\r\n")
+	r.expect("220")
+	c := tls.Client(r.c, e.cert.ClientConfig())
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	r = &raw{t: t, c: c, r: textproto.NewReader(bufio.NewReader(c))}
+	r.send("EHLO app.local\r\n")
+	r.expect("250")
+	return r
 }
 
 // TestTransactionDeadline: a transaction that dawdles between commands is
