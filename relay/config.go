@@ -149,6 +149,10 @@ const (
 type SpoolConfig struct {
 	// Store is local (the default), shared or outbox (MySQL or DynamoDB).
 	Store string `yaml:"store"`
+	// MinFreeSpace is the free space the spool's file system needs for
+	// the relay to take mail (local and shared); 0 is one and a half
+	// times smtp.max_message_size, as Postfix.
+	MinFreeSpace ByteSize `yaml:"min_free_space"`
 }
 
 type MySQLConfig struct {
@@ -794,6 +798,14 @@ func (c *Config) journalPath() string {
 }
 
 func (c *Config) spoolDir() string { return filepath.Join(c.DataDir, "spool") }
+
+// minFreeSpace is the free space the spool needs to take mail.
+func (c *Config) minFreeSpace() uint64 {
+	if c.Spool.MinFreeSpace > 0 {
+		return uint64(c.Spool.MinFreeSpace)
+	}
+	return uint64(c.SMTP.MaxMessageSize) * 3 / 2
+}
 
 // Duration is a time.Duration written as Go writes it ("90s", "1h30m") or
 // in days ("7d").

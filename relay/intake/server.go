@@ -70,6 +70,8 @@ type Config struct {
 	// MinDataRate, in bytes per second, is what the data must average
 	// once it has taken longer than ReadTimeout; zero is no minimum.
 	MinDataRate int64
+	// Space says whether the spool can take mail; nil is always.
+	Space Space
 }
 
 // Outbox is what intake needs of the store.
@@ -228,6 +230,9 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 		s.srv.metrics.rejected("auth")
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0},
 			Message: "Authentication required: use AUTH (over TLS) before MAIL"}
+	}
+	if err := s.srv.spoolFull(); err != nil {
+		return err
 	}
 	if from != "" {
 		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
@@ -435,6 +440,7 @@ func (s *Server) createDraft(id string, now time.Time) (draft, error) {
 func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
 	f, err := s.srv.createDraft(id, now)
 	if err != nil {
+		s.srv.noSpace(err)
 		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
 	}
 	ew := &errWriter{w: f}
@@ -449,6 +455,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 	if err != nil {
 		f.Abort()
 		if ew.err != nil {
+			s.srv.noSpace(ew.err)
 			return nil, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
 		}
 		return nil, readError(err, "%v")
@@ -510,6 +517,7 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 		} else {
 			f.Abort()
 		}
+		s.srv.noSpace(err)
 		return tempFailure("Cannot record the message in the outbox, try again later: %v", err)
 	}
 	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,

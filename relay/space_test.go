@@ -1,0 +1,30 @@
+package relay
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSpaceWatch: the spool is full under its minimum free space, or after
+// a write failed for want of space until the next look finds room.
+func TestSpaceWatch(t *testing.T) {
+	dir := t.TempDir()
+	if err := newSpaceWatch(dir, 1<<62).Full(); err == nil || !strings.Contains(err.Error(), "less than spool.min_free_space") {
+		t.Errorf("under the minimum: %v", err)
+	}
+	w := newSpaceWatch(dir, 1)
+	if err := w.Full(); err != nil {
+		t.Fatalf("with room: %v", err)
+	}
+	w.NoSpace(fmt.Errorf("spool: write x.eml: %w", syscall.ENOSPC))
+	if err := w.Full(); err == nil || !strings.Contains(err.Error(), "no space left on device") {
+		t.Errorf("after a failed write: %v", err)
+	}
+	w.checkedAt = w.checkedAt.Add(-spaceCheckEvery - time.Millisecond) // as if the next look were due
+	if err := w.Full(); err != nil {
+		t.Errorf("the next look, with room: %v", err)
+	}
+}
