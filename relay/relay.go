@@ -143,7 +143,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	if !icfg.StoreBodies {
-		r.space = newSpaceWatch(r.spool.Dir(), cfg.minFreeSpace())
+		r.space = newSpaceWatch(r.spool.Dir(), cfg.minFreeSpace(), log)
 		icfg.Space = r.space
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "postino_spool_full",
 			Help: "1 while the spool's file system cannot take mail (under spool.min_free_space, or a write failed for want of space): MAIL is answered 452 4.3.1 and /readyz is not ready."},

@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -23,14 +24,17 @@ const spaceCheckEvery = time.Second
 type spaceWatch struct {
 	dir     string
 	minFree uint64
+	// log tells when the spool fills and when it takes mail again, once
+	// each: not at each refused MAIL.
+	log *slog.Logger
 
 	mu        sync.Mutex
 	checkedAt time.Time
 	full      error
 }
 
-func newSpaceWatch(dir string, minFree uint64) *spaceWatch {
-	return &spaceWatch{dir: dir, minFree: minFree}
+func newSpaceWatch(dir string, minFree uint64, log *slog.Logger) *spaceWatch {
+	return &spaceWatch{dir: dir, minFree: minFree, log: log}
 }
 
 // Full says why the spool cannot take a message now, or nil.
@@ -42,6 +46,7 @@ func (w *spaceWatch) Full() error {
 		return w.full
 	}
 	w.checkedAt = now
+	was := w.full
 	free, inodes, err := statfs(w.dir)
 	switch {
 	case errors.Is(err, errNoStatfs):
@@ -57,7 +62,18 @@ func (w *spaceWatch) Full() error {
 	default:
 		w.full = nil
 	}
+	w.changed(was)
 	return w.full
+}
+
+// changed logs a change of state from was.
+func (w *spaceWatch) changed(was error) {
+	switch {
+	case was == nil && w.full != nil:
+		w.log.Error("the spool cannot take mail: MAIL is answered 452 4.3.1", "reason", w.full)
+	case was != nil && w.full == nil:
+		w.log.Info("the spool takes mail again")
+	}
 }
 
 // NoSpace records a write that failed for want of space: the spool refuses
@@ -67,6 +83,8 @@ func (w *spaceWatch) NoSpace(err error) {
 	defer w.mu.Unlock()
 	now := time.Now()
 	w.checkedAt = now
+	was := w.full
+	defer w.changed(was)
 	w.full = fmt.Errorf("a message could not be written at %s (%w): mail is refused with 452 4.3.1 until the spool's file system has spool.min_free_space (%s) free",
 		now.UTC().Format(time.RFC3339), err, mib(w.minFree))
 }

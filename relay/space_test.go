@@ -2,6 +2,8 @@ package relay
 
 import (
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,10 +14,11 @@ import (
 // a write failed for want of space until the next look finds room.
 func TestSpaceWatch(t *testing.T) {
 	dir := t.TempDir()
-	if err := newSpaceWatch(dir, 1<<62).Full(); err == nil || !strings.Contains(err.Error(), "less than spool.min_free_space") {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if err := newSpaceWatch(dir, 1<<62, log).Full(); err == nil || !strings.Contains(err.Error(), "less than spool.min_free_space") {
 		t.Errorf("under the minimum: %v", err)
 	}
-	w := newSpaceWatch(dir, 1)
+	w := newSpaceWatch(dir, 1, log)
 	if err := w.Full(); err != nil {
 		t.Fatalf("with room: %v", err)
 	}

@@ -27,7 +27,6 @@ func (s *Server) spoolFull() error {
 		return nil
 	}
 	s.metrics.rejected("storage")
-	s.log.Warn("transaction refused: the spool is full", "reason", err)
 	return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 3, 1},
 		Message: "Insufficient system storage: the relay's spool is full, try again later"}
 }
