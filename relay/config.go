@@ -68,6 +68,19 @@ type SMTPConfig struct {
 	Auth          AuthConfig `yaml:"auth"`
 	ReadTimeout   Duration   `yaml:"read_timeout"`
 	WriteTimeout  Duration   `yaml:"write_timeout"`
+	// MaxSessions bounds the sessions open at once; ReservedSessions of
+	// them only clients of AllowNetworks may take, and a client outside
+	// AllowNetworks holds at most MaxSessionsPerClient. Over a limit, a
+	// client gets 421 at once.
+	MaxSessions          int `yaml:"max_sessions"`
+	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
+	ReservedSessions     int `yaml:"reserved_sessions"`
+	// TransactionTimeout bounds a transaction from MAIL to the end of the
+	// data.
+	TransactionTimeout Duration `yaml:"transaction_timeout"`
+	// MinDataRate is the bytes per second the data must average once it
+	// has taken longer than ReadTimeout; 0 is no minimum.
+	MinDataRate ByteSize `yaml:"min_data_rate"`
 }
 
 type TLSConfig struct {
@@ -139,6 +152,10 @@ const (
 type SpoolConfig struct {
 	// Store is local (the default), shared or outbox (MySQL or DynamoDB).
 	Store string `yaml:"store"`
+	// MinFreeSpace is the free space the spool's file system needs for
+	// the relay to take mail (local and shared); 0 is one and a half
+	// times smtp.max_message_size, as Postfix.
+	MinFreeSpace ByteSize `yaml:"min_free_space"`
 }
 
 type MySQLConfig struct {
@@ -431,6 +448,13 @@ func DefaultConfig() Config {
 			BareNewlines:   "normalize",
 			ReadTimeout:    Duration(5 * time.Minute),
 			WriteTimeout:   Duration(5 * time.Minute),
+			// Near Postfix's: 100 processes, 50 per client, 500
+			// bytes per second of data.
+			MaxSessions:          200,
+			MaxSessionsPerClient: 50,
+			ReservedSessions:     20,
+			TransactionTimeout:   Duration(10 * time.Minute),
+			MinDataRate:          500,
 		},
 		Admin:  AdminConfig{Listen: "127.0.0.1:8525"},
 		Outbox: OutboxConfig{Backend: "bolt"},
@@ -534,6 +558,9 @@ func (s *SMTPConfig) check() error {
 	if s.MaxMessageSize <= 0 || s.MaxRecipients <= 0 {
 		return errors.New("smtp.max_message_size and smtp.max_recipients must be positive")
 	}
+	if err := s.checkLimits(); err != nil {
+		return err
+	}
 	if (s.TLS.CertFile == "") != (s.TLS.KeyFile == "") {
 		return errors.New("smtp.tls needs both cert_file and key_file")
 	}
@@ -541,6 +568,19 @@ func (s *SMTPConfig) check() error {
 		return err
 	}
 	return s.checkExposure()
+}
+
+// checkLimits checks the limits on sessions, which must leave room for
+// clients outside the allowed networks.
+func (s *SMTPConfig) checkLimits() error {
+	if s.MaxSessions <= 0 || s.MaxSessionsPerClient <= 0 || s.ReservedSessions < 0 || s.TransactionTimeout <= 0 {
+		return errors.New("smtp.max_sessions, smtp.max_sessions_per_client and smtp.transaction_timeout must be positive, smtp.reserved_sessions not negative")
+	}
+	if s.ReservedSessions >= s.MaxSessions || s.MaxSessionsPerClient > s.MaxSessions {
+		return fmt.Errorf("smtp.reserved_sessions (%d) must be below smtp.max_sessions (%d), and smtp.max_sessions_per_client (%d) at most that",
+			s.ReservedSessions, s.MaxSessions, s.MaxSessionsPerClient)
+	}
+	return nil
 }
 
 func (s *SMTPConfig) checkAuth() error {
@@ -775,6 +815,14 @@ func (c *Config) journalPath() string {
 }
 
 func (c *Config) spoolDir() string { return filepath.Join(c.DataDir, "spool") }
+
+// minFreeSpace is the free space the spool needs to take mail.
+func (c *Config) minFreeSpace() uint64 {
+	if c.Spool.MinFreeSpace > 0 {
+		return uint64(c.Spool.MinFreeSpace)
+	}
+	return uint64(c.SMTP.MaxMessageSize) * 3 / 2
+}
 
 // Duration is a time.Duration written as Go writes it ("90s", "1h30m") or
 // in days ("7d").

@@ -40,6 +40,9 @@ type Relay struct {
 	log *slog.Logger
 
 	spool *spool.Spool
+	// space says whether the spool can take mail; nil when the outbox
+	// keeps messages' bytes.
+	space *spaceWatch
 	// bodies opens messages' bytes, in the spool or the
 	// outbox, as each row's path says.
 	bodies *spool.Bodies
@@ -138,6 +141,13 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	icfg, err := cfg.intakeConfig(os.Getenv)
 	if err != nil {
 		return nil, err
+	}
+	if !icfg.StoreBodies {
+		r.space = newSpaceWatch(r.spool.Dir(), cfg.minFreeSpace(), log)
+		icfg.Space = r.space
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "postino_spool_full",
+			Help: "1 while the spool's file system cannot take mail (under spool.min_free_space, or a write failed for want of space): MAIL is answered 452 4.3.1 and /readyz is not ready."},
+			func() float64 { return float64(btoi(r.space.Full() != nil)) }))
 	}
 	routes, err := cfg.deliveryRoutes(os.Getenv)
 	if err != nil {
@@ -354,6 +364,9 @@ func (r *Relay) ready(ctx context.Context) map[string]error {
 		checks["spool"] = err
 	} else {
 		checks["spool"] = nil
+	}
+	if r.space != nil {
+		checks["spool space"] = r.space.Full()
 	}
 	return checks
 }

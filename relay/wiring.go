@@ -103,6 +103,12 @@ func (c *Config) intakeConfig(getenv func(string) string) (intake.Config, error)
 		CommitTimeout:      commitTimeout,
 		PEC:                c.PEC.intakeAccounts(),
 		StoreBodies:        c.Spool.Store == SpoolOutbox,
+
+		MaxSessions:          c.SMTP.MaxSessions,
+		MaxSessionsPerClient: c.SMTP.MaxSessionsPerClient,
+		ReservedSessions:     c.SMTP.ReservedSessions,
+		TransactionTimeout:   c.SMTP.TransactionTimeout.D(),
+		MinDataRate:          int64(c.SMTP.MinDataRate),
 	}, nil
 }
 

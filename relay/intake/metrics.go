@@ -11,6 +11,7 @@ type Metrics struct {
 	accepted prometheus.Counter
 	refused  *prometheus.CounterVec
 	latency  prometheus.Histogram
+	sessions prometheus.Gauge
 }
 
 // NewMetrics registers the intake series with reg.
@@ -22,15 +23,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "postino_intake_rejected_total",
-			Help: "Clients, commands and messages refused, by reason.",
+			Help: "Clients, commands and messages refused, by reason (busy and client_busy: sessions over smtp.max_sessions or smtp.max_sessions_per_client; slow: transactions cut by smtp.transaction_timeout or smtp.min_data_rate).",
 		}, []string{"reason"}),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "postino_intake_accept_seconds",
 			Help:    "Time from DATA to the 250 reply, the message durable in spool and outbox.",
 			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .2, .5, 1, 2, 5},
 		}),
+		sessions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "postino_intake_sessions",
+			Help: "SMTP sessions open, to compare with smtp.max_sessions.",
+		}),
 	}
-	reg.MustRegister(m.accepted, m.refused, m.latency)
+	reg.MustRegister(m.accepted, m.refused, m.latency, m.sessions)
 	return m
 }
 

@@ -57,6 +57,21 @@ type Config struct {
 	// StoreBodies hands a message's bytes to the outbox with its row
 	// (spool.store outbox) instead of writing them to the spool.
 	StoreBodies bool
+	// MaxSessions bounds the sessions open at once, and
+	// MaxSessionsPerClient those of one address outside AllowNetworks;
+	// ReservedSessions of MaxSessions are kept for AllowNetworks. A client
+	// over a limit gets 421 at once. Zero is no limit.
+	MaxSessions          int
+	MaxSessionsPerClient int
+	ReservedSessions     int
+	// TransactionTimeout bounds a transaction, from MAIL to the end of
+	// the data; zero is no bound.
+	TransactionTimeout time.Duration
+	// MinDataRate, in bytes per second, is what the data must average
+	// once it has taken longer than ReadTimeout; zero is no minimum.
+	MinDataRate int64
+	// Space says whether the spool can take mail; nil is always.
+	Space Space
 }
 
 // Outbox is what intake needs of the store.
@@ -76,6 +91,7 @@ type Server struct {
 	// accepted is told of every newly queued message, to wake the worker.
 	accepted func()
 	smtp     *smtp.Server
+	limits   *sessionLimits
 	// readers keeps the buffers of finished sessions for the next ones:
 	// allocating them per message keeps the collector busy under load.
 	readers sync.Pool
@@ -89,7 +105,9 @@ type reader struct {
 
 // NewServer builds the SMTP server; Serve starts it.
 func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
-	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted}
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted,
+		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
+			log: log, metrics: m, byClient: map[netip.Addr]int{}}}
 	srv := smtp.NewServer(s)
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageSize
@@ -109,7 +127,7 @@ func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.smtp.Serve(replyListener{l})
+	err := s.smtp.Serve(limitListener{Listener: replyListener{l}, srv: s})
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}
@@ -139,15 +157,8 @@ func (a slogAdapter) Println(v ...any) {
 
 // NewSession implements smtp.Backend.
 func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
-	addr, _ := netip.ParseAddrPort(c.Conn().RemoteAddr().String())
-	ip := addr.Addr().Unmap()
-	trusted := false
-	for _, p := range s.cfg.AllowNetworks {
-		if p.Contains(ip) {
-			trusted = true
-			break
-		}
-	}
+	ip := clientIP(c.Conn().RemoteAddr())
+	trusted := s.trusted(ip)
 	if !trusted && s.cfg.Accounts == nil {
 		s.metrics.rejected("client")
 		s.log.Warn("client refused: not in an allowed network", "client", ip)
@@ -155,12 +166,23 @@ func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
 			Message: fmt.Sprintf("Your address %s may not send through this relay", ip)}
 	}
 	_, isTLS := c.TLSConnectionState()
-	return &session{srv: s, conn: c, clientIP: ip, trusted: trusted, tls: isTLS}, nil
+	return &session{srv: s, conn: c, lim: connLimits(c.Conn()), clientIP: ip, trusted: trusted, tls: isTLS}, nil
+}
+
+// trusted says whether ip is in the allowed networks: one of the apps.
+func (s *Server) trusted(ip netip.Addr) bool {
+	for _, p := range s.cfg.AllowNetworks {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 type session struct {
 	srv      *Server
 	conn     *smtp.Conn
+	lim      *limitConn
 	clientIP netip.Addr
 	trusted  bool
 	tls      bool
@@ -209,6 +231,9 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0},
 			Message: "Authentication required: use AUTH (over TLS) before MAIL"}
 	}
+	if err := s.srv.spoolFull(); err != nil {
+		return err
+	}
 	if from != "" {
 		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
 			s.srv.metrics.rejected("address")
@@ -218,6 +243,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	s.from = from
 	s.opts = *opts
 	s.rcpts = s.rcpts[:0]
+	s.lim.beginTransaction(time.Now())
 	return nil
 }
 
@@ -234,13 +260,20 @@ func (s *session) Reset() {
 	s.from = ""
 	s.opts = smtp.MailOptions{}
 	s.rcpts = s.rcpts[:0]
+	s.lim.endTransaction()
 }
 
 func (s *session) Logout() error { return nil }
 
 func (s *session) Data(r io.Reader) error {
 	start := time.Now()
+	s.lim.beginData(start)
 	id, err := s.data(r, start.UTC())
+	if cut := s.lim.reply(); cut != nil {
+		// Whatever the read in progress made of it, the limits ended the
+		// transaction: nothing was stored, and the session closes.
+		err = cut
+	}
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
 		s.srv.metrics.accept(time.Since(start))
 		return err
@@ -248,6 +281,8 @@ func (s *session) Data(r io.Reader) error {
 	reason := "content"
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
 		switch {
+		case reply == s.lim.reply():
+			reason = "slow"
 		case reply.Code/100 == 4:
 			reason = "temporary"
 		case reply.EnhancedCode == smtp.ErrDataTooLarge.EnhancedCode:
@@ -409,6 +444,7 @@ func (s *Server) createDraft(id string, now time.Time) (draft, error) {
 func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
 	f, err := s.srv.createDraft(id, now)
 	if err != nil {
+		s.srv.noSpace(err)
 		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
 	}
 	ew := &errWriter{w: f}
@@ -423,6 +459,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 	if err != nil {
 		f.Abort()
 		if ew.err != nil {
+			s.srv.noSpace(ew.err)
 			return nil, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
 		}
 		return nil, readError(err, "%v")
@@ -484,6 +521,7 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 		} else {
 			f.Abort()
 		}
+		s.srv.noSpace(err)
 		return tempFailure("Cannot record the message in the outbox, try again later: %v", err)
 	}
 	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,
