@@ -109,7 +109,7 @@ func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.smtp.Serve(replyListener{l})
+	err := s.smtp.Serve(replyListener{Listener: l, writeTimeout: s.cfg.WriteTimeout})
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}
