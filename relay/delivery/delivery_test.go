@@ -238,7 +238,7 @@ func TestClientTransaction(t *testing.T) {
 }
 
 func TestClientPrecheck(t *testing.T) {
-	addr, _ := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 ok"})
+	addr, got := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 ok"})
 	c, err := dial(context.Background(), addr, "scripted", nil, DefaultTimeouts())
 	if err != nil {
 		t.Fatal(err)
@@ -253,12 +253,23 @@ func TestClientPrecheck(t *testing.T) {
 	}{
 		{transaction{smtputf8: true}, "554 5.6.7"},
 		{transaction{size: 200000}, "552 5.3.4"},
+		// Control characters never reach a command line: a bare CR could
+		// end it at the upstream.
+		{transaction{from: "a\rb@example.com"}, "553 5.1.7"},
+		{transaction{rcpts: []string{"a@example.net", "us\x00er@example.net"}}, "553 5.1.3"},
+		{transaction{rcpts: []string{"a@example.net", "user@example.net\x7f"}}, "553 5.1.3"},
 	} {
-		tt.tr.rcpts = []string{"a@example.net"}
+		if tt.tr.rcpts == nil {
+			tt.tr.rcpts = []string{"a@example.net"}
+		}
 		out, err := c.send(&tt.tr)
 		if err != nil || !strings.HasPrefix(out.rcpts[0].String(), tt.want) {
 			t.Errorf("%+v: %v %v, want %s", tt.tr, out.rcpts, err, tt.want)
 		}
+	}
+	c.quit()
+	if lines := strings.Join(<-got, "|"); strings.Contains(lines, "MAIL") || strings.Contains(lines, "RCPT") {
+		t.Errorf("the upstream was sent a transaction: %q", lines)
 	}
 }
 

@@ -7,7 +7,9 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 func encode64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -49,6 +51,9 @@ func verdict(code int, enhanced, format string, args ...any) Reply {
 
 // precheck refuses, before any command, what the upstream cannot take.
 func (c *client) precheck(t *transaction) (Reply, bool) {
+	if v, ok := checkEnvelope(t); !ok {
+		return v, false
+	}
 	if t.smtputf8 && !c.has("SMTPUTF8") {
 		return verdict(554, "5.6.7", "the message needs SMTPUTF8 (UTF-8 addresses or headers), which %s does not offer", c.host), false
 	}
@@ -57,6 +62,24 @@ func (c *client) precheck(t *transaction) (Reply, bool) {
 	}
 	if limit, err := strconv.ParseInt(c.ext["SIZE"], 10, 64); err == nil && limit > 0 && t.size > limit {
 		return verdict(552, "5.3.4", "the message of %d octets is larger than the %d octets %s accepts", t.size, limit, c.host), false
+	}
+	return Reply{}, true
+}
+
+// checkEnvelope refuses addresses that no command line may carry: a control
+// character (a bare CR can end the line at the upstream, and what follows
+// is read as a command of its own). Intake refuses them; this guards
+// against rows from anywhere else, an adopted outbox among them. The
+// whole message is refused, its other recipients included: it could only
+// have been queued by a path that checked nothing.
+func checkEnvelope(t *transaction) (Reply, bool) {
+	if strings.ContainsFunc(t.from, unicode.IsControl) {
+		return verdict(553, "5.1.7", "the sender address %q holds a control character; no SMTP command may carry it", t.from), false
+	}
+	for _, r := range t.rcpts {
+		if strings.ContainsFunc(r, unicode.IsControl) {
+			return verdict(553, "5.1.3", "the recipient address %q holds a control character; no SMTP command may carry it", r), false
+		}
 	}
 	return Reply{}, true
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/emersion/go-message/textproto"
 	"github.com/emersion/go-sasl"
@@ -208,6 +209,15 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 		s.srv.metrics.rejected("auth")
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0},
 			Message: "Authentication required: use AUTH (over TLS) before MAIL"}
+	}
+	if strings.ContainsFunc(s.conn.Hostname(), unicode.IsControl) {
+		// The name goes into the Received field, where a bare CR would
+		// start a header field of the client's making. Checked here, as
+		// a second EHLO changes it without a new session, and resets the
+		// transaction.
+		s.srv.metrics.rejected("address")
+		return &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 5, 4},
+			Message: "Your EHLO name holds a control character: say EHLO again with your host name"}
 	}
 	if from != "" {
 		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
