@@ -2,8 +2,10 @@ package intake
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,6 +35,8 @@ type replyConn struct {
 	writeTimeout time.Duration
 	mu           sync.Mutex
 	w            *bufio.Writer // allocated at the first write
+	// hungUp makes reads end, once the replies held are sent.
+	hungUp atomic.Bool
 }
 
 func (c *replyConn) Write(p []byte) (int, error) {
@@ -59,8 +63,15 @@ func (c *replyConn) Read(p []byte) (int, error) {
 	if err := c.flush(); err != nil {
 		return 0, err
 	}
+	if c.hungUp.Load() {
+		return 0, io.EOF
+	}
 	return c.Conn.Read(p)
 }
+
+// hangUp ends the session at its next read, as if the client had left:
+// the server said its last reply, and go-smtp has no other way to be told.
+func (c *replyConn) hangUp() { c.hungUp.Store(true) }
 
 // Close sends the last reply (a 221 or 421) first. When another goroutine
 // is writing, the close is an abort and nothing waits for it.

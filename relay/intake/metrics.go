@@ -11,6 +11,10 @@ type Metrics struct {
 	accepted prometheus.Counter
 	refused  *prometheus.CounterVec
 	latency  prometheus.Histogram
+	// authLimited counts the AUTH limits reached, authClients the client
+	// addresses whose failures are remembered.
+	authLimited *prometheus.CounterVec
+	authClients prometheus.Gauge
 }
 
 // NewMetrics registers the intake series with reg.
@@ -29,8 +33,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from DATA to the 250 reply, the message durable in spool and outbox.",
 			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .02, .03, .05, .075, .1, .2, .5, 1, 2, 5},
 		}),
+		authLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "postino_intake_auth_limited_total",
+			Help: "Sessions closed for failed AUTH: limit=session (too many in one session), client (too many from its address).",
+		}, []string{"limit"}),
+		authClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "postino_intake_auth_failing_clients",
+			Help: "Client addresses with AUTH failures within smtp.auth.limits.window (bounded by smtp.auth.limits.clients).",
+		}),
 	}
-	reg.MustRegister(m.accepted, m.refused, m.latency)
+	reg.MustRegister(m.accepted, m.refused, m.latency, m.authLimited, m.authClients)
 	return m
 }
 

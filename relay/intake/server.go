@@ -46,6 +46,8 @@ type Config struct {
 	AllowNetworks []netip.Prefix
 	// Accounts enables AUTH PLAIN and LOGIN when not nil.
 	Accounts Accounts
+	// AuthLimits slow down and stop password guessing.
+	AuthLimits AuthLimits
 	// AllowInsecureAuth offers AUTH without TLS.
 	AllowInsecureAuth bool
 	TLS               *tls.Config
@@ -74,6 +76,7 @@ type Server struct {
 	spool   *spool.Spool
 	log     *slog.Logger
 	metrics *Metrics
+	auth    *authLimiter
 	// accepted is told of every newly queued message, to wake the worker.
 	accepted func()
 	smtp     *smtp.Server
@@ -90,7 +93,7 @@ type reader struct {
 
 // NewServer builds the SMTP server; Serve starts it.
 func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
-	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted}
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted, auth: newAuthLimiter(cfg.AuthLimits)}
 	srv := smtp.NewServer(s)
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageSize
@@ -166,6 +169,10 @@ type session struct {
 	trusted  bool
 	tls      bool
 	authUser string
+	// failures are the session's failed AUTHs; closing says it has been
+	// told to end.
+	failures int
+	closing  bool
 
 	from  string
 	opts  smtp.MailOptions
@@ -180,11 +187,12 @@ func (s *session) AuthMechanisms() []string {
 }
 
 func (s *session) Auth(mech string) (sasl.Server, error) {
+	if err := s.authAllowed(time.Now()); err != nil {
+		return nil, err
+	}
 	authenticate := func(username, password string) error {
 		if !s.srv.cfg.Accounts.check(username, password) {
-			s.srv.metrics.rejected("auth")
-			s.srv.log.Warn("authentication failed", "client", s.clientIP, "user", username)
-			return errAuthFailed()
+			return s.authFailed(username)
 		}
 		s.authUser = username
 		return nil
