@@ -2,7 +2,6 @@ package intake_test
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"encoding/base64"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net/textproto"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,25 +20,6 @@ import (
 
 	"github.com/genropy/postino/relay/intake"
 )
-
-// logBuffer collects a server's log, written from its sessions' goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// count is how many lines hold s.
-func (b *logBuffer) count(s string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Count(b.buf.String(), s)
-}
 
 // metric is the value of a counter or gauge of reg, summed over the series
 // whose labels include those given.
@@ -133,8 +112,8 @@ func TestAuthGuessingInOneSession(t *testing.T) {
 		t.Fatalf("replies %q, want two 535 and a 421", replies)
 	}
 	r.expectClosed()
-	if n := e.logs.count("authentication failed"); n != 1 {
-		t.Errorf("%d log lines of failures, want 1 for the burst:\n%s", n, e.logs.buf.String())
+	if n := e.logs.Count("authentication failed"); n != 1 {
+		t.Errorf("%d log lines of failures, want 1 for the burst:\n%s", n, e.logs.String())
 	}
 	if n := metric(t, e.reg, "postino_intake_rejected_total", "reason", "auth"); n != 3 {
 		t.Errorf("rejected{auth} = %v, want 3", n)
@@ -182,11 +161,11 @@ func TestAuthGuessingByAddress(t *testing.T) {
 	other.expect("235")
 	queuedID(t, other.transaction("", simple))
 
-	if n := e.logs.count("authentication failed"); n != 1 {
-		t.Errorf("%d log lines of failures, want 1:\n%s", n, e.logs.buf.String())
+	if n := e.logs.Count("authentication failed"); n != 1 {
+		t.Errorf("%d log lines of failures, want 1:\n%s", n, e.logs.String())
 	}
-	if n := e.logs.count("reached the limit"); n != 1 {
-		t.Errorf("%d log lines of the limit, want 1:\n%s", n, e.logs.buf.String())
+	if n := e.logs.Count("reached the limit"); n != 1 {
+		t.Errorf("%d log lines of the limit, want 1:\n%s", n, e.logs.String())
 	}
 	if n := metric(t, e.reg, "postino_intake_auth_limited_total", "limit", "client"); n != 2 {
 		t.Errorf("auth_limited{client} = %v, want 2 (the fifth failure, the refused AUTH)", n)
