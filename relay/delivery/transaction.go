@@ -107,7 +107,7 @@ func (c *client) send(t *transaction) (replies, error) {
 // mailCommand is the MAIL FROM line, with the parameters the transaction
 // needs and the upstream offers.
 func (c *client) mailCommand(t *transaction) string {
-	mail := fmt.Sprintf("MAIL FROM:<%s>", t.from)
+	mail := "MAIL FROM:" + envelopePath(t.from)
 	if t.eightBit {
 		mail += " BODY=8BITMIME"
 	}
@@ -126,7 +126,52 @@ func (c *client) mailCommand(t *transaction) string {
 	return mail
 }
 
-func rcptCommand(addr string) string { return "RCPT TO:<" + addr + ">" }
+func rcptCommand(addr string) string { return "RCPT TO:" + envelopePath(addr) }
+
+// envelopePath is addr as a command carries it. Intake keeps a quoted
+// local part without its quotes (go-smtp takes them off): "john
+// doe"@example.com is stored as john doe@example.com. Written back as it
+// is, the space, or a '>' followed by parameters, would be read by the
+// upstream as the end of the address, so a local part that is not a
+// dot-string is quoted again (RFC 5321 section 4.1.2).
+func envelopePath(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 || isDotString(addr[:at]) {
+		return "<" + addr + ">"
+	}
+	var b strings.Builder
+	b.WriteString(`<"`)
+	for _, r := range addr[:at] {
+		if r == '"' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	b.WriteString(`"`)
+	b.WriteString(addr[at:])
+	b.WriteString(">")
+	return b.String()
+}
+
+// isDotString reports whether local needs no quotes: atoms of atext, or
+// of UTF-8 beyond ASCII (RFC 6531), joined by single dots.
+func isDotString(local string) bool {
+	for _, atom := range strings.Split(local, ".") {
+		if atom == "" {
+			return false
+		}
+		for _, r := range atom {
+			if r < 0x80 && !isAtext(byte(r)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isAtext(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
+}
 
 // line buffers one command; it leaves when the writer is flushed.
 func (c *client) line(s string) { fmt.Fprintf(c.w, "%s\r\n", s) }

@@ -74,3 +74,26 @@ func TestControlCharactersInEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotedLocalPart: a quoted local part is taken; go-smtp stores it
+// without its quotes, and delivery quotes it again (TestClientQuotesLocalParts
+// in relay/delivery).
+func TestQuotedLocalPart(t *testing.T) {
+	e := newEnv(t, nil)
+	r := dialEHLO(t, e.addr)
+	r.send("MAIL FROM:<\"john doe\"@example.com>\r\n")
+	r.expect("250")
+	r.send("RCPT TO:<\"x> NOTIFY=NEVER\"@example.net>\r\n")
+	r.expect("250")
+	r.send("DATA\r\n")
+	r.expect("354")
+	r.send(simple)
+	id := queuedID(t, r.reply())
+	m, err := e.store.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Envelope.Sender != "john doe@example.com" || len(m.Envelope.Recipients) != 1 || m.Envelope.Recipients[0] != "x> NOTIFY=NEVER@example.net" {
+		t.Errorf("envelope %q %q", m.Envelope.Sender, m.Envelope.Recipients)
+	}
+}
