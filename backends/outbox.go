@@ -27,6 +27,9 @@ var (
 	// reply). A caller keeps what the write may point to, such as a
 	// message's spool file: the sweeps that find no row remove it.
 	ErrOutcomeUnknown = errors.New("the commit failed and may have landed")
+	// ErrBadCursor: a list cursor (ListQuery.After) this store did not
+	// give; the caller's mistake, not the store's failure.
+	ErrBadCursor = errors.New("start the listing again without it")
 )
 
 // Outbox is a whole store: every part of the contract, as the relay opens

@@ -93,6 +93,37 @@ type AuthConfig struct {
 	Accounts []Account `yaml:"accounts"`
 	// AllowInsecure offers AUTH without TLS.
 	AllowInsecure bool `yaml:"allow_insecure"`
+	// Limits slow down and stop password guessing.
+	Limits AuthLimitsConfig `yaml:"limits"`
+}
+
+// AuthLimitsConfig bounds failed AUTH attempts (intake.AuthLimits says what
+// each does); 0 turns a limit off.
+type AuthLimitsConfig struct {
+	Delay      Duration `yaml:"delay"`
+	MaxDelay   Duration `yaml:"max_delay"`
+	PerSession int      `yaml:"per_session"`
+	PerClient  int      `yaml:"per_client"`
+	Window     Duration `yaml:"window"`
+	Clients    int      `yaml:"clients"`
+}
+
+func (a AuthLimitsConfig) intake() intake.AuthLimits {
+	return intake.AuthLimits{Delay: a.Delay.D(), MaxDelay: a.MaxDelay.D(), PerSession: a.PerSession,
+		PerClient: a.PerClient, Window: a.Window.D(), Clients: a.Clients}
+}
+
+func (a AuthLimitsConfig) check() error {
+	if a.Delay < 0 || a.MaxDelay < 0 || a.PerSession < 0 || a.PerClient < 0 || a.Window < 0 || a.Clients < 0 {
+		return errors.New("smtp.auth.limits: no value may be negative (0 turns a limit off)")
+	}
+	if a.PerClient > 0 && (a.Window == 0 || a.Clients == 0) {
+		return errors.New("smtp.auth.limits.per_client needs a window and a number of clients to remember (window: 15m, clients: 10000)")
+	}
+	if a.MaxDelay != 0 && a.MaxDelay < a.Delay {
+		return fmt.Errorf("smtp.auth.limits.max_delay %s is below delay %s", a.MaxDelay.D(), a.Delay.D())
+	}
+	return nil
 }
 
 // Account is an SMTP AUTH user. The password comes from a file or an
@@ -455,6 +486,8 @@ func DefaultConfig() Config {
 			ReservedSessions:     20,
 			TransactionTimeout:   Duration(10 * time.Minute),
 			MinDataRate:          500,
+			Auth: AuthConfig{Limits: AuthLimitsConfig{Delay: Duration(time.Second), MaxDelay: Duration(8 * time.Second),
+				PerSession: 3, PerClient: 10, Window: Duration(15 * time.Minute), Clients: 10000}},
 		},
 		Admin:  AdminConfig{Listen: "127.0.0.1:8525"},
 		Outbox: OutboxConfig{Backend: "bolt"},
@@ -584,6 +617,9 @@ func (s *SMTPConfig) checkLimits() error {
 }
 
 func (s *SMTPConfig) checkAuth() error {
+	if err := s.Auth.Limits.check(); err != nil {
+		return err
+	}
 	for i, a := range s.Auth.Accounts {
 		if a.Username == "" {
 			return fmt.Errorf("smtp.auth.accounts[%d] has no username", i)

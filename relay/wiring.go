@@ -96,6 +96,7 @@ func (c *Config) intakeConfig(getenv func(string) string) (intake.Config, error)
 		RejectBareNewlines: c.SMTP.BareNewlines == "reject",
 		AllowNetworks:      nets,
 		Accounts:           accounts,
+		AuthLimits:         c.SMTP.Auth.Limits.intake(),
 		AllowInsecureAuth:  c.SMTP.Auth.AllowInsecure,
 		TLS:                tlsCfg,
 		ReadTimeout:        c.SMTP.ReadTimeout.D(),

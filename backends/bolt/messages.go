@@ -194,7 +194,7 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 	limit := q.PageSize()
 	after, err := hex.DecodeString(q.After)
 	if err != nil || (len(after) == 1) {
-		return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
+		return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
 	}
 	var items []listItem
 	err = s.db.View(func(tx *bbolt.Tx) error {

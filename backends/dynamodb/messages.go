@@ -157,7 +157,7 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 	if q.After != "" {
 		b, err := base64.RawURLEncoding.DecodeString(q.After)
 		if err != nil || len(b) == 0 {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
+			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
 		}
 		after = string(b)
 	}

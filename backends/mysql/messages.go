@@ -78,7 +78,7 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 		b, err := base64.RawURLEncoding.DecodeString(q.After)
 		after = new(cursor)
 		if err != nil || json.Unmarshal(b, after) != nil {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store", q.After)
+			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
 		}
 	}
 	var page []listed

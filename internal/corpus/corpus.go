@@ -25,3 +25,20 @@ func Dir(t testing.TB, name string) string {
 	}
 	return dir
 }
+
+// AddFiles adds every file that pattern matches (testdata/*.eml, say) to
+// the seed corpus of a fuzz target.
+func AddFiles(f *testing.F, pattern string) {
+	f.Helper()
+	files, err := filepath.Glob(pattern)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+}

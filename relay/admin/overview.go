@@ -54,7 +54,7 @@ func recentKind() map[backends.Status]string {
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	counts, err := a.store.Counts(r.Context())
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	out := Stats{Counts: map[string]int{}}
@@ -66,7 +66,7 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	out.Recent, err = a.recentLists(r, counts)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -163,13 +163,13 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 		case err == nil:
 			add(m)
 		case !errors.Is(err, backends.ErrNotFound):
-			storeError(w, err)
+			a.storeError(w, r, err)
 			return
 		}
 	}
 	ms, err := a.store.ByMessageID(r.Context(), strings.Trim(q, "<>"))
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	for _, m := range ms {
@@ -188,7 +188,7 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 			return len(out.Messages) < maxListLimit
 		})
 		if err != nil {
-			storeError(w, err)
+			a.storeError(w, r, err)
 			return
 		}
 	}

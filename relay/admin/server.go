@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,9 @@ const (
 
 // NewHandler serves the admin API.
 func NewHandler(store Store, opts Options) http.Handler {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
 	a := &api{store: store, opts: opts, recent: recentKind()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/messages", a.list)
@@ -126,8 +130,11 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 	writeJSON(w, code, Error{Error: fmt.Sprintf(format, args...)})
 }
 
-// storeError answers for an outbox error.
-func storeError(w http.ResponseWriter, err error) {
+// storeError answers for an outbox error. The outbox's own verdicts (not
+// found, a status that changed) are told as they are; the text of any
+// other failure may name files, sockets and hosts of the machine, and
+// goes to the log only.
+func (a *api) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, backends.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
@@ -136,20 +143,33 @@ func storeError(w http.ResponseWriter, err error) {
 	case errors.Is(err, backends.ErrInvalidTransition):
 		writeError(w, http.StatusConflict, "%v", err)
 	default:
-		writeError(w, http.StatusServiceUnavailable, "outbox error: %v", err)
+		a.internalError(w, r, "the outbox failed", err)
 	}
+}
+
+// internalError answers a failure of the relay's own storage: the cause is
+// logged under a reference that the reply gives, for the operator to find.
+func (a *api) internalError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	ref := rand.Text()[:10]
+	a.opts.Log.Error("admin API: "+what, "ref", ref, "method", r.Method, "path", r.URL.Path, "error", err)
+	writeError(w, http.StatusServiceUnavailable,
+		"%s; try again later, and if it goes on, the relay's log says why under ref=%s", what, ref)
 }
 
 func (a *api) receipts(w http.ResponseWriter, r *http.Request) {
 	m, err := a.store.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	list, err := a.opts.Receipts.Receipts(r.Context(), m.EmlPath)
-	if err != nil {
+	if errors.Is(err, backends.ErrNotFound) {
 		// Purged since the Get: 404, not a 503 that asks to retry.
-		storeError(w, fmt.Errorf("cannot list the receipts of %s: %w", m.ID, err))
+		writeError(w, http.StatusNotFound, "message %s is gone; look for it again with GET /v1/messages/%s", m.ID, m.ID)
+		return
+	}
+	if err != nil {
+		a.internalError(w, r, "cannot list the receipts of "+m.ID, err)
 		return
 	}
 	if list == nil {
@@ -162,7 +182,7 @@ func (a *api) receipts(w http.ResponseWriter, r *http.Request) {
 func (a *api) receipt(w http.ResponseWriter, r *http.Request) {
 	m, err := a.store.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	name := r.PathValue("name")
@@ -176,7 +196,7 @@ func (a *api) receipt(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "cannot read receipt %s of %s: %v", name, m.ID, err)
+		a.internalError(w, r, fmt.Sprintf("cannot read receipt %s of %s", name, m.ID), err)
 		return
 	}
 	defer f.Close()
@@ -204,8 +224,12 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		q.Limit = n
 	}
 	msgs, next, err := a.store.List(r.Context(), q)
-	if err != nil {
+	if errors.Is(err, backends.ErrBadCursor) {
 		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if err != nil {
+		a.storeError(w, r, err)
 		return
 	}
 	out := MessageList{Messages: make([]Message, len(msgs)), Next: next}
@@ -219,12 +243,12 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	m, err := a.store.Get(r.Context(), id)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	h, err := a.store.History(r.Context(), id)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	v := messageView(m)
@@ -237,7 +261,7 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	}
 	events, err := a.store.Events(r.Context(), id)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	for _, e := range events {
@@ -280,7 +304,7 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 	id := r.PathValue("id")
 	m, err := a.store.Get(r.Context(), id)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	to, why := decide(m)
@@ -296,16 +320,14 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 		t.Event = backends.OutcomeEvent(m.Status, to, why, nil)
 	}
 	if err := a.store.Transition(r.Context(), t); err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	if m, err = a.store.Get(r.Context(), id); err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
-	if a.opts.Log != nil {
-		a.opts.Log.Info("operator "+action, "id", id, "status", m.Status)
-	}
+	a.opts.Log.Info("operator "+action, "id", id, "status", m.Status)
 	if a.opts.Wake != nil {
 		a.opts.Wake()
 	}
@@ -320,12 +342,10 @@ func (a *api) batch(op func(context.Context, string) error, suspend bool) http.H
 			return
 		}
 		if err := op(r.Context(), code); err != nil {
-			storeError(w, err)
+			a.storeError(w, r, err)
 			return
 		}
-		if a.opts.Log != nil {
-			a.opts.Log.Info("batch changed", "batch", code, "suspended", suspend)
-		}
+		a.opts.Log.Info("batch changed", "batch", code, "suspended", suspend)
 		if !suspend && a.opts.Wake != nil {
 			a.opts.Wake()
 		}
@@ -397,7 +417,7 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 	}
 	events, err := a.store.EventsByState(r.Context(), state, limit)
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
 	out := EventList{Events: []Event{}}
@@ -418,12 +438,10 @@ func (a *api) replay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		storeError(w, err)
+		a.storeError(w, r, err)
 		return
 	}
-	if a.opts.Log != nil {
-		a.opts.Log.Info("operator replay", "event", id, "id", e.MessageID)
-	}
+	a.opts.Log.Info("operator replay", "event", id, "id", e.MessageID)
 	if a.opts.WakeEvents != nil {
 		a.opts.WakeEvents()
 	}

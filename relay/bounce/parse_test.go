@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/genropy/postino/internal/corpus"
 )
 
 // want is what a test expects of a recipient; empty fields are not
@@ -305,14 +307,7 @@ func TestParseHeaderOnly(t *testing.T) {
 
 // FuzzParse checks that no input makes Parse panic.
 func FuzzParse(f *testing.F) {
-	files, _ := filepath.Glob(filepath.Join("testdata", "*.eml"))
-	for _, name := range files {
-		b, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
-	}
+	corpus.AddFiles(f, filepath.Join("testdata", "*.eml"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		Parse(bytes.NewReader(b), Options{BounceAddresses: []string{"bounces+{id}@example.com"}})
 	})

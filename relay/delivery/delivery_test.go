@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,6 +93,9 @@ func TestChooseRoute(t *testing.T) {
 	}{
 		{"Billing@Example.com", "", "billing"},
 		{"x@partner.example", "", "partner"},
+		// A quoted local part holding an '@': the domain is after the last.
+		{"x@partner.example@other.example", "", DefaultRoute},
+		{"x@other.example@partner.example", "", "partner"},
 		{"x@example.com", "app", "app"},
 		{"x@example.com", "other", DefaultRoute},
 		{"", "", DefaultRoute},
@@ -237,8 +241,36 @@ func TestClientTransaction(t *testing.T) {
 	}
 }
 
+// TestClientQuotesLocalParts: a local part that intake received quoted
+// goes upstream quoted again, so that what it holds stays in the address.
+func TestClientQuotesLocalParts(t *testing.T) {
+	addr, got := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 2.0.0 ok"})
+	c, err := dial(context.Background(), addr, "scripted", nil, DefaultTimeouts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.hello("relay.test"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.send(&transaction{from: "john doe@example.com",
+		rcpts: []string{"x> NOTIFY=NEVER@example.net", `a"b\c@example.net`, "first.last+tag@example.net", "josé@exämple.net", ".dot@example.net"},
+		body:  strings.NewReader("Subject: x\r\n\r\nx\r\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.quit()
+	want := []string{`MAIL FROM:<"john doe"@example.com>`, `RCPT TO:<"x> NOTIFY=NEVER"@example.net>`, `RCPT TO:<"a\"b\\c"@example.net>`,
+		"RCPT TO:<first.last+tag@example.net>", "RCPT TO:<josé@exämple.net>", `RCPT TO:<".dot"@example.net>`}
+	lines := <-got
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			t.Errorf("the upstream was not sent %s: %q", w, lines)
+		}
+	}
+}
+
 func TestClientPrecheck(t *testing.T) {
-	addr, _ := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 ok"})
+	addr, got := scripted(t, true, map[string]string{"DATA": "354 go on", ".": "250 ok"})
 	c, err := dial(context.Background(), addr, "scripted", nil, DefaultTimeouts())
 	if err != nil {
 		t.Fatal(err)
@@ -253,12 +285,23 @@ func TestClientPrecheck(t *testing.T) {
 	}{
 		{transaction{smtputf8: true}, "554 5.6.7"},
 		{transaction{size: 200000}, "552 5.3.4"},
+		// Control characters never reach a command line: a bare CR could
+		// end it at the upstream.
+		{transaction{from: "a\rb@example.com"}, "553 5.1.7"},
+		{transaction{rcpts: []string{"a@example.net", "us\x00er@example.net"}}, "553 5.1.3"},
+		{transaction{rcpts: []string{"a@example.net", "user@example.net\x7f"}}, "553 5.1.3"},
 	} {
-		tt.tr.rcpts = []string{"a@example.net"}
+		if tt.tr.rcpts == nil {
+			tt.tr.rcpts = []string{"a@example.net"}
+		}
 		out, err := c.send(&tt.tr)
 		if err != nil || !strings.HasPrefix(out.rcpts[0].String(), tt.want) {
 			t.Errorf("%+v: %v %v, want %s", tt.tr, out.rcpts, err, tt.want)
 		}
+	}
+	c.quit()
+	if lines := strings.Join(<-got, "|"); strings.Contains(lines, "MAIL") || strings.Contains(lines, "RCPT") {
+		t.Errorf("the upstream was sent a transaction: %q", lines)
 	}
 }
 

@@ -307,9 +307,14 @@ func (e *Engine) dispatch(m *backends.Message) {
 	}
 }
 
+// domainOf is the domain of addr, after its last '@': a quoted local part
+// may hold one of its own ("a@b"@example.com).
 func domainOf(addr string) string {
-	_, d, _ := strings.Cut(addr, "@")
-	return strings.ToLower(d)
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return ""
+	}
+	return strings.ToLower(addr[at+1:])
 }
 
 // record stores the replies of one job's recipients.

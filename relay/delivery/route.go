@@ -129,7 +129,7 @@ type Rule struct {
 
 func (r Rule) matches(m *backends.Message) bool {
 	sender := strings.ToLower(m.Envelope.Sender)
-	_, domain, _ := strings.Cut(sender, "@")
+	domain := domainOf(sender)
 	return (r.Sender == "" || strings.EqualFold(r.Sender, sender)) &&
 		(r.Domain == "" || strings.EqualFold(r.Domain, domain)) &&
 		(r.AuthUser == "" || r.AuthUser == m.Envelope.AuthUser)

@@ -7,7 +7,9 @@ import (
 	"net/textproto"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 )
 
 func encode64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -49,11 +51,32 @@ func verdict(code int, enhanced, format string, args ...any) Reply {
 
 // precheck refuses, before any command, what the upstream cannot take.
 func (c *client) precheck(t *transaction) (Reply, bool) {
+	if v, ok := checkEnvelope(t); !ok {
+		return v, false
+	}
 	if t.smtputf8 && !c.has("SMTPUTF8") {
 		return verdict(554, "5.6.7", "the message needs SMTPUTF8 (UTF-8 addresses or headers), which %s does not offer", c.host), false
 	}
 	if limit, err := strconv.ParseInt(c.ext["SIZE"], 10, 64); err == nil && limit > 0 && t.size > limit {
 		return verdict(552, "5.3.4", "the message of %d octets is larger than the %d octets %s accepts", t.size, limit, c.host), false
+	}
+	return Reply{}, true
+}
+
+// checkEnvelope refuses addresses that no command line may carry: a control
+// character (a bare CR can end the line at the upstream, and what follows
+// is read as a command of its own). Intake refuses them; this guards
+// against rows from anywhere else, an adopted outbox among them. The
+// whole message is refused, its other recipients included: it could only
+// have been queued by a path that checked nothing.
+func checkEnvelope(t *transaction) (Reply, bool) {
+	if strings.ContainsFunc(t.from, unicode.IsControl) {
+		return verdict(553, "5.1.7", "the sender address %q holds a control character; no SMTP command may carry it", t.from), false
+	}
+	for _, r := range t.rcpts {
+		if strings.ContainsFunc(r, unicode.IsControl) {
+			return verdict(553, "5.1.3", "the recipient address %q holds a control character; no SMTP command may carry it", r), false
+		}
 	}
 	return Reply{}, true
 }
@@ -81,7 +104,7 @@ func (c *client) send(t *transaction) (replies, error) {
 // mailCommand is the MAIL FROM line, with the parameters the transaction
 // needs and the upstream offers.
 func (c *client) mailCommand(t *transaction) string {
-	mail := fmt.Sprintf("MAIL FROM:<%s>", t.from)
+	mail := "MAIL FROM:" + envelopePath(t.from)
 	if t.eightBit {
 		mail += " BODY=8BITMIME"
 	}
@@ -100,7 +123,52 @@ func (c *client) mailCommand(t *transaction) string {
 	return mail
 }
 
-func rcptCommand(addr string) string { return "RCPT TO:<" + addr + ">" }
+func rcptCommand(addr string) string { return "RCPT TO:" + envelopePath(addr) }
+
+// envelopePath is addr as a command carries it. Intake keeps a quoted
+// local part without its quotes (go-smtp takes them off): "john
+// doe"@example.com is stored as john doe@example.com. Written back as it
+// is, the space, or a '>' followed by parameters, would be read by the
+// upstream as the end of the address, so a local part that is not a
+// dot-string is quoted again (RFC 5321 section 4.1.2).
+func envelopePath(addr string) string {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 || isDotString(addr[:at]) {
+		return "<" + addr + ">"
+	}
+	var b strings.Builder
+	b.WriteString(`<"`)
+	for _, r := range addr[:at] {
+		if r == '"' || r == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	b.WriteString(`"`)
+	b.WriteString(addr[at:])
+	b.WriteString(">")
+	return b.String()
+}
+
+// isDotString reports whether local needs no quotes: atoms of atext, or
+// of UTF-8 beyond ASCII (RFC 6531), joined by single dots.
+func isDotString(local string) bool {
+	for _, atom := range strings.Split(local, ".") {
+		if atom == "" {
+			return false
+		}
+		for _, r := range atom {
+			if r < 0x80 && !isAtext(byte(r)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isAtext(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-/=?^_`{|}~", c) >= 0
+}
 
 // line buffers one command; it leaves when the writer is flushed.
 func (c *client) line(s string) { fmt.Fprintf(c.w, "%s\r\n", s) }

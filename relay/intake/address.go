@@ -4,16 +4,26 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/emersion/go-smtp"
 )
 
-// checkAddress checks an envelope address beyond go-smtp's syntax check: a
-// domain is required, its labels must be valid, and non-ASCII needs
-// SMTPUTF8. code is the enhanced code for a syntax error (5.1.7 for the
-// sender, 5.1.3 for a recipient).
+// checkAddress checks an envelope address beyond go-smtp's syntax check: no
+// control character, a domain is required, its labels must be valid, and
+// non-ASCII needs SMTPUTF8. code is the enhanced code for a syntax error
+// (5.1.7 for the sender, 5.1.3 for a recipient).
 func checkAddress(addr string, smtputf8 bool, code smtp.EnhancedCode) error {
+	// go-smtp passes on whatever octets sit between the brackets (and
+	// unquotes a quoted local part): a NUL or a bare CR would reach the
+	// spool, and an upstream's command line, where a CR can end the line.
+	// The reply does not repeat the address, which would carry them back.
+	if i := strings.IndexFunc(addr, unicode.IsControl); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(addr[i:])
+		return &smtp.SMTPError{Code: 501, EnhancedCode: code,
+			Message: fmt.Sprintf("Bad address: it holds the control character U+%04X at octet %d; no address may hold one", r, i)}
+	}
 	bad := func(why string) error {
 		return &smtp.SMTPError{Code: 501, EnhancedCode: code, Message: fmt.Sprintf("Bad address <%s>: %s", addr, why)}
 	}
@@ -62,11 +72,12 @@ func checkDomain(d string) string {
 
 // checkAddressLiteral checks a domain in brackets: an IPv4 address, or an
 // IPv6 one tagged "IPv6:" (RFC 5321 section 4.1.3). A literal of any
-// other tag is refused.
+// other tag is refused, and so is an IPv6 zone ("%eth0"), which names an
+// interface of one machine and any text after it.
 func checkAddressLiteral(d string) string {
 	lit := d[1 : len(d)-1]
 	if v6, ok := strings.CutPrefix(lit, "IPv6:"); ok {
-		if a, err := netip.ParseAddr(v6); err == nil && a.Is6() {
+		if a, err := netip.ParseAddr(v6); err == nil && a.Is6() && a.Zone() == "" {
 			return ""
 		}
 	} else if a, err := netip.ParseAddr(lit); err == nil && a.Is4() {

@@ -35,6 +35,16 @@ func TestCheckAddress(t *testing.T) {
 		{addr: "us\xffer@example.com", utf8: true, code: rcpt},
 		{addr: "user@", code: rcpt},
 		{addr: "user@example.com.", code: rcpt},
+		// No control character anywhere, whatever the other checks say.
+		{addr: "a\rb@example.com", code: rcpt},
+		{addr: "us\x00er@example.net", code: rcpt},
+		{addr: "user@example.net\n", code: rcpt},
+		{addr: "user\t@example.net", code: rcpt},
+		{addr: "user\x7f@example.net", code: rcpt},
+		{addr: "user@[IPv6:fe80::1%\r]", code: rcpt},
+		{addr: "josé\x00@example.com", code: rcpt},
+		{addr: "josé\u0085@example.com", utf8: true, code: rcpt},
+		{addr: "user@[IPv6:fe80::1%eth0]", code: rcpt},
 	}
 	for _, tt := range tests {
 		err := checkAddress(tt.addr, tt.utf8, rcpt)
@@ -79,6 +89,7 @@ func TestCheckDomain(t *testing.T) {
 		{"IPv4 literal out of range", "[300.1.1.1]", "not an IP address"},
 		{"IPv6 literal", "[IPv6:2001:db8::1]", ""},
 		{"IPv6 literal of an IPv4 address", "[IPv6:::ffff:192.0.2.1]", ""},
+		{"IPv6 literal with a zone", "[IPv6:fe80::1%eth0]", "not an IP address"},
 		{"IPv6 literal without its tag", "[2001:db8::1]", "not an IP address"},
 		{"IPv4 address tagged IPv6", "[IPv6:192.0.2.1]", "not an IP address"},
 		{"other tag", "[x-tag:content]", "not an IP address"},

@@ -3,8 +3,10 @@ package intake
 import (
 	"errors"
 	"net"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // recordConn is a client's side seen from the server: it records each
@@ -15,11 +17,20 @@ type recordConn struct {
 	writeErr error
 	input    string
 	closed   bool
+	deadline time.Time
+}
+
+func (c *recordConn) SetWriteDeadline(t time.Time) error {
+	c.deadline = t
+	return nil
 }
 
 func (c *recordConn) Write(p []byte) (int, error) {
 	if c.writeErr != nil {
 		return 0, c.writeErr
+	}
+	if !c.deadline.IsZero() && !time.Now().Before(c.deadline) {
+		return 0, os.ErrDeadlineExceeded
 	}
 	c.writes = append(c.writes, string(p))
 	return len(p), nil
@@ -75,6 +86,19 @@ func TestReplyConn(t *testing.T) {
 				t.Fatalf("writes %q, closed %v", under.writes, under.closed)
 			}
 		}},
+		{"the last reply is sent at close after a deadline that has passed", func(t *testing.T, c *replyConn, under *recordConn) {
+			// What a TLS connection's Close does: close_notify, then a
+			// deadline of now, then the close of this connection.
+			c.Write([]byte("221 2.0.0 Bye\r\n"))
+			c.Write([]byte("close_notify"))
+			c.SetWriteDeadline(time.Now())
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(under.writes, ""); got != "221 2.0.0 Bye\r\nclose_notify" || !under.closed {
+				t.Fatalf("writes %q, closed %v", under.writes, under.closed)
+			}
+		}},
 		{"a reply that cannot be sent fails the read", func(t *testing.T, c *replyConn, under *recordConn) {
 			under.writeErr = net.ErrClosed
 			c.Write([]byte("250 2.0.0 Ok\r\n"))
@@ -86,7 +110,7 @@ func TestReplyConn(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			under := &recordConn{input: "MAIL FROM:<a@example.com>\r\n"}
-			tt.run(t, &replyConn{Conn: under}, under)
+			tt.run(t, &replyConn{Conn: under, writeTimeout: time.Minute}, under)
 		})
 	}
 }

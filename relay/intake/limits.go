@@ -171,7 +171,12 @@ const cutLinger = time.Second
 // linger sends the last reply and reads what the client still sends, for
 // a while, before the close: a connection closed with bytes unread is
 // reset, and the reset can overtake the reply in the client's kernel.
+//
+// The write deadline is set again first: a TLS connection's Close sets it
+// to now, to fail later writes, before it closes this connection, and the
+// 421 it left held (replyConn) would be dropped under it.
 func (c *limitConn) linger() {
+	c.Conn.SetWriteDeadline(time.Now().Add(cutLinger))
 	c.Conn.SetReadDeadline(time.Now().Add(cutLinger))
 	// The reply goes out before the first read (replyConn).
 	io.Copy(io.Discard, c.Conn)

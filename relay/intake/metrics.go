@@ -12,6 +12,10 @@ type Metrics struct {
 	refused  *prometheus.CounterVec
 	latency  prometheus.Histogram
 	sessions prometheus.Gauge
+	// authLimited counts the AUTH limits reached, authClients the client
+	// addresses whose failures are remembered.
+	authLimited *prometheus.CounterVec
+	authClients prometheus.Gauge
 }
 
 // NewMetrics registers the intake series with reg.
@@ -34,8 +38,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "postino_intake_sessions",
 			Help: "SMTP sessions open, to compare with smtp.max_sessions.",
 		}),
+		authLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "postino_intake_auth_limited_total",
+			Help: "Sessions closed for failed AUTH: limit=session (too many in one session), client (too many from its address).",
+		}, []string{"limit"}),
+		authClients: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "postino_intake_auth_failing_clients",
+			Help: "Client addresses with AUTH failures within smtp.auth.limits.window (bounded by smtp.auth.limits.clients).",
+		}),
 	}
-	reg.MustRegister(m.accepted, m.refused, m.latency, m.sessions)
+	reg.MustRegister(m.accepted, m.refused, m.latency, m.sessions, m.authLimited, m.authClients)
 	return m
 }
 

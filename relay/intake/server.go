@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/emersion/go-message/textproto"
 	"github.com/emersion/go-sasl"
@@ -45,6 +46,8 @@ type Config struct {
 	AllowNetworks []netip.Prefix
 	// Accounts enables AUTH PLAIN and LOGIN when not nil.
 	Accounts Accounts
+	// AuthLimits slow down and stop password guessing.
+	AuthLimits AuthLimits
 	// AllowInsecureAuth offers AUTH without TLS.
 	AllowInsecureAuth bool
 	TLS               *tls.Config
@@ -88,6 +91,7 @@ type Server struct {
 	spool   *spool.Spool
 	log     *slog.Logger
 	metrics *Metrics
+	auth    *authLimiter
 	// accepted is told of every newly queued message, to wake the worker.
 	accepted func()
 	smtp     *smtp.Server
@@ -105,7 +109,7 @@ type reader struct {
 
 // NewServer builds the SMTP server; Serve starts it.
 func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
-	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted,
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted, auth: newAuthLimiter(cfg.AuthLimits),
 		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
 			log: log, metrics: m, byClient: map[netip.Addr]int{}}}
 	srv := smtp.NewServer(s)
@@ -127,7 +131,7 @@ func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.smtp.Serve(limitListener{Listener: replyListener{l}, srv: s})
+	err := s.smtp.Serve(limitListener{Listener: replyListener{Listener: l, writeTimeout: s.cfg.WriteTimeout}, srv: s})
 	if errors.Is(err, smtp.ErrServerClosed) {
 		return nil
 	}
@@ -187,6 +191,10 @@ type session struct {
 	trusted  bool
 	tls      bool
 	authUser string
+	// failures are the session's failed AUTHs; closing says it has been
+	// told to end.
+	failures int
+	closing  bool
 
 	from  string
 	opts  smtp.MailOptions
@@ -201,11 +209,12 @@ func (s *session) AuthMechanisms() []string {
 }
 
 func (s *session) Auth(mech string) (sasl.Server, error) {
+	if err := s.authAllowed(time.Now()); err != nil {
+		return nil, err
+	}
 	authenticate := func(username, password string) error {
 		if !s.srv.cfg.Accounts.check(username, password) {
-			s.srv.metrics.rejected("auth")
-			s.srv.log.Warn("authentication failed", "client", s.clientIP, "user", username)
-			return errAuthFailed()
+			return s.authFailed(username)
 		}
 		s.authUser = username
 		return nil
@@ -233,6 +242,15 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	}
 	if err := s.srv.spoolFull(); err != nil {
 		return err
+	}
+	if strings.ContainsFunc(s.conn.Hostname(), unicode.IsControl) {
+		// The name goes into the Received field, where a bare CR would
+		// start a header field of the client's making. Checked here, as
+		// a second EHLO changes it without a new session, and resets the
+		// transaction.
+		s.srv.metrics.rejected("address")
+		return &smtp.SMTPError{Code: 501, EnhancedCode: smtp.EnhancedCode{5, 5, 4},
+			Message: "Your EHLO name holds a control character: say EHLO again with your host name"}
 	}
 	if from != "" {
 		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/netip"
 	"net/textproto"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/logtest"
 	"github.com/genropy/postino/internal/testcert"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/spool"
@@ -35,6 +35,8 @@ type env struct {
 	store *bolt.Store
 	spool *spool.Spool
 	cert  testcert.Pair
+	logs  *logtest.Buffer
+	reg   *prometheus.Registry
 }
 
 func newEnv(t *testing.T, mutate func(*intake.Config)) *env {
@@ -48,7 +50,7 @@ func newEnv(t *testing.T, mutate func(*intake.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{store: store, spool: sp, cert: testcert.New(t)}
+	e := &env{store: store, spool: sp, cert: testcert.New(t), reg: prometheus.NewRegistry()}
 	cfg := intake.Config{
 		Hostname:       "relay.test",
 		MaxMessageSize: 64 << 10,
@@ -65,8 +67,9 @@ func newEnv(t *testing.T, mutate func(*intake.Config)) *env {
 	if cfg.TLS != nil {
 		cfg.TLS = e.cert.ServerConfig()
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := intake.NewServer(cfg, store, sp, log, intake.NewMetrics(prometheus.NewRegistry()), nil)
+	log, logs := logtest.Logger()
+	e.logs = logs
+	srv := intake.NewServer(cfg, store, sp, log, intake.NewMetrics(e.reg), nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

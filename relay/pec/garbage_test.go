@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/genropy/postino/internal/corpus"
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/pec/pectest"
 )
@@ -137,13 +137,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(ca.Receipt(f, pectest.ReceiptOptions{Type: pec.ErroreConsegna, Opaque: true}))
 	f.Add(ca.Receipt(f, pectest.ReceiptOptions{Type: pec.Accettazione, DaticertEncoding: "quoted-printable", Unsigned: true}))
-	if files, _ := filepath.Glob(filepath.Join("testdata", "*.eml")); len(files) > 0 {
-		for _, path := range files {
-			if raw, err := os.ReadFile(path); err == nil {
-				f.Add(raw)
-			}
-		}
-	}
+	corpus.AddFiles(f, filepath.Join("testdata", "*.eml"))
 	f.Add(bytes.Repeat([]byte("Content-Type: multipart/mixed; boundary=a\r\n\r\n--a\r\n"), 50))
 	opts := pec.Options{Roots: ca.Pool(), Now: checkAt}
 	f.Fuzz(func(t *testing.T, raw []byte) {
