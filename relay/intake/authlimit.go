@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"crypto/tls"
 	"net/netip"
 	"sync"
 	"time"
@@ -212,11 +211,7 @@ func tooManyFailures(what string) error {
 // (AUTH among them with a 421, as closing says).
 func (s *session) hangUp() {
 	s.closing = true
-	c := s.conn.Conn()
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
-	}
-	if rc, ok := c.(*replyConn); ok {
+	if rc, ok := connUnder[*replyConn](s.conn.Conn()); ok {
 		rc.hangUp()
 	}
 }

@@ -142,20 +142,25 @@ type limitConn struct {
 	cut *smtp.SMTPError
 }
 
-// connLimits finds the limitConn under c: go-smtp hands the session the
-// TLS connection after STARTTLS.
-func connLimits(c net.Conn) *limitConn {
+// connUnder finds the connection of type T under c: go-smtp hands the
+// session the TLS connection after STARTTLS, over a limitConn over a
+// replyConn.
+func connUnder[T net.Conn](c net.Conn) (T, bool) {
 	for {
-		switch v := c.(type) {
-		case *limitConn:
-			return v
-		case interface{ NetConn() net.Conn }:
-			c = v.NetConn()
-		default:
-			return nil
+		if v, ok := c.(T); ok {
+			return v, true
 		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			var none T
+			return none, false
+		}
+		c = u.NetConn()
 	}
 }
+
+// NetConn returns the connection under c, as tls.Conn's does.
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitConn) Close() error {
 	c.once.Do(func() { c.srv.limits.release(c.ip) })

@@ -170,7 +170,8 @@ func (s *Server) NewSession(c *smtp.Conn) (smtp.Session, error) {
 			Message: fmt.Sprintf("Your address %s may not send through this relay", ip)}
 	}
 	_, isTLS := c.TLSConnectionState()
-	return &session{srv: s, conn: c, lim: connLimits(c.Conn()), clientIP: ip, trusted: trusted, tls: isTLS}, nil
+	lim, _ := connUnder[*limitConn](c.Conn())
+	return &session{srv: s, conn: c, lim: lim, clientIP: ip, trusted: trusted, tls: isTLS}, nil
 }
 
 // trusted says whether ip is in the allowed networks: one of the apps.
