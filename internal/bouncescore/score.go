@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -188,38 +189,40 @@ func Score(dir string, parse func(path string) (*bounce.Report, error)) (*Result
 		}
 	}
 	mapping := Reasons()
-	unmapped := map[string]bool{}
 	for _, row := range rows {
-		rep := reports[row.File].rep
-		if rep == nil || row.Pos > len(rep.Recipients) || rep.Recipients[row.Pos-1].FinalRecipient == "" {
-			res.disagree(row.File, row.Pos, "recipient", "found", "none")
-			continue
-		}
-		res.Found++
-		got := &rep.Recipients[row.Pos-1]
-		if got.Status == row.Status || pseudoStatus(row.Status) && (got.Status == "" || strings.HasSuffix(got.Status, ".0.0")) {
-			res.Status++
-		} else {
-			res.disagree(row.File, row.Pos, "status", row.Status, got.Status)
-		}
-		if row.Hard == (got.Type == "hard") {
-			res.Hard++
-		} else {
-			res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Type, got.Reason))
-		}
-		ok, want := reasonAgrees(row, rep, got, mapping)
-		if _, known := mapping[row.Reason]; !known && !ok && !unmapped[row.Reason] {
-			unmapped[row.Reason] = true
-			res.Unmapped = append(res.Unmapped, row.Reason)
-		}
-		if ok {
-			res.Reasons++
-		} else {
-			res.disagree(row.File, row.Pos, "reason", want, fmt.Sprintf("%s [%s %d %q]", got.Reason, got.Status, got.SMTPCode, short(got.Diagnostic)))
-		}
+		res.compare(row, reports[row.File].rep, mapping)
 	}
 	sort.Strings(res.Disagreements)
 	return res, nil
+}
+
+// compare counts what the reader's report agrees with of one row.
+func (res *Result) compare(row Row, rep *bounce.Report, mapping map[string]bounce.Reason) {
+	if rep == nil || row.Pos > len(rep.Recipients) || rep.Recipients[row.Pos-1].FinalRecipient == "" {
+		res.disagree(row.File, row.Pos, "recipient", "found", "none")
+		return
+	}
+	res.Found++
+	got := &rep.Recipients[row.Pos-1]
+	if got.Status == row.Status || pseudoStatus(row.Status) && (got.Status == "" || strings.HasSuffix(got.Status, ".0.0")) {
+		res.Status++
+	} else {
+		res.disagree(row.File, row.Pos, "status", row.Status, got.Status)
+	}
+	if row.Hard == (got.Type == "hard") {
+		res.Hard++
+	} else {
+		res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Type, got.Reason))
+	}
+	ok, want := reasonAgrees(row, rep, got, mapping)
+	if _, known := mapping[row.Reason]; !known && !ok && !slices.Contains(res.Unmapped, row.Reason) {
+		res.Unmapped = append(res.Unmapped, row.Reason)
+	}
+	if ok {
+		res.Reasons++
+	} else {
+		res.disagree(row.File, row.Pos, "reason", want, fmt.Sprintf("%s [%s %d %q]", got.Reason, got.Status, got.SMTPCode, short(got.Diagnostic)))
+	}
 }
 
 // reasonAgrees tells whether the reader's reading of a row agrees with

@@ -133,6 +133,15 @@ func TestParse(t *testing.T) {
 			keys:  Keys{VERP: "order-42"},
 		},
 		{
+			// Postfix 3.7 when the queue lifetime runs out: failed, with
+			// the last temporary reply and no word of expiry. The
+			// upstream gave up; the message will not arrive.
+			file:  "postfix-expired.eml",
+			kind:  KindBounce,
+			rcpts: []want{{"rita@example.org", "failed", "4.2.2", 452, "hard", ReasonExpired}},
+			keys:  Keys{MailID: "pf-0017", MessageID: "msg-pf-0017@postino.example"},
+		},
+		{
 			// A report of deliveries only is not a bounce.
 			file:  "success.eml",
 			kind:  KindNotBounce,
