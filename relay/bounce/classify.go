@@ -399,7 +399,7 @@ func (r *Recipient) assess(extra string) {
 		// The address is dead, whether the receiver said so for good or
 		// until the upstream gave up.
 		r.Type = "hard"
-	case transient(status, code) || r.Reason == ReasonExpired ||
+	case transient(status, code) || r.Reason == ReasonExpired || gaveUpRe.MatchString(r.Diagnostic+"\n"+extra) ||
 		r.Reason == ReasonNetwork && !strings.HasPrefix(status, "5.") && noAnswerRe.MatchString(r.Diagnostic+"\n"+extra):
 		// Failed after temporary replies only (a full mailbox, a busy
 		// or unreachable server), or saying its time ran out: the
@@ -437,6 +437,12 @@ func classifyWith(status string, code int, diagnostic, extra string) int {
 	}
 	return i
 }
+
+// gaveUpRe is wording that the upstream stopped retrying because time
+// ran out, whatever the receiver kept answering: Exim's "mailbox is full:
+// retry timeout exceeded" under a 5.0.0, qmail's "in the queue too long",
+// Sendmail's "could not be delivered for 5 days".
+var gaveUpRe = regexp.MustCompile(`(?i)retry time(?:out)? exceeded|(?:in|on) the queue too long|too long in (?:the )?queue|could not be delivered for|delivery time (?:has )?expired|queue\.expired|all hosts have been failing for a long time`)
 
 // noAnswerRe is wording that the receiver did not answer at all, as
 // opposed to answering badly (a refused or broken connection, DNS).

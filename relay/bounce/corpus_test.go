@@ -33,11 +33,14 @@ func TestCorpus(t *testing.T) {
 	if len(res.Unmapped) > 0 {
 		t.Errorf("sisimai reasons without a mapping in reasons.tsv: %v", res.Unmapped)
 	}
+	// The reasons' floor is below the 91 % of old on purpose: a failure
+	// after temporary replies is expired, which sisimai calls by the last
+	// reply (mailboxfull, systemerror, networkerror) on 16 rows.
 	for _, f := range []struct {
 		name  string
 		n     int
 		floor float64
-	}{{"recipients found", res.Found, 95}, {"status codes equal", res.Status, 95}, {"reasons equal", res.Reasons, 90}} {
+	}{{"recipients found", res.Found, 95}, {"status codes equal", res.Status, 95}, {"reasons equal", res.Reasons, 89}} {
 		if p := bouncescore.Percent(f.n, res.Rows); p < f.floor {
 			t.Errorf("%s %.1f%% < %.0f%%", f.name, p, f.floor)
 		}
