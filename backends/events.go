@@ -309,6 +309,12 @@ func ClaimEvent(tx EventTx, e *Event, c EventClaim) (*Event, error) {
 		return &after, nil
 	}
 	t := Path(e.MessageID, st, steps, c.Now, c.LeaseUntil, c.Reason)
+	if steps[0] == Status(e.Outcome) && e.Reason != "" {
+		// The message reaches the outcome (a bounce, a receipt) only
+		// now: its row and the message's reason say why, not who calls
+		// the plugins about it.
+		t.Reason, t.KeepReason = e.Reason, false
+	}
 	if err := t.Check(); err != nil {
 		return nil, err
 	}

@@ -202,6 +202,18 @@ func TestBounceEndToEnd(t *testing.T) {
 	if e.PreviousStatus != "SENT-ACKNOWLEDGED" || !strings.Contains(e.Reason, "gone@example.net") || e.RFC822MessageID == "" {
 		t.Errorf("BOUNCED event %+v", e)
 	}
+	// The reason says the codes once, and the message says why it bounced.
+	if strings.Count(e.Reason, "5.1.1") != 1 {
+		t.Errorf("BOUNCED event's reason repeats the code: %q", e.Reason)
+	}
+	if m.Reason != e.Reason {
+		t.Errorf("bounced message's reason %q, want the bounce's %q", m.Reason, e.Reason)
+	}
+	for _, h := range m.History {
+		if h.Status == "BOUNCED" && h.Reason != e.Reason {
+			t.Errorf("BOUNCED history row says %q, want the bounce's %q", h.Reason, e.Reason)
+		}
+	}
 	waitCount(t, box, "Processed", 1)
 
 	// The same bounce again (a second copy from the server): recorded once.

@@ -375,6 +375,14 @@ func testBounceAfterSent(t *testing.T, s eventStore) {
 	if m := mustGet(t, s, "bnc"); m.Status != backends.StatusCallingBounced {
 		t.Errorf("message of a claimed bounce is %s", m.Status)
 	}
+	// The message says why it bounced, in its reason and its BOUNCED row,
+	// not who calls the plugins about it.
+	if m := mustGet(t, s, "bnc"); m.Reason != "a@example.net: 550 5.1.1 user unknown" {
+		t.Errorf("reason of a bounced message is %q", m.Reason)
+	}
+	if h, _ := s.History(ctx, "bnc"); len(h) < 2 || h[len(h)-2].Status != backends.StatusBounced || h[len(h)-2].Reason != "a@example.net: 550 5.1.1 user unknown" {
+		t.Errorf("history ends %+v, want the BOUNCED row with the bounce's reason", h[max(0, len(h)-2):])
+	}
 	updateEvent(t, s, backends.EventUpdate{ID: "bnc-1", From: backends.EventCalling, To: backends.EventAcked, At: now, Reason: "acknowledged"})
 	if m := mustGet(t, s, "bnc"); m.Status != backends.StatusBouncedAcknowledged {
 		t.Errorf("message after the bounce's ack is %s", m.Status)

@@ -22,6 +22,7 @@ func pecCmd(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")
 	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` whose pec.trust_bundle checks the signatures")
 	bundle := fs.String("trust-bundle", "", "check the S/MIME signatures against the authorities in this PEM `file`")
+	at := fs.String("at", "", "the `time` the receipt was received (RFC 3339, or a date YYYY-MM-DD): a certificate expired by then is reported; default now")
 	files, err := parseFlags(fs, args[1:])
 	if err != nil {
 		return err
@@ -37,6 +38,11 @@ func pecCmd(args []string, stdout, stderr io.Writer) error {
 		*bundle = cfg.PEC.TrustBundle
 	}
 	var opts pec.Options
+	if *at != "" {
+		if opts.Now, err = parseAt(*at); err != nil {
+			return err
+		}
+	}
 	if *bundle != "" {
 		if opts.Roots, err = pec.LoadTrustBundle(*bundle); err != nil {
 			return err
@@ -73,6 +79,17 @@ func pecCmd(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// parseAt reads --at: an RFC 3339 time, or a date at midnight UTC.
+func parseAt(v string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, v); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("%w: --at %q is neither an RFC 3339 time (2024-05-01T10:00:00+02:00) nor a date (2024-05-01)", errUsage, v)
+}
+
 func printReceipt(w io.Writer, name string, r *pec.Receipt) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -100,6 +117,12 @@ func printReceipt(w io.Writer, name string, r *pec.Receipt) {
 	if r.Signature.Error != "" {
 		sig += ": " + r.Signature.Error
 	}
+	if !r.Signature.SignedAt.IsZero() {
+		sig += ", judged at " + r.Signature.SignedAt.Format(time.RFC3339)
+	}
+	if t := r.Signature.CertificateExpired; !t.IsZero() {
+		sig += "; the certificate has since expired (" + t.Format(time.RFC3339) + "): an old receipt, not a forged one"
+	}
 	row("Signature", sig)
 	keys := []string{}
 	for _, k := range []struct{ name, v string }{{"Message-ID", r.Keys.MessageID}, {"identificativo", r.Keys.Identificativo},
@@ -112,6 +135,10 @@ func printReceipt(w io.Writer, name string, r *pec.Receipt) {
 		keys = []string{"none: the relay cannot tell which message this is about"}
 	}
 	row("Keys", strings.Join(keys, "; "))
+	row("X-VerificaSicurezza", r.VerificaSicurezza)
+	if r.MessageIDConflict != "" {
+		row("X-Riferimento-Message-ID", r.MessageIDConflict+": not used, it disagrees with the signed daticert.xml")
+	}
 	if r.DaticertError != "" {
 		row("daticert.xml", "not used: "+r.DaticertError)
 	}

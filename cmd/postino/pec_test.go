@@ -53,6 +53,38 @@ func TestPECParse(t *testing.T) {
 	}
 }
 
+// TestPECParseAt checks that --at says when the receipt was received: a
+// certificate expired by then is reported, the receipt still valid.
+func TestPECParseAt(t *testing.T) {
+	dir := filepath.Join("..", "..", "relay", "pec", "testdata")
+	bundle := filepath.Join(dir, "provider-ca.pem")
+	file := filepath.Join(dir, "errore-consegna-no-dest.eml")
+	tests := []struct {
+		at       string
+		code     int
+		want     string
+		wantNot  string
+		inStderr bool
+	}{
+		{"2030-06-01", 0, "Signature: valid, signed by", "has since expired", false},
+		{"2100-06-01T10:00:00+02:00", 0, "the certificate has since expired (2099-12-31T23:59:59Z): an old receipt, not a forged one", "", false},
+		{"2100-06-01", 0, "Signature: valid, signed by", "invalid", false},
+		{"yesterday", 2, "--at \"yesterday\"", "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.at, func(t *testing.T) {
+			out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", bundle, "--at", tt.at, file)
+			got := strings.Join(strings.Fields(out), " ")
+			if tt.inStderr {
+				got = errOut
+			}
+			if code != tt.code || !strings.Contains(got, strings.Join(strings.Fields(tt.want), " ")) || tt.wantNot != "" && strings.Contains(got, tt.wantNot) {
+				t.Errorf("exit %d, want %d with %q and without %q:\n%s%s", code, tt.code, tt.want, tt.wantNot, out, errOut)
+			}
+		})
+	}
+}
+
 func TestQueueReceipts(t *testing.T) {
 	data := t.TempDir()
 	r := startRelayIn(t, data)

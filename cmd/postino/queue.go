@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	postinooutcome "github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 )
@@ -240,8 +241,9 @@ func printMessage(w io.Writer, m admin.Message) {
 	tw.Flush()
 	fmt.Fprintln(w, "\nRecipients:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	why := bouncedRecipients(m.Events)
 	for _, r := range m.Recipients {
-		reply := ""
+		status, reply := r.Status, ""
 		if r.Code != 0 {
 			reply = strings.TrimSpace(fmt.Sprintf("%d %s %s", r.Code, r.EnhancedCode, r.Text))
 		} else {
@@ -250,7 +252,12 @@ func printMessage(w io.Writer, m admin.Message) {
 		if r.Host != "" {
 			reply += " (" + r.Host + ")"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Address, r.Status, shorten(reply, 100))
+		if b, ok := why[strings.ToLower(r.Address)]; ok {
+			// Accepted upstream, then bounced: the bounce is what
+			// became of it.
+			status, reply = "bounced", b
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Address, status, shorten(reply, 100))
 	}
 	tw.Flush()
 	if len(m.Events) > 0 {
@@ -271,6 +278,33 @@ func printMessage(w io.Writer, m admin.Message) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", h.At.Local().Format("2006-01-02 15:04:05.000"), h.Status, h.Reason)
 	}
 	tw.Flush()
+}
+
+// bouncedRecipients maps the recipients the message's BOUNCED events name,
+// in lower case, to why they bounced: the event's reason without the
+// address it starts with.
+func bouncedRecipients(events []admin.Event) map[string]string {
+	out := map[string]string{}
+	for _, e := range events {
+		if e.Outcome != "BOUNCED" {
+			continue
+		}
+		var d struct {
+			Bounce postinooutcome.Bounce `json:"bounce"`
+		}
+		if json.Unmarshal(e.Details, &d) != nil {
+			continue
+		}
+		for _, r := range d.Bounce.Recipients {
+			for _, a := range []string{r.FinalRecipient, r.OriginalRecipient} {
+				if a != "" {
+					_, reason, _ := strings.Cut(e.Reason, ": ")
+					out[strings.ToLower(a)] = reason
+				}
+			}
+		}
+	}
+	return out
 }
 
 func orNull(sender string) string {

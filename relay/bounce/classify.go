@@ -100,6 +100,9 @@ var rules = []rule{
 		`invalid ip for sending`, `your access to submit messages`, `access from ip address`,
 		`client host rejected`, `helo command rejected`, `(?:sender|source) ip (?:address )?rejected`,
 		`blocked for abuse`, `not currently accepting mail from your ip`,
+		// Orange and La Poste refuse a sending host they hold suspect
+		// with "Service refusé" and a code, temporary or not.
+		`service refus`,
 	), reason: ReasonBlocked},
 	// Named policies, before the spam wording they often mention.
 	{text: anyOf(
@@ -112,6 +115,9 @@ var rules = []rule{
 		`content rejected`, `(?:message|mail) (?:content |body )?(?:was |is )?(?:rejected|refused|blocked) (?:as|by|due|because|for)`,
 		`suspicious`, `phishing`, `considered (?:as )?(?:harmful|unsolicited)`, `classified as (?:spam|junk|bulk)`,
 		`message filtered`, `objectionable`, `scam`,
+		// Orange's spam refusal (OFR_506), under a 5.2.0 that says
+		// nothing of the mailbox.
+		`mail rejet[eé]\. mail rejected`,
 	), reason: ReasonSpam},
 	{text: anyOf(
 		`(?:message|mail|e-?mail|letter)(?: size)? (?:is |was )?(?:too (?:large|big)|exceeds)`, `too (?:large|big) for`,
@@ -131,7 +137,7 @@ var rules = []rule{
 	{text: anyOf(
 		`after (?:initial connection|the connect|greeting|helo|ehlo|mail from)`,
 		`in reply to (?:mail from|helo|ehlo) command`, `refused to talk to me`, `sender was rejected`,
-		`my name was rejected`, `>>> mail from:\s*<[^>]*>(?:\s+\S+=\S+)*\s*<<< [45]`,
+		`my name was rejected`, `all recipient addresses rejected`, `>>> mail from:\s*<[^>]*>(?:\s+\S+=\S+)*\s*<<< [45]`,
 	), reason: ReasonBlocked},
 	// The sender address refused, or not allowed to post to a list.
 	{text: anyOf(
@@ -153,8 +159,10 @@ var rules = []rule{
 	{text: anyOf(`has moved`, `no forwarding address`, `user not local`, `moved to another`,
 		`mailbox has (?:been )?moved`, `address (?:has )?changed`), reason: ReasonUserUnknown, hard: true},
 	{text: anyOf(
-		// Office 365 refuses unknown recipients with "Access denied".
-		`recipient address(?:es)? rejected ?: access denied`, `access denied\. as\(201806281\)`,
+		// Office 365 refuses unknown recipients with "Recipient address
+		// rejected: Access denied"; "All recipient addresses rejected :
+		// Access denied" is a refusal of the sender (see above).
+		`recipient address rejected: access denied`, `access denied\. as\(201806281\)`,
 		`(?:user|recipient|mail ?box|address|account|addressee|local[ -]part|e-?mail address|destination mailbox|person)s?(?: \S+)? (?:is )?(?:unknown|not found|not known|doesn'?t exist|does not exist|no longer exists|not exist|not recognized|not recognised|invalid|does not have an account|is not valid|not listed)`,
 		`unknown (?:user|recipient|mail ?box|address|addressee|local[ -]?part|e-?mail)`,
 		`no such (?:user|recipient|mail ?box|address|account|person)`,
@@ -300,7 +308,9 @@ func (r *rule) match(sub string, code int, diagnostic string) bool {
 
 // Classify says whether a failure is hard or soft and why, from the
 // enhanced status code ("5.1.1", may be empty), the SMTP reply code (0 if
-// unknown) and the diagnostic text, by the rules table. A failure is hard
+// unknown) and the diagnostic text, by the rules table, for a reply alone
+// (a report's recipient is judged with its action too: a failure after
+// temporary replies is expired, see assess). A failure is hard
 // when it is permanent and the address itself is at fault (no such user,
 // no such domain, a closed account): sending to it again is useless. Any
 // other failure is soft, including permanent refusals of the message or
@@ -322,8 +332,7 @@ func verdict(i int, status string, smtpCode int) (typ string, reason Reason) {
 	}
 	// A transient failure is soft whatever its reason: the receiver itself
 	// says a later try may work.
-	transient := strings.HasPrefix(status, "4.") || status == "" && smtpCode >= 400 && smtpCode < 500
-	if rules[i].hard && !transient {
+	if rules[i].hard && !transient(status, smtpCode) {
 		return "hard", rules[i].reason
 	}
 	return "soft", rules[i].reason
@@ -383,12 +392,37 @@ func (r *Recipient) assess(extra string) {
 		if i < 0 || weak(i) {
 			r.Reason = ReasonExpired
 		}
-	case r.Reason == ReasonNetwork && !strings.HasPrefix(status, "5.") &&
-		(strings.HasSuffix(status, ".4.1") || noAnswerRe.MatchString(r.Diagnostic+"\n"+extra)):
-		// A receiver that never answered until the sender's queue gave
-		// up: the failure is final because time ran out.
-		r.Reason = ReasonExpired
+	case senderSide[r.Reason] && i >= 0 && !weak(i):
+		// Refused for what the sender sends or where from: the same
+		// after any number of tries, and fixed on the sender's side.
+	case i >= 0 && rules[i].hard:
+		// The address is dead, whether the receiver said so for good or
+		// until the upstream gave up.
+		r.Type = "hard"
+	case transient(status, code) || r.Reason == ReasonExpired || gaveUpRe.MatchString(r.Diagnostic+"\n"+extra) ||
+		r.Reason == ReasonNetwork && !strings.HasPrefix(status, "5.") && noAnswerRe.MatchString(r.Diagnostic+"\n"+extra):
+		// Failed after temporary replies only (a full mailbox, a busy
+		// or unreachable server), or saying its time ran out: the
+		// upstream retried for its whole queue lifetime and gave up,
+		// so the message will not arrive, and an address nobody could
+		// deliver to for that long is not worth the next message. The
+		// last reply stays the diagnostic.
+		r.Type, r.Reason = "hard", ReasonExpired
 	}
+}
+
+// senderSide are the reasons that blame what the sender sends or where it
+// sends from: a failure for one of them is soft however long the upstream
+// tried, since the address may well be good.
+var senderSide = map[Reason]bool{
+	ReasonSpam: true, ReasonVirus: true, ReasonBlocked: true, ReasonAuthentication: true,
+	ReasonPolicy: true, ReasonTooLarge: true, ReasonRateLimited: true,
+}
+
+// transient reports whether a failure's codes are those of a temporary
+// reply: a 4.x.x status, or a 4xx reply code with no status.
+func transient(status string, smtpCode int) bool {
+	return strings.HasPrefix(status, "4.") || status == "" && smtpCode >= 400 && smtpCode < 500
 }
 
 // classifyWith returns the index of the rule that explains diagnostic, or
@@ -403,6 +437,12 @@ func classifyWith(status string, code int, diagnostic, extra string) int {
 	}
 	return i
 }
+
+// gaveUpRe is wording that the upstream stopped retrying because time
+// ran out, whatever the receiver kept answering: Exim's "mailbox is full:
+// retry timeout exceeded" under a 5.0.0, qmail's "in the queue too long",
+// Sendmail's "could not be delivered for 5 days".
+var gaveUpRe = regexp.MustCompile(`(?i)retry time(?:out)? exceeded|(?:in|on) the queue too long|too long in (?:the )?queue|could not be delivered for|delivery time (?:has )?expired|queue\.expired|all hosts have been failing for a long time`)
 
 // noAnswerRe is wording that the receiver did not answer at all, as
 // opposed to answering badly (a refused or broken connection, DNS).

@@ -24,11 +24,17 @@ var classifyCases = []struct {
 	{"4.7.650", 451, "451 4.7.650 The mail server has been temporarily rate limited due to IP reputation", "soft", ReasonBlocked},
 	{"4.7.0", 421, "421 4.7.0 Too many concurrent SMTP connections from this IP address", "soft", ReasonRateLimited},
 	{"5.7.1", 554, "554 5.7.1 Service unavailable; Client host [198.51.100.7] blocked using zen.spamhaus.org", "soft", ReasonBlocked},
+	// A temporary X.2.x status does not make "Service refusé" a disabled mailbox.
+	{"4.2.1", 421, "220-laposte 421 4.2.1 Service refuse. Veuillez essayer plus tard. Service refused, please try later. LPN006_107", "soft", ReasonBlocked},
 	{"5.7.1", 550, "550 5.7.1 This message is not RFC 5322 compliant, to reduce the amount of spam", "soft", ReasonPolicy},
 	{"5.1.1", 550, "550 5.1.1 Message rejected as spam by Content Filtering", "soft", ReasonSpam},
+	// A 5.2.0 spam refusal is no disabled mailbox.
+	{"5.2.0", 550, "550 5.2.0 Mail rejete. Mail rejected. ofr_506 [506]", "soft", ReasonSpam},
 	{"5.0.0", 552, "552 Message size exceeds fixed maximum message size", "soft", ReasonTooLarge},
 	{"5.7.1", 554, "554 5.7.1 <x@example.com>: Relay access denied", "soft", ReasonPolicy},
 	{"5.0.0", 550, "SMTP error from remote mail server after MAIL FROM:<shop@example.com>: 550 Unroutable address", "soft", ReasonBlocked},
+	// Not Office 365's unknown recipient: every recipient refused.
+	{"5.4.1", 550, "550 5.4.1 All recipient addresses rejected : Access denied [EXAMPLE.prod.protection.outlook.com]", "soft", ReasonBlocked},
 	{"5.1.8", 553, "553 5.1.8 Domain of sender address shop@example.com does not exist", "soft", ReasonBlocked},
 	{"5.2.1", 550, "550 5.2.1 <x@example.com>: this mailbox has been disabled", "hard", ReasonMailboxDisabled},
 	{"5.0.0", 551, "551 User has moved; please try <new@example.com>", "hard", ReasonUserUnknown},
@@ -186,5 +192,49 @@ func TestPreferStatus(t *testing.T) {
 		if got := preferStatus(tt.status, tt.diagnostic); got != tt.want {
 			t.Errorf("preferStatus(%q, %q) = %q, want %q", tt.status, tt.diagnostic, got, tt.want)
 		}
+	}
+}
+
+// TestAssessGaveUp checks what a recipient's type and reason become once
+// the upstream gave up after temporary replies: the app should stop, and
+// the reason says that time ran out unless the reply blames the sender or
+// the address itself.
+func TestAssessGaveUp(t *testing.T) {
+	tests := []struct {
+		name       string
+		action     string
+		status     string
+		code       int
+		diagnostic string
+		typ        string
+		reason     Reason
+	}{
+		{"postfix 3.7 queue lifetime", "failed", "4.2.2", 452, "452 4.2.2 <rita@example.org>: Mailbox full", "hard", ReasonExpired},
+		{"busy server", "failed", "4.3.0", 451, "451 4.3.0 Error: queue file write error", "hard", ReasonExpired},
+		{"code only", "failed", "", 421, "421 Service not available", "hard", ReasonExpired},
+		{"no answer", "failed", "", 0, "connect to mx.example.org[192.0.2.1]:25: Connection timed out", "hard", ReasonExpired},
+		{"exim retry timeout", "failed", "", 0, "retry timeout exceeded", "hard", ReasonExpired},
+		{"exchange queue expired", "failed", "4.4.7", 550, "550 4.4.7 QUEUE.Expired; message expired", "hard", ReasonExpired},
+		// The address is dead whoever gave up.
+		{"unknown user deferred", "failed", "4.1.1", 450, "450 4.1.1 <x@example.org>: Recipient address rejected: User unknown", "hard", ReasonUserUnknown},
+		// The sender's fault stays the sender's: the address may be good.
+		{"reputation", "failed", "4.7.0", 421, "421 4.7.0 [TSS04] Messages from 192.0.2.7 temporarily deferred due to user complaints", "soft", ReasonBlocked},
+		{"rate", "failed", "4.7.0", 421, "421 4.7.0 Too many concurrent SMTP connections from this IP address", "soft", ReasonRateLimited},
+		// Still being tried: soft.
+		{"delayed", "delayed", "4.2.2", 452, "452 4.2.2 Mailbox full", "soft", ReasonMailboxFull},
+		// A permanent refusal is not an expiry.
+		{"permanent full", "failed", "5.2.2", 552, "552 5.2.2 Mailbox full", "soft", ReasonMailboxFull},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Recipient{Action: tt.action, Status: tt.status, SMTPCode: tt.code, Diagnostic: tt.diagnostic}
+			r.assess("")
+			if r.Type != tt.typ || r.Reason != tt.reason {
+				t.Errorf("assess = %s, %s; want %s, %s", r.Type, r.Reason, tt.typ, tt.reason)
+			}
+			if r.Diagnostic != tt.diagnostic {
+				t.Errorf("diagnostic changed to %q", r.Diagnostic)
+			}
+		})
 	}
 }

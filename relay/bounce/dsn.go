@@ -346,6 +346,11 @@ func (m *msg) deliveryStatus(rep *Report, bt bounceText) bool {
 	rep.Keys.EnvID = strings.TrimSpace(d.message.get("Original-Envelope-Id"))
 	for i := range rs {
 		r := &rs[i]
+		if b, ok := bt.block(r.FinalRecipient, len(rs)); ok && !validAddress(r.FinalRecipient) && validAddress(b.addr) {
+			// "Final-Recipient: rfc822; @mx.example.org": the text
+			// names the one recipient.
+			r.FinalRecipient = b.addr
+		}
 		if r.Diagnostic == "" {
 			// The text part often says what the DSN leaves out.
 			if b, ok := bt.block(r.FinalRecipient, len(rs)); ok {

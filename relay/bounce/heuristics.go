@@ -83,7 +83,13 @@ var (
 
 	// Labels of quoted header fields, which name the sender or the
 	// original recipients, never the failed one.
-	headerLabelRe = regexp.MustCompile(`(?i)^\s*(?:to|from|cc|bcc|reply-to|sender|return-path|delivered-to|envelope-to|errors-to|x-[\w-]+|resent-[\w-]+|received|message-id|in-reply-to|references|subject|disposition-notification-to|original-mail-from|mail from|sent by|sender address|from address|reporting-mta)$`)
+	headerLabelRe = regexp.MustCompile(`(?i)^\s*(?:to|from|cc|bcc|reply-to|sender|return-path|delivered-to|envelope-to|errors-to|x-[\w-]+|resent-[\w-]+|received|message-id|in-reply-to|references|subject|disposition-notification-to|original-mail-from|mail from|sent by|sender address|from address|reporting-mta|list-[\w-]+)$`)
+
+	// Labels and wording of the lines that give someone to ask or write
+	// to: contact lines ("System Contact: postmaster@..."), help prose,
+	// list footers. The address on them is never a failed recipient.
+	helpLabelRe = regexp.MustCompile(`(?i)contact|postmaster|admin|support|help|abuse|webmaster|hostmaster|questions|assistance|owner|unsubscribe|manager|info`)
+	helpLineRe  = regexp.MustCompile(`(?i)\b(?:contact|assistance|help|questions|support|administrator|unsubscribe|list owner|abuse|webmaster|for (?:more )?information)\b`)
 )
 
 const addrPattern = `[A-Za-z0-9!#$%&'*+/=?^_{|}~.-]*[A-Za-z0-9_]@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*`
@@ -228,10 +234,10 @@ func recipientLine(l string) (addr, rest string, strong bool) {
 		rest = strings.TrimSpace(strings.TrimLeft(t[m[3]:], "\"'>:;,. "))
 		return cleanAddress(t[m[2]:m[3]]), rest, true
 	}
-	if m := labelAddrRe.FindStringSubmatch(t); m != nil && !headerLabelRe.MatchString(m[1]) {
+	if m := labelAddrRe.FindStringSubmatch(t); m != nil && !headerLabelRe.MatchString(m[1]) && !helpLabelRe.MatchString(m[1]) {
 		return cleanAddress(m[2]), strings.TrimSpace(m[1] + " " + m[3]), true
 	}
-	if m := phraseAddrRe.FindStringSubmatchIndex(t); m != nil {
+	if m := phraseAddrRe.FindStringSubmatchIndex(t); m != nil && !helpLineRe.MatchString(t) {
 		return cleanAddress(t[m[2]:m[3]]), strings.TrimSpace(strings.TrimLeft(t[m[1]:], "\"'>:;,. ")), false
 	}
 	return "", "", false

@@ -35,6 +35,7 @@ func (m *msg) report(opts Options) *Report {
 	case m.autoReply(rep, true):
 	}
 
+	rep.Recipients = settleRecipients(rep.Recipients, text)
 	returnedKeys(&rep.Keys, m.returned)
 	quotedKeys(&rep.Keys, text, bt.returned)
 	return rep

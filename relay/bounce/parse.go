@@ -84,7 +84,9 @@ type msg struct {
 
 // readMessage reads the header and the MIME tree of raw.
 func readMessage(raw []byte) (*msg, error) {
-	raw = skipMboxLine(raw)
+	// Blank lines before the header (a message saved by hand, a
+	// mailbox export) are not an empty header.
+	raw = bytes.TrimLeft(skipMboxLine(bytes.TrimLeft(raw, " \t\r\n")), " \t\r\n")
 	ent, err := message.Read(bytes.NewReader(raw))
 	if err != nil && !benign(err) {
 		// Real bounces carry broken header lines; keep the fields that

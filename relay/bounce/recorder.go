@@ -74,6 +74,8 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 	}
 	events := r.events(m, rep, by, raw)
 	if len(events) == 0 {
+		r.log.Info("bounce mailbox: names no failed or delayed recipient, set aside", "kind", rep.Kind,
+			"id", m.ID, "matched_by", by, "message_id", rep.MessageID)
 		r.count(rep.Kind, "unmatched")
 		return mailbox.Unmatched, nil
 	}
@@ -179,7 +181,7 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 		return append(out, e)
 	}
 	for _, rc := range rep.Recipients {
-		addr := strings.ToLower(rc.FinalRecipient)
+		addr := strings.ToLower(rc.Address())
 		switch {
 		case rc.Action == "delayed" || rep.Kind == KindDelay && rc.Action == "":
 			e := backends.OutcomeEvent(m.Status, "DELAYED", recipientReason(rc), detail("delay", "soft", rc))
@@ -195,21 +197,24 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 	return out
 }
 
-// recipientReason is the event's reason: who, the codes, and the verdict.
+// recipientReason is the event's reason: who (the address the app sent
+// to), the codes unless the reply already says them, the reply, and the
+// verdict.
 func recipientReason(rc Recipient) string {
 	var b strings.Builder
-	b.WriteString(rc.FinalRecipient)
+	b.WriteString(rc.Address())
 	b.WriteString(":")
-	if rc.SMTPCode != 0 {
+	code, status := replyCodes(rc.Diagnostic)
+	if rc.SMTPCode != 0 && code != rc.SMTPCode {
 		fmt.Fprintf(&b, " %d", rc.SMTPCode)
 	}
-	if rc.Status != "" {
+	if rc.Status != "" && status != rc.Status && findStatus(rc.Diagnostic) != rc.Status {
 		b.WriteString(" " + rc.Status)
 	}
 	if rc.Diagnostic != "" {
-		d := rc.Diagnostic
-		if len(d) > 200 {
-			d = d[:200] + "…"
+		d := truncate(rc.Diagnostic, 200)
+		if d != rc.Diagnostic {
+			d += "…"
 		}
 		b.WriteString(" " + d)
 	}
@@ -222,7 +227,7 @@ func recipientReason(rc Recipient) string {
 func complaintReason(rep *Report) string {
 	who := make([]string, 0, len(rep.Recipients))
 	for _, rc := range rep.Recipients {
-		who = append(who, rc.FinalRecipient)
+		who = append(who, rc.Address())
 	}
 	s := "complaint"
 	if rep.FeedbackType != "" {

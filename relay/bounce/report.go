@@ -49,10 +49,12 @@ type Recipient struct {
 	// Status is the enhanced status code as written, "5.1.1".
 	Status   string `json:"status,omitempty"`
 	SMTPCode int    `json:"smtp_code,omitempty"`
-	// Type is hard when the address itself is at fault for good (no such
-	// user or domain, a closed account): stop sending to it. Soft is the
-	// rest: it may work later, or the fault is the sender's (blocked,
-	// policy), not the address's.
+	// Type says what the app should do next (README, "Bounces", has the
+	// table). Hard: stop sending to the address; it does not exist, nor
+	// does its domain, its account is closed, or the upstream gave up
+	// after its whole queue lifetime of temporary replies (expired).
+	// Soft: the same address may work later, or once the sender fixes
+	// what it sends or where from (blocked, policy, spam, ...).
 	Type       string `json:"type,omitempty"`
 	Reason     Reason `json:"reason,omitempty"`
 	RemoteMTA  string `json:"remote_mta,omitempty"`

@@ -135,8 +135,14 @@ func TestRealCorpus(t *testing.T) {
 			if r.Keys != tt.keys {
 				t.Errorf("keys = %+v, want %+v", r.Keys, tt.keys)
 			}
-			if r.Fields["message_id"] != pec.FromHeaders || r.Fields["identificativo"] != pec.FromDaticert {
-				t.Errorf("message_id from %q, identificativo from %q", r.Fields["message_id"], r.Fields["identificativo"])
+			// The signed daticert.xml's msgid wins over the header, and
+			// the two agree in every real receipt.
+			msgFrom := pec.FromHeaders
+			if r.Daticert != nil && r.Daticert.MsgID != "" {
+				msgFrom = pec.FromDaticert
+			}
+			if r.Fields["message_id"] != msgFrom || r.Fields["identificativo"] != pec.FromDaticert || r.MessageIDConflict != "" {
+				t.Errorf("message_id from %q (want %q), identificativo from %q, conflict %q", r.Fields["message_id"], msgFrom, r.Fields["identificativo"], r.MessageIDConflict)
 			}
 			if r.TipoRicevuta != tt.tipoRicevuta {
 				t.Errorf("tipo ricevuta = %q, want %q", r.TipoRicevuta, tt.tipoRicevuta)
@@ -173,6 +179,17 @@ func TestRealCorpus(t *testing.T) {
 			}
 			if s := checked.Signature; s.Status != wantStatus || s.Signer != tt.signer {
 				t.Errorf("signature = %+v, want %q", s, wantStatus)
+			}
+			// Read today, long after the providers' certificates
+			// expired, the same: judged at the time it was signed.
+			today, err := pec.Parse(raw, pec.Options{Roots: opts.Roots})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := today.Signature; s.Status != wantStatus {
+				t.Errorf("signature read today = %+v, want %q", s, wantStatus)
+			} else if s.Status == pec.SignatureValid && s.CertificateExpired.IsZero() {
+				t.Logf("the signing certificate has not expired yet: %+v", s)
 			}
 			if tt.restore[0] == "" {
 				return

@@ -35,7 +35,7 @@ func Parse(raw []byte, opts Options) (*Receipt, error) {
 	r.MessageID = messageID(h)
 
 	var opaque []byte
-	r.Signature, opaque = checkSignature(raw, e.Header, opts)
+	r.Signature, opaque = checkSignature(raw, e.Header, r.Date, opts)
 	if opaque != nil {
 		// An opaque signature (application/pkcs7-mime) carries the
 		// receipt inside it: that is where its parts are.
@@ -73,6 +73,7 @@ func Parse(raw []byte, opts Options) (*Receipt, error) {
 		r.TipoRicevuta, r.Fields["tipo_ricevuta"] = d.Ricevuta, FromDaticert
 	}
 
+	r.VerificaSicurezza = strings.TrimSpace(h.Get("X-Verificasicurezza"))
 	r.setKeys(h, d, c)
 	r.Source = overall(r.Fields)
 	return r, nil
@@ -204,10 +205,17 @@ func looksLikePEC(h mail.Header) bool {
 // setKeys finds what ties the receipt to the original message, and records
 // where each key was read.
 func (r *Receipt) setKeys(h mail.Header, d *Daticert, c *contents) {
-	if id := stripAngles(h.Get("X-Riferimento-Message-Id")); id != "" {
-		r.Keys.MessageID, r.Fields["message_id"] = id, FromHeaders
-	} else if d != nil && d.MsgID != "" {
+	// What is signed wins: daticert.xml is inside the provider's
+	// signature, X-Riferimento-Message-ID outside it.
+	header := stripAngles(h.Get("X-Riferimento-Message-Id"))
+	switch {
+	case d != nil && d.MsgID != "":
 		r.Keys.MessageID, r.Fields["message_id"] = d.MsgID, FromDaticert
+		if header != "" && header != d.MsgID {
+			r.MessageIDConflict = header
+		}
+	case header != "":
+		r.Keys.MessageID, r.Fields["message_id"] = header, FromHeaders
 	}
 
 	if d != nil && d.Identificativo != "" {

@@ -175,7 +175,7 @@ func TestParseReceipts(t *testing.T) {
 			edit: func(raw []byte) []byte {
 				return bytes.Replace(raw, []byte("Subject: ACCETTAZIONE: "), []byte("Subject: Ricevuta: "), 1)
 			},
-			typ: pec.Accettazione, typeFrom: pec.FromDaticert, source: pec.FromBoth, identFrom: pec.FromDaticert,
+			typ: pec.Accettazione, typeFrom: pec.FromDaticert, source: pec.FromDaticert, identFrom: pec.FromDaticert,
 			tipoRicevuta: "completa",
 		},
 		{
@@ -187,7 +187,7 @@ func TestParseReceipts(t *testing.T) {
 				return bytes.Replace(raw, []byte("Subject: AVVISO DI MANCATA CONSEGNA: "),
 					[]byte("Subject: AVVISO DI MANCATA CONSEGNA PER SUP. TEMPO MASSIMO: "), 1)
 			},
-			typ: pec.ErroreConsegna, typeFrom: pec.FromDaticert, source: pec.FromBoth, identFrom: pec.FromDaticert,
+			typ: pec.ErroreConsegna, typeFrom: pec.FromDaticert, source: pec.FromDaticert, identFrom: pec.FromDaticert,
 			tipoRicevuta: "completa",
 		},
 		{
@@ -232,9 +232,14 @@ func TestParseReceipts(t *testing.T) {
 			if r.Keys != want {
 				t.Errorf("keys = %+v, want %+v", r.Keys, want)
 			}
-			if r.Fields["message_id"] != pec.FromHeaders || r.Fields["identificativo"] != tt.identFrom {
-				t.Errorf("message_id from %q, identificativo from %q; want headers, %q",
-					r.Fields["message_id"], r.Fields["identificativo"], tt.identFrom)
+			// The signed daticert.xml's msgid wins over the header.
+			msgFrom := pec.FromHeaders
+			if r.Daticert != nil && r.Daticert.MsgID != "" {
+				msgFrom = pec.FromDaticert
+			}
+			if r.Fields["message_id"] != msgFrom || r.Fields["identificativo"] != tt.identFrom || r.MessageIDConflict != "" {
+				t.Errorf("message_id from %q, identificativo from %q, conflict %q; want %q, %q, none",
+					r.Fields["message_id"], r.Fields["identificativo"], r.MessageIDConflict, msgFrom, tt.identFrom)
 			}
 			if r.TipoRicevuta != tt.tipoRicevuta {
 				t.Errorf("tipo ricevuta = %q, want %q", r.TipoRicevuta, tt.tipoRicevuta)
@@ -320,5 +325,57 @@ func TestParseNotPEC(t *testing.T) {
 		if r.Signature.Status != pec.SignatureNotChecked {
 			t.Errorf("signature = %+v", r.Signature)
 		}
+	}
+}
+
+// TestParseMessageIDConflict checks that the Message-ID daticert.xml names,
+// inside the signature, wins over X-Riferimento-Message-ID, outside it, and
+// that their disagreement is told.
+func TestParseMessageIDConflict(t *testing.T) {
+	ca := pectest.NewCA(t)
+	raw := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Original: []byte(original), Date: sent})
+	tests := []struct {
+		name, header, wantConflict string
+	}{
+		{"agree", "<20240301.1234@postino.test>", ""},
+		{"disagree", "<forged.1@elsewhere.test>", "forged.1@elsewhere.test"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			edited := bytes.Replace(raw, []byte("X-Riferimento-Message-ID: <20240301.1234@postino.test>"),
+				[]byte("X-Riferimento-Message-ID: "+tt.header), 1)
+			r, err := pec.Parse(edited, pec.Options{Roots: ca.Pool(), Now: checkAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Keys.MessageID != "20240301.1234@postino.test" || r.Fields["message_id"] != pec.FromDaticert || r.MessageIDConflict != tt.wantConflict {
+				t.Errorf("message id %q from %q, conflict %q; want daticert's, conflict %q", r.Keys.MessageID, r.Fields["message_id"], r.MessageIDConflict, tt.wantConflict)
+			}
+			// The header is outside the signature: changing it breaks nothing.
+			if r.Signature.Status != pec.SignatureValid {
+				t.Errorf("signature %+v", r.Signature)
+			}
+		})
+	}
+}
+
+// TestParseVerificaSicurezza checks that X-VerificaSicurezza is read where a
+// provider writes it.
+func TestParseVerificaSicurezza(t *testing.T) {
+	ca := pectest.NewCA(t)
+	raw := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.PostaCertificata, Original: []byte(original), Date: sent})
+	for _, tt := range []struct{ name, header, want string }{
+		{"absent", "", ""},
+		{"errore", "X-VerificaSicurezza: errore\r\n", "errore"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := pec.Parse(append([]byte(tt.header), raw...), pec.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.VerificaSicurezza != tt.want {
+				t.Errorf("VerificaSicurezza = %q, want %q", r.VerificaSicurezza, tt.want)
+			}
+		})
 	}
 }

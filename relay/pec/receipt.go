@@ -84,12 +84,19 @@ type Signature struct {
 	Signer string `json:"signer,omitempty"`
 	// Error says why the signature is invalid or was not checked.
 	Error string `json:"error,omitempty"`
+	// SignedAt is the time the signature was judged at: when the
+	// provider signed, else the receipt's Date.
+	SignedAt time.Time `json:"signed_at,omitzero"`
+	// CertificateExpired is when the signing certificate expired, when it
+	// had by the time the receipt was received: an old receipt, not a
+	// forged one.
+	CertificateExpired time.Time `json:"certificate_expired,omitzero"`
 }
 
 // Keys tie a receipt to the message it is about, in the order they are
 // tried.
 type Keys struct {
-	// MessageID is X-Riferimento-Message-ID, or daticert's msgid, without
+	// MessageID is daticert's msgid, or X-Riferimento-Message-ID, without
 	// angle brackets: the Message-ID the sender gave the original.
 	MessageID string `json:"message_id,omitempty"`
 	// Identificativo is the provider's id of the message, the same in
@@ -118,7 +125,15 @@ type Receipt struct {
 	Daticert      *Daticert `json:"daticert,omitempty"`
 	DaticertError string    `json:"daticert_error,omitempty"`
 	Keys          Keys      `json:"keys"`
-	Signature     Signature `json:"signature"`
+	// MessageIDConflict is X-Riferimento-Message-ID when it names another
+	// message than daticert.xml's msgid, which is the one used: the
+	// header is outside the signature.
+	MessageIDConflict string `json:"message_id_conflict,omitempty"`
+	// VerificaSicurezza is the X-VerificaSicurezza header a provider
+	// writes on an envelope it could not check whole ("errore" when the
+	// sender's provider's signature did not verify).
+	VerificaSicurezza string    `json:"verifica_sicurezza,omitempty"`
+	Signature         Signature `json:"signature"`
 }
 
 // Options say what the reader cannot know from a message alone.
@@ -126,6 +141,8 @@ type Options struct {
 	// Roots are the certificate authorities of the PEC providers (the
 	// trust bundle); nil leaves signatures not checked.
 	Roots *x509.CertPool
-	// Now is the time certificates are checked at; zero is now.
+	// Now is when the receipt was received; zero is now. Signatures are
+	// judged at the time they were made, and a certificate that expired
+	// by Now is reported as such (Signature.CertificateExpired).
 	Now time.Time
 }

@@ -277,9 +277,18 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 			reason += " (" + p.ErrorDetail + ")"
 		}
 	}
+	if rec.VerificaSicurezza != "" {
+		reason += "; X-VerificaSicurezza: " + rec.VerificaSicurezza
+	}
+	if rec.MessageIDConflict != "" {
+		reason += "; X-Riferimento-Message-ID <" + rec.MessageIDConflict + "> disagrees with the signed daticert.xml, whose msgid was used"
+	}
 	reason += "; signature " + string(rec.Signature.Status)
 	if rec.Signature.Error != "" {
 		reason += " (" + rec.Signature.Error + ")"
+	}
+	if t := rec.Signature.CertificateExpired; !t.IsZero() {
+		reason += " when signed; the certificate expired " + t.UTC().Format(time.RFC3339)
 	}
 	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, map[string]any{"pec": p, "receipt": name, "matched_by": by})
 	// Whether the signature held is in the id: a receipt first read as

@@ -23,7 +23,10 @@ var oidEmailAddress = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 1}
 // checkSignature checks the S/MIME signature a provider puts over the whole
 // message. For an opaque signature (application/pkcs7-mime) it also returns
 // the signed content, since the receipt is inside it.
-func checkSignature(raw []byte, h message.Header, opts Options) (Signature, []byte) {
+//
+// date is the receipt's Date, the time validity is judged at when the
+// signature carries no signing time.
+func checkSignature(raw []byte, h message.Header, date time.Time, opts Options) (Signature, []byte) {
 	mediaType, params, err := h.ContentType()
 	if err != nil {
 		return unsigned(opts)
@@ -34,7 +37,7 @@ func checkSignature(raw []byte, h message.Header, opts Options) (Signature, []by
 		if err != nil {
 			return broken(err, opts), nil
 		}
-		sig, _ := verify(der, signed, opts)
+		sig, _ := verify(der, signed, date, opts)
 		return sig, nil
 	case isPKCS7(mediaType, "mime"):
 		if t := strings.ToLower(params["smime-type"]); t != "" && t != "signed-data" {
@@ -48,7 +51,7 @@ func checkSignature(raw []byte, h message.Header, opts Options) (Signature, []by
 		if err != nil {
 			return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
 		}
-		return verify(der, nil, opts)
+		return verify(der, nil, date, opts)
 	}
 	return unsigned(opts)
 }
@@ -138,7 +141,15 @@ func canonicalCRLF(b []byte) []byte {
 
 // verify checks a PKCS #7 signature over content (nil when the signature
 // holds its content) against opts.Roots, and returns the signed content.
-func verify(der, content []byte, opts Options) (Signature, []byte) {
+//
+// The chain is judged at the time the receipt was signed (its signing-time
+// attribute, else date), not now: a provider's certificate expires, and
+// the receipts it signed while it was valid stay proof. A certificate that
+// has expired by opts.Now (when the receipt was received; now when zero)
+// is reported in CertificateExpired beside a valid status, apart from a
+// tampered or untrusted signature, which is invalid. A receipt received
+// before its certificate was issued is invalid.
+func verify(der, content []byte, date time.Time, opts Options) (Signature, []byte) {
 	p7, err := parsePKCS7(der)
 	if err != nil {
 		return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
@@ -153,16 +164,45 @@ func verify(der, content []byte, opts Options) (Signature, []byte) {
 		sig.Status, sig.Error = SignatureNotChecked, "no trust roots given"
 		return sig, content
 	}
-	now := opts.Now
-	if now.IsZero() {
-		now = time.Now()
+	received := opts.Now
+	if received.IsZero() {
+		received = time.Now()
 	}
-	if err := verifyPKCS7(p7, opts.Roots, now); err != nil {
+	signedAt := signingTime(p7)
+	if signedAt.IsZero() {
+		signedAt = date
+	}
+	if signedAt.IsZero() || signedAt.After(received) {
+		signedAt = received
+	}
+	if err := verifyPKCS7(p7, opts.Roots, signedAt); err != nil {
 		sig.Status, sig.Error = SignatureInvalid, describe(err)
 		return sig, content
 	}
-	sig.Status = SignatureValid
+	ee := p7.GetOnlySigner()
+	if ee != nil && received.Before(ee.NotBefore) {
+		sig.Status, sig.Error = SignatureInvalid, fmt.Sprintf("received at %s, before the signing certificate was issued (%s)",
+			received.UTC().Format(time.RFC3339), ee.NotBefore.UTC().Format(time.RFC3339))
+		return sig, content
+	}
+	sig.Status, sig.SignedAt = SignatureValid, signedAt
+	if ee != nil && received.After(ee.NotAfter) {
+		sig.CertificateExpired = ee.NotAfter
+	}
 	return sig, content
+}
+
+// signingTime is the signing-time attribute of the first signer, or zero.
+func signingTime(p7 *pkcs7.PKCS7) (t time.Time) {
+	defer func() {
+		if recover() != nil {
+			t = time.Time{}
+		}
+	}()
+	if p7.UnmarshalSignedAttribute(pkcs7.OIDAttributeSigningTime, &t) != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // parsePKCS7 parses untrusted DER. Parse promises never to panic, and that

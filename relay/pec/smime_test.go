@@ -13,6 +13,9 @@ import (
 	"github.com/genropy/postino/relay/pec/pectest"
 )
 
+// afterExpiry is after the test certificates expired (pectest: 2099).
+var afterExpiry = time.Date(2100, time.June, 1, 12, 0, 0, 0, time.UTC)
+
 const signerName = "Posta Certificata Provider Test <" + pectest.ProviderAddress + ">"
 
 func TestSignature(t *testing.T) {
@@ -44,6 +47,13 @@ func TestSignature(t *testing.T) {
 		},
 		{"other roots", signed, other.Pool(), checkAt, pec.SignatureInvalid, signerName, "certificate"},
 		{"before the certificates", signed, ca.Pool(), time.Date(1999, 1, 1, 0, 0, 0, 0, time.UTC), pec.SignatureInvalid, signerName, "certificate"},
+		// An old receipt is not a forged one: judged when it was signed,
+		// its expired certificate reported apart.
+		{"received after the certificate expired", signed, ca.Pool(), afterExpiry, pec.SignatureValid, signerName, ""},
+		{
+			"tampered, after the certificate expired", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Tamper: true}),
+			ca.Pool(), afterExpiry, pec.SignatureInvalid, signerName, "altered",
+		},
 		{
 			"tampered", ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Tamper: true}),
 			ca.Pool(), checkAt, pec.SignatureInvalid, signerName, "altered",
@@ -76,6 +86,10 @@ func TestSignature(t *testing.T) {
 			if s.Status != tt.status || s.Signer != tt.signer || !strings.Contains(s.Error, tt.errWith) ||
 				(tt.errWith == "" && s.Error != "") {
 				t.Errorf("signature = %+v, want %q by %q with error %q", s, tt.status, tt.signer, tt.errWith)
+			}
+			if expired := tt.status == pec.SignatureValid && tt.now.After(ca.Signer.NotAfter); expired != s.CertificateExpired.Equal(ca.Signer.NotAfter) ||
+				!expired && !s.CertificateExpired.IsZero() {
+				t.Errorf("certificate expired = %v, want it said exactly when a valid receipt was received after %v", s.CertificateExpired, ca.Signer.NotAfter)
 			}
 			// Whatever the signature, the receipt is read.
 			if r.Type == "" || r.Keys.Identificativo == "" {

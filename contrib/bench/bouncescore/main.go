@@ -1,0 +1,51 @@
+// Command bouncescore runs the bounce reader of `postino bounce parse` over
+// the shared sisimai corpus and prints how often it agrees with sisimai's
+// expected.tsv: recipients, status codes, hard or soft, and reasons after
+// the mapping in internal/bouncescore/reasons.tsv. -v lists every
+// disagreement as "file, index, field, expected, got".
+//
+//	go run ./contrib/bench/bouncescore [-v] [-corpus ../shared/corpora/bounces-sisimai]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/genropy/postino/internal/bouncescore"
+	"github.com/genropy/postino/relay/bounce"
+)
+
+func main() {
+	dir := flag.String("corpus", "../shared/corpora/bounces-sisimai", "`folder` of the sisimai corpus and its expected.tsv")
+	verbose := flag.Bool("v", false, "list every disagreement")
+	flag.Parse()
+	res, err := bouncescore.Score(*dir, parse)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bouncescore: %v\n", err)
+		os.Exit(1)
+	}
+	if *verbose {
+		fmt.Println(strings.Join(res.Disagreements, "\n"))
+		fmt.Println()
+	}
+	for _, e := range res.Errors {
+		fmt.Fprintf(os.Stderr, "bouncescore: %s\n", e)
+	}
+	if len(res.Unmapped) > 0 {
+		fmt.Fprintf(os.Stderr, "bouncescore: sisimai reasons not in reasons.tsv: %s\n", strings.Join(res.Unmapped, ", "))
+	}
+	fmt.Print(res.Summary())
+}
+
+// parse reads a file as `postino bounce parse` does without a
+// configuration: no route's bounce address to recognise.
+func parse(path string) (*bounce.Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return bounce.Parse(f, bounce.Options{})
+}
