@@ -86,7 +86,7 @@ func (s *session) checkPEC(ctx context.Context, h *textproto.Header, ctrl contro
 	if ident.messageID != "" {
 		others, err := s.srv.outbox.ByMessageID(ctx, ident.messageID)
 		if err != nil {
-			return tempFailure("Outbox unavailable, try again later: %v", err)
+			return tempFailure("Outbox unavailable", err)
 		}
 		for _, o := range others {
 			if o.ID != ident.id {

@@ -25,7 +25,7 @@ func (s *Server) recodeDraft(id string, f draft, now time.Time) (draft, error) {
 	}
 	r, err := open()
 	if err != nil {
-		return nil, tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+		return nil, tempFailure("Cannot read the message back from the spool", err)
 	}
 	plan, err := recode.Scan(r, false)
 	r.Close()
@@ -34,7 +34,7 @@ func (s *Server) recodeDraft(id string, f draft, now time.Time) (draft, error) {
 	}
 	g, err := s.createDraft(id, now)
 	if err != nil {
-		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
+		return nil, tempFailure("Cannot write the message to the spool", err)
 	}
 	if err := writeRecoded(plan, open, g); err != nil {
 		g.Abort()
@@ -48,18 +48,18 @@ func (s *Server) recodeDraft(id string, f draft, now time.Time) (draft, error) {
 func writeRecoded(plan *recode.Plan, open func() (io.ReadCloser, error), g draft) error {
 	r, err := open()
 	if err != nil {
-		return tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+		return tempFailure("Cannot read the message back from the spool", err)
 	}
 	defer r.Close()
 	ew := &errWriter{w: g}
 	if err := plan.Write(ew, r); err != nil {
 		if ew.err != nil {
-			return tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
+			return tempFailure("Cannot write the message to the spool", ew.err)
 		}
 		return recodeError(err)
 	}
 	if err := g.Commit(); err != nil {
-		return tempFailure("Cannot write the message to the spool, try again later: %v", err)
+		return tempFailure("Cannot write the message to the spool", err)
 	}
 	return nil
 }
@@ -70,5 +70,5 @@ func recodeError(err error) error {
 	if errors.Is(err, recode.ErrCannot) {
 		return contentError("a body line is longer than %d octets and %v; encode that part as quoted-printable or base64", recode.MaxLine, err)
 	}
-	return tempFailure("Cannot read the message back from the spool, try again later: %v", err)
+	return tempFailure("Cannot read the message back from the spool", err)
 }

@@ -288,6 +288,10 @@ func (s *session) Data(r io.Reader) error {
 	start := time.Now()
 	s.lim.beginData(start)
 	id, err := s.data(r, start.UTC())
+	var cause error
+	if f, ok := errors.AsType[*localFailure](err); ok {
+		err, cause = f.reply, f.cause
+	}
 	if cut := s.lim.reply(); cut != nil {
 		// Whatever the read in progress made of it, the limits ended the
 		// transaction: nothing was stored, and the session closes.
@@ -311,6 +315,10 @@ func (s *session) Data(r io.Reader) error {
 		reason = "connection"
 	}
 	s.srv.metrics.rejected(reason)
+	if cause != nil {
+		s.srv.log.Error("message refused: the relay failed", "id", id, "client", s.clientIP, "from", s.from, "reply", err, "error", cause)
+		return err
+	}
 	s.srv.log.Info("message refused", "id", id, "client", s.clientIP, "from", s.from, "error", err)
 	return err
 }
@@ -321,8 +329,20 @@ func queued(id string) error {
 	return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "Ok: queued as " + id}
 }
 
-func tempFailure(format string, args ...any) error {
-	return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: oneLine(fmt.Sprintf(format, args...))}
+// localFailure is a temporary failure of the relay's own (its spool, its
+// outbox): the client is told what failed and to try again later, and the
+// cause, which names paths and servers of this machine, goes to the log
+// only (Data).
+type localFailure struct {
+	reply *smtp.SMTPError
+	cause error
+}
+
+func (f *localFailure) Error() string { return f.reply.Message + ": " + f.cause.Error() }
+
+func tempFailure(what string, cause error) error {
+	return &localFailure{cause: cause,
+		reply: &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: what + ", try again later"}}
 }
 
 // data reads, checks and stores one message. It returns the message id when
@@ -405,7 +425,7 @@ func (s *session) resubmitted(ctx context.Context, id string, body io.Reader) (r
 		s.srv.log.Info("duplicate submission answered with the queued message", "id", id, "client", s.clientIP)
 		return queued(id), true
 	case !errors.Is(err, backends.ErrNotFound):
-		return tempFailure("Outbox unavailable, try again later: %v", err), true
+		return tempFailure("Outbox unavailable", err), true
 	}
 	return nil, false
 }
@@ -464,7 +484,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 	f, err := s.srv.createDraft(id, now)
 	if err != nil {
 		s.srv.noSpace(err)
-		return nil, tempFailure("Cannot write the message to the spool, try again later: %v", err)
+		return nil, tempFailure("Cannot write the message to the spool", err)
 	}
 	ew := &errWriter{w: f}
 	err = textproto.WriteHeader(ew, h)
@@ -479,7 +499,7 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 		f.Abort()
 		if ew.err != nil {
 			s.srv.noSpace(ew.err)
-			return nil, tempFailure("Cannot write the message to the spool, try again later: %v", ew.err)
+			return nil, tempFailure("Cannot write the message to the spool", ew.err)
 		}
 		return nil, readError(err, "%v")
 	}
@@ -541,7 +561,7 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 			f.Abort()
 		}
 		s.srv.noSpace(err)
-		return tempFailure("Cannot record the message in the outbox, try again later: %v", err)
+		return tempFailure("Cannot record the message in the outbox", err)
 	}
 	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,
 		"rcpts", len(s.rcpts), "size", f.Size(), "client", s.clientIP, "user", s.authUser)

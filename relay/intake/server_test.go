@@ -658,8 +658,16 @@ func TestSpoolFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := dialEHLO(t, e.addr)
-	if got := r.transaction("", simple); !strings.HasPrefix(got, "451 4.3.0") {
+	got := r.transaction("", simple)
+	if !strings.HasPrefix(got, "451 4.3.0") {
 		t.Fatalf("reply %q, want 451 4.3.0", got)
+	}
+	// The client learns what failed, not where: the path is the log's.
+	if strings.Contains(got, e.spool.Dir()) {
+		t.Errorf("reply %q names the spool's path", got)
+	}
+	if !strings.Contains(e.logs.String(), filepath.Join(e.spool.Dir(), day)) {
+		t.Errorf("the log does not name the path that failed:\n%s", e.logs.String())
 	}
 	if n := e.count(t); n != 0 {
 		t.Errorf("%d rows after a spool failure", n)
