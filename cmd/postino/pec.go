@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,21 +15,19 @@ import (
 	"github.com/genropy/postino/relay/pec"
 )
 
-func pecCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "parse" {
-		return fmt.Errorf("%w: postino pec needs parse and one or more FILEs", errUsage)
-	}
-	fs := newFlagSet("pec parse", stdout)
+func pecParse(_ context.Context, inv *invocation) error {
+	stdout, stderr := inv.stdout, inv.stderr
+	fs := inv.flags()
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` whose pec.trust_bundle checks the signatures")
+	configPath := configFlag(fs, " whose pec.trust_bundle checks the signatures")
 	bundle := fs.String("trust-bundle", "", "check the S/MIME signatures against the authorities in this PEM `file`")
 	at := fs.String("at", "", "the `time` the receipt was received (RFC 3339, or a date YYYY-MM-DD): a certificate expired by then is reported; default now")
-	files, err := parseFlags(fs, args[1:])
+	files, err := inv.parse(fs)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("%w: postino pec parse needs at least one FILE", errUsage)
+		return fmt.Errorf("%w: pec parse needs at least one FILE to read", errUsage)
 	}
 	if *bundle == "" {
 		cfg, err := relay.LoadConfig(*configPath, os.Environ())
