@@ -37,7 +37,7 @@ func configPrint(_ context.Context, inv *invocation) error {
 func healthCmd(ctx context.Context, inv *invocation) error {
 	fs := inv.flags()
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this `duration`")
-	c, _, err := inv.client(fs)
+	c, _, err := inv.clientWith(fs, false, nil)
 	if err != nil {
 		return err
 	}

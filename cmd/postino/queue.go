@@ -20,8 +20,15 @@ import (
 
 // client adds the flags of the commands that talk to a running relay,
 // --admin and --config, to fs, parses them, checks that the arguments
-// left are names, and returns a client of the relay's admin API.
+// left are names, and returns a client of the relay's admin API, with the
+// relay's token.
 func (inv *invocation) client(fs *flag.FlagSet, names ...string) (*admin.Client, []string, error) {
+	return inv.clientWith(fs, true, names)
+}
+
+// clientWith is client; without needToken, a token that cannot be read
+// is left out.
+func (inv *invocation) clientWith(fs *flag.FlagSet, needToken bool, names []string) (*admin.Client, []string, error) {
 	addr := fs.String("admin", "", "the relay's admin API `address` (default: admin.listen of the configuration, "+
 		"or POSTINO_ADMIN, else 127.0.0.1:8525)")
 	configPath := configFlag(fs, " whose admin.listen and admin token the relay uses")
@@ -29,7 +36,7 @@ func (inv *invocation) client(fs *flag.FlagSet, names ...string) (*admin.Client,
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := adminClient(*configPath, *addr, inv.cmd.name != "health")
+	c, err := adminClient(*configPath, *addr, needToken)
 	return c, args, err
 }
 

@@ -55,20 +55,16 @@ func listCopy(t *testing.T, receipt []byte) []byte {
 // forwards it; extra are header fields of the outer message, encoding the
 // attachment's transfer encoding.
 func forward(receipt []byte, extra, encoding string) []byte {
-	attached := string(receipt)
+	part, attached := "Content-Type: message/rfc822\r\n", string(receipt)
 	if encoding == "base64" {
+		part += "Content-Transfer-Encoding: base64\r\n"
 		attached = base64.StdEncoding.EncodeToString(receipt)
-		extra2 := "Content-Transfer-Encoding: base64\r\n"
-		return []byte(forwardHead(extra) + "--inoltro\r\nContent-Type: message/rfc822\r\n" + extra2 + "\r\n" + attached + "\r\n--inoltro--\r\n")
 	}
-	return []byte(forwardHead(extra) + "--inoltro\r\nContent-Type: message/rfc822\r\n\r\n" + attached + "\r\n--inoltro--\r\n")
-}
-
-func forwardHead(extra string) string {
-	return "From: Segreteria <segreteria@ufficio.test>\r\nTo: archivio@ufficio.test\r\nSubject: I: ricevuta\r\n" +
+	return []byte("From: Segreteria <segreteria@ufficio.test>\r\nTo: archivio@ufficio.test\r\nSubject: I: ricevuta\r\n" +
 		"Message-ID: <inoltro.1@ufficio.test>\r\nDate: Mon, 04 Mar 2024 09:00:00 +0100\r\n" + extra +
 		"MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=\"inoltro\"\r\n\r\n" +
-		"--inoltro\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nVedi la ricevuta qui sotto.\r\n"
+		"--inoltro\r\nContent-Type: text/plain; charset=utf-8\r\n\r\nVedi la ricevuta qui sotto.\r\n" +
+		"--inoltro\r\n" + part + "\r\n" + attached + "\r\n--inoltro--\r\n")
 }
 
 // TestParseWrapped checks that a receipt a mailing list or a forward put
