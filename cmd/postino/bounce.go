@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,19 +14,17 @@ import (
 	"github.com/genropy/postino/relay/bounce"
 )
 
-func bounceCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "parse" {
-		return fmt.Errorf("%w: postino bounce needs parse and one or more FILEs", errUsage)
-	}
-	fs := newFlagSet("bounce parse", stdout)
+func bounceParse(_ context.Context, inv *invocation) error {
+	stdout, stderr := inv.stdout, inv.stderr
+	fs := inv.flags()
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` whose routes' bounce addresses are recognised (VERP)")
-	files, err := parseFlags(fs, args[1:])
+	configPath := configFlag(fs, " whose routes' bounce addresses are recognised (VERP)")
+	files, err := inv.parse(fs)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("%w: postino bounce parse needs at least one FILE", errUsage)
+		return fmt.Errorf("%w: bounce parse needs at least one FILE to read", errUsage)
 	}
 	cfg, err := relay.LoadConfig(*configPath, os.Environ())
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -12,17 +11,10 @@ import (
 
 // configCmd prints the configuration serve would run with, from the same
 // file and variables, checked.
-func configCmd(args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "print" {
-		return fmt.Errorf("%w: postino config needs print", errUsage)
-	}
-	fs := newFlagSet("config print", stdout)
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` (POSTINO_CONFIG)")
-	rest, err := parseFlags(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("config print", rest); err != nil {
+func configPrint(_ context.Context, inv *invocation) error {
+	fs := inv.flags()
+	configPath := configFlag(fs, "")
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
 	cfg, err := relay.LoadConfig(*configPath, os.Environ())
@@ -36,24 +28,16 @@ func configCmd(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	_, err = stdout.Write(b)
+	_, err = inv.stdout.Write(b)
 	return err
 }
 
 // healthCmd exits 0 when the relay at --admin is ready (or degraded: mail
 // flows), for container health checks.
-func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("health", stdout)
-	addr := adminFlag(fs)
+func healthCmd(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
 	timeout := fs.Duration("timeout", 5*time.Second, "give up after this `duration`")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("health", rest); err != nil {
-		return err
-	}
-	c, err := adminClient(*addr, false)
+	c, _, err := inv.clientWith(fs, false, nil)
 	if err != nil {
 		return err
 	}
@@ -68,6 +52,6 @@ func healthCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if bad := st.Failing(); bad != "" {
 		line += ": " + bad
 	}
-	fmt.Fprintln(stdout, line)
+	fmt.Fprintln(inv.stdout, line)
 	return nil
 }

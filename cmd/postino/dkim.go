@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rsa"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,38 +13,21 @@ import (
 	"github.com/genropy/postino/relay/dkim"
 )
 
-func dkimCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: postino dkim needs keygen or check", errUsage)
-	}
-	switch args[0] {
-	case "keygen":
-		return dkimKeygen(args[1:], stdout, stderr)
-	case "check":
-		return dkimCheck(ctx, args[1:], stdout)
-	default:
-		return fmt.Errorf("%w: unknown dkim command %q: use keygen or check", errUsage, args[0])
-	}
-}
-
 // dkimKeygen writes a new key and prints the record to publish, alone on
 // standard output so that it can go straight into a zone file.
-func dkimKeygen(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("dkim keygen", stderr)
+func dkimKeygen(_ context.Context, inv *invocation) error {
+	stdout, stderr := inv.stdout, inv.stderr
+	fs := inv.flags()
 	domain := fs.String("domain", "", "the signing `domain`")
 	selector := fs.String("selector", "", "the `selector` to publish the key under, for example s2026")
 	algorithm := fs.String("algorithm", "rsa", "rsa or ed25519 (RFC 8463; sign with both for receivers that lack it)")
 	bits := fs.Int("bits", 0, "RSA key size in `bits` (2048 when 0)")
 	out := fs.String("out", "", "`directory` to write the key into")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
-	if err := wantArgs("dkim keygen", rest); err != nil {
-		return err
-	}
-	if *domain == "" || *selector == "" || *out == "" {
-		return fmt.Errorf("%w: postino dkim keygen needs --domain, --selector and --out", errUsage)
+	if err := required(fs, "domain", "selector", "out"); err != nil {
+		return fmt.Errorf("%w: dkim keygen %w", errUsage, err)
 	}
 	d, err := dkim.Domain(*domain)
 	if err != nil {
@@ -83,19 +65,16 @@ then sign with it: --dkim %s=%s:%s, or dkim.keys in the config (SIGHUP reloads).
 
 // dkimCheck looks up the record of each key chosen and says whether it
 // verifies the key's signatures.
-func dkimCheck(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("dkim check", stdout)
+func dkimCheck(ctx context.Context, inv *invocation) error {
+	stdout := inv.stdout
+	fs := inv.flags()
 	domain := fs.String("domain", "", "check the keys of this `domain` (all when empty)")
 	selector := fs.String("selector", "", "check the key of this `selector` (all when empty)")
 	keyFile := fs.String("key", "", "check this key `file` instead of the configured keys (needs --domain and --selector)")
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` (POSTINO_CONFIG)")
+	configPath := configFlag(fs, " whose dkim.keys are checked")
 	dkimKeys := dkimFlag(fs)
 	resolver := fs.String("resolver", "", "ask this DNS server, `host:port`, instead of the system's (an authoritative server shows a record before it spreads)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("dkim check", rest); err != nil {
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
 	keys, err := keysToCheck(*keyFile, *configPath, *domain, *selector, *dkimKeys)

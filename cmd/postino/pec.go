@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,21 +15,19 @@ import (
 	"github.com/genropy/postino/relay/pec"
 )
 
-func pecCmd(args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || args[0] != "parse" {
-		return fmt.Errorf("%w: postino pec needs parse and one or more FILEs", errUsage)
-	}
-	fs := newFlagSet("pec parse", stdout)
+func pecParse(_ context.Context, inv *invocation) error {
+	stdout, stderr := inv.stdout, inv.stderr
+	fs := inv.flags()
 	asJSON := fs.Bool("json", false, "print one JSON object per file, for scripts")
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` whose pec.trust_bundle checks the signatures")
+	configPath := configFlag(fs, " whose pec.trust_bundle checks the signatures")
 	bundle := fs.String("trust-bundle", "", "check the S/MIME signatures against the authorities in this PEM `file`")
 	at := fs.String("at", "", "the `time` the receipt was received (RFC 3339, or a date YYYY-MM-DD): a certificate expired by then is reported; default now")
-	files, err := parseFlags(fs, args[1:])
+	files, err := inv.parse(fs)
 	if err != nil {
 		return err
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("%w: postino pec parse needs at least one FILE", errUsage)
+		return fmt.Errorf("%w: pec parse needs at least one FILE to read", errUsage)
 	}
 	if *bundle == "" {
 		cfg, err := relay.LoadConfig(*configPath, os.Environ())
@@ -90,6 +89,24 @@ func parseAt(v string) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("%w: --at %q is neither an RFC 3339 time (2024-05-01T10:00:00+02:00) nor a date (2024-05-01)", errUsage, v)
 }
 
+// signatureLine says in one line what the signature check found.
+func signatureLine(s pec.Signature) string {
+	line := string(s.Status)
+	if s.Signer != "" {
+		line += ", signed by " + s.Signer
+	}
+	if s.Error != "" {
+		line += ": " + s.Error
+	}
+	if !s.SignedAt.IsZero() {
+		line += ", judged at " + s.SignedAt.Format(time.RFC3339)
+	}
+	if t := s.CertificateExpired; !t.IsZero() {
+		line += "; the certificate has since expired (" + t.Format(time.RFC3339) + "): an old receipt, not a forged one"
+	}
+	return line
+}
+
 func printReceipt(w io.Writer, name string, r *pec.Receipt) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, v string) {
@@ -110,20 +127,10 @@ func printReceipt(w io.Writer, name string, r *pec.Receipt) {
 	if !r.Date.IsZero() {
 		row("Date", r.Date.Format(time.RFC1123Z))
 	}
-	sig := string(r.Signature.Status)
-	if r.Signature.Signer != "" {
-		sig += ", signed by " + r.Signature.Signer
+	row("Signature", signatureLine(r.Signature))
+	if w := r.WrappedIn; w != nil {
+		row("Wrapped", w.String()+": the receipt and its signature are read inside it")
 	}
-	if r.Signature.Error != "" {
-		sig += ": " + r.Signature.Error
-	}
-	if !r.Signature.SignedAt.IsZero() {
-		sig += ", judged at " + r.Signature.SignedAt.Format(time.RFC3339)
-	}
-	if t := r.Signature.CertificateExpired; !t.IsZero() {
-		sig += "; the certificate has since expired (" + t.Format(time.RFC3339) + "): an old receipt, not a forged one"
-	}
-	row("Signature", sig)
 	keys := []string{}
 	for _, k := range []struct{ name, v string }{{"Message-ID", r.Keys.MessageID}, {"identificativo", r.Keys.Identificativo},
 		{"X-Genro-Mail-ID", r.Keys.MailID}} {

@@ -149,3 +149,26 @@ func TestPECParseRealReceipt(t *testing.T) {
 		}
 	}
 }
+
+// TestPECParseWrapped checks that pec parse reads a forwarded receipt's own
+// signature and says what it came inside.
+func TestPECParseWrapped(t *testing.T) {
+	dir := filepath.Join("..", "..", "relay", "pec", "testdata")
+	raw, err := os.ReadFile(filepath.Join(dir, "errore-consegna-no-dest.eml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := filepath.Join(t.TempDir(), "inoltro.eml")
+	msg := "From: Segreteria <segreteria@ufficio.test>\nSubject: I: ricevuta\nMIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=b\n\n" +
+		"--b\nContent-Type: text/plain\n\nVedi sotto.\n--b\nContent-Type: message/rfc822\n\n" + string(raw) + "\n--b--\n"
+	if err := os.WriteFile(fwd, []byte(msg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := cli(t, "pec", "parse", "--trust-bundle", filepath.Join(dir, "provider-ca.pem"), fwd)
+	flat := strings.Join(strings.Fields(out), " ")
+	for _, want := range []string{"Type: errore-consegna", "Signature: valid, signed by", "Wrapped: forwarded inside a message from segreteria@ufficio.test"} {
+		if code != 0 || !strings.Contains(flat, want) {
+			t.Errorf("exit %d, output lacks %q:\n%s%s", code, want, out, errOut)
+		}
+	}
+}

@@ -18,21 +18,37 @@ import (
 	"github.com/genropy/postino/relay/admin"
 )
 
-// adminFlag adds --admin to a client command.
-func adminFlag(fs *flag.FlagSet) *string {
-	return fs.String("admin", "", "the relay's admin API `address` (default: admin.listen of the relay's configuration, "+
-		"from POSTINO_CONFIG or POSTINO_ADMIN, else 127.0.0.1:8525)")
+// client adds the flags of the commands that talk to a running relay,
+// --admin and --config, to fs, parses them, checks that the arguments
+// left are names, and returns a client of the relay's admin API, with the
+// relay's token.
+func (inv *invocation) client(fs *flag.FlagSet, names ...string) (*admin.Client, []string, error) {
+	return inv.clientWith(fs, true, names)
+}
+
+// clientWith is client; without needToken, a token that cannot be read
+// is left out.
+func (inv *invocation) clientWith(fs *flag.FlagSet, needToken bool, names []string) (*admin.Client, []string, error) {
+	addr := fs.String("admin", "", "the relay's admin API `address` (default: admin.listen of the configuration, "+
+		"or POSTINO_ADMIN, else 127.0.0.1:8525)")
+	configPath := configFlag(fs, " whose admin.listen and admin token the relay uses")
+	args, err := inv.parseArgs(fs, names...)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := adminClient(*configPath, *addr, needToken)
+	return c, args, err
 }
 
 // adminClient talks to the relay at addr, or at the address the relay
 // itself listens on, with the token it reads (admin.token_file or
-// admin.token_env, from POSTINO_CONFIG or their POSTINO_* twins), so that
-// the commands work beside it with its own configuration. A relay
+// admin.token_env, from the configuration file or their POSTINO_* twins),
+// so that the commands work beside it with its own configuration. A relay
 // listening on every address is reached on loopback. Without needToken, a
 // token that cannot be read is left out instead of failing: the health
 // probe needs none.
-func adminClient(addr string, needToken bool) (*admin.Client, error) {
-	cfg, err := relay.LoadConfig(os.Getenv("POSTINO_CONFIG"), os.Environ())
+func adminClient(configPath, addr string, needToken bool) (*admin.Client, error) {
+	cfg, err := relay.LoadConfig(configPath, os.Environ())
 	if err != nil {
 		return nil, err
 	}
@@ -49,70 +65,85 @@ func adminClient(addr string, needToken bool) (*admin.Client, error) {
 	return &admin.Client{Base: addr, Token: token}, nil
 }
 
-func queueCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: postino queue needs list, search, show, retry, cancel or receipts", errUsage)
-	}
-	fs := newFlagSet("queue "+args[0], stdout)
-	addr := adminFlag(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
+// jsonFlag adds --json.
+func jsonFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("json", false, "print JSON, for scripts")
+}
+
+func queueList(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
 	status := fs.String("status", "", "list only messages in this `status`")
 	limit := fs.Int("limit", 50, "list at most `n` messages")
-	out := fs.String("out", "", "receipts: write them as files into `directory`")
-	rest, err := parseFlags(fs, args[1:])
+	c, _, err := inv.client(fs)
 	if err != nil {
 		return err
 	}
-	c, err := adminClient(*addr, true)
+	page, err := c.List(ctx, *status, *limit, "")
+	return answer(inv.stdout, *asJSON, page, err, func() error { printList(inv.stdout, page); return nil })
+}
+
+func queueSearch(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	c, args, err := inv.client(fs, "QUERY")
 	if err != nil {
 		return err
 	}
-	switch args[0] {
-	case "list":
-		if err := wantArgs("queue list", rest); err != nil {
+	found, err := c.Search(ctx, args[0])
+	return answer(inv.stdout, *asJSON, found, err, func() error {
+		if len(found.Messages) == 0 {
+			_, err := fmt.Fprintf(inv.stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", args[0])
 			return err
 		}
-		page, err := c.List(ctx, *status, *limit, "")
-		return answer(stdout, *asJSON, page, err, func() error { printList(stdout, page); return nil })
-	case "search":
-		if err := wantArgs("queue search", rest, "QUERY"); err != nil {
-			return err
-		}
-		found, err := c.Search(ctx, rest[0])
-		return answer(stdout, *asJSON, found, err, func() error {
-			if len(found.Messages) == 0 {
-				_, err := fmt.Fprintf(stdout, "no message has the id or Message-ID %q, nor, among the newest, that recipient\n", rest[0])
-				return err
-			}
-			printList(stdout, found)
-			return nil
-		})
-	case "show":
-		if err := wantArgs("queue show", rest, "ID"); err != nil {
-			return err
-		}
-		m, err := c.Get(ctx, rest[0])
-		return answer(stdout, *asJSON, m, err, func() error { printMessage(stdout, m); return nil })
-	case "retry", "cancel":
-		if err := wantArgs("queue "+args[0], rest, "ID"); err != nil {
-			return err
-		}
-		op := c.Retry
-		if args[0] == "cancel" {
-			op = c.Cancel
-		}
-		m, err := op(ctx, rest[0])
-		return answer(stdout, *asJSON, m, err, func() error {
-			_, err := fmt.Fprintf(stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason)
-			return err
-		})
-	case "receipts":
-		if err := wantArgs("queue receipts", rest, "ID"); err != nil {
-			return err
-		}
-		return receipts(ctx, c, rest[0], *out, *asJSON, stdout)
+		printList(inv.stdout, found)
+		return nil
+	})
+}
+
+func queueShow(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	c, args, err := inv.client(fs, "ID")
+	if err != nil {
+		return err
 	}
-	return fmt.Errorf("%w: unknown queue command %q", errUsage, args[0])
+	m, err := c.Get(ctx, args[0])
+	return answer(inv.stdout, *asJSON, m, err, func() error { printMessage(inv.stdout, m); return nil })
+}
+
+func queueRetry(ctx context.Context, inv *invocation) error {
+	return queueChange(ctx, inv, (*admin.Client).Retry)
+}
+
+func queueCancel(ctx context.Context, inv *invocation) error {
+	return queueChange(ctx, inv, (*admin.Client).Cancel)
+}
+
+// queueChange runs op on the message the command names.
+func queueChange(ctx context.Context, inv *invocation, op func(*admin.Client, context.Context, string) (admin.Message, error)) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	c, args, err := inv.client(fs, "ID")
+	if err != nil {
+		return err
+	}
+	m, err := op(c, ctx, args[0])
+	return answer(inv.stdout, *asJSON, m, err, func() error {
+		_, err := fmt.Fprintf(inv.stdout, "%s is now %s: %s\n", m.ID, m.Status, m.Reason)
+		return err
+	})
+}
+
+func queueReceipts(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	out := fs.String("out", "", "write the receipts as files into `directory`")
+	c, args, err := inv.client(fs, "ID")
+	if err != nil {
+		return err
+	}
+	return receipts(ctx, c, args[0], *out, *asJSON, inv.stdout)
 }
 
 // answer prints what a command got: JSON for scripts, text for people.
@@ -164,37 +195,25 @@ func receipts(ctx context.Context, c *admin.Client, id, dir string, asJSON bool,
 	})
 }
 
-func batchCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: postino batch needs suspend or activate", errUsage)
-	}
-	fs := newFlagSet("batch "+args[0], stdout)
-	addr := adminFlag(fs)
-	rest, err := parseFlags(fs, args[1:])
+func batchSuspend(ctx context.Context, inv *invocation) error {
+	return batchChange(ctx, inv, (*admin.Client).SuspendBatch, "suspended: its messages wait")
+}
+
+func batchActivate(ctx context.Context, inv *invocation) error {
+	return batchChange(ctx, inv, (*admin.Client).ActivateBatch, "activated: its messages go on")
+}
+
+// batchChange runs op on the batch the command names.
+func batchChange(ctx context.Context, inv *invocation, op func(*admin.Client, context.Context, string) error, state string) error {
+	c, args, err := inv.client(inv.flags(), "CODE")
 	if err != nil {
 		return err
 	}
-	if err := wantArgs("batch "+args[0], rest, "CODE"); err != nil {
+	if err := op(c, ctx, args[0]); err != nil {
 		return err
 	}
-	c, err := adminClient(*addr, true)
-	if err != nil {
-		return err
-	}
-	switch args[0] {
-	case "suspend":
-		err = c.SuspendBatch(ctx, rest[0])
-	case "activate":
-		err = c.ActivateBatch(ctx, rest[0])
-	default:
-		return fmt.Errorf("%w: unknown batch command %q", errUsage, args[0])
-	}
-	if err != nil {
-		return err
-	}
-	state := map[string]string{"suspend": "suspended: its messages wait", "activate": "activated: its messages go on"}[args[0]]
-	fmt.Fprintf(stdout, "batch %s %s\n", rest[0], state)
-	return nil
+	_, err = fmt.Fprintf(inv.stdout, "batch %s %s\n", args[0], state)
+	return err
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -321,46 +340,77 @@ func shorten(s string, n int) string {
 	return s[:n-1] + "…"
 }
 
-func eventsCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 {
-		return fmt.Errorf("%w: postino events needs list or replay", errUsage)
-	}
-	fs := newFlagSet("events "+args[0], stdout)
-	addr := adminFlag(fs)
-	asJSON := fs.Bool("json", false, "print JSON for scripts")
-	state := fs.String("state", "parked", "list events in this `state`: pending, calling, acked or parked")
+// stateFailing is the events list's default: the events the plugins
+// refused, parked or still being tried.
+const stateFailing = "failing"
+
+func eventsList(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	state := fs.String("state", stateFailing, "list events in this `state`: failing (parked, or pending after a failed try), "+
+		"pending, calling, acked or parked")
 	limit := fs.Int("limit", 50, "list at most `n` events")
-	rest, err := parseFlags(fs, args[1:])
+	c, _, err := inv.client(fs)
 	if err != nil {
 		return err
 	}
-	c, err := adminClient(*addr, true)
+	var list admin.EventList
+	if *state == stateFailing {
+		list, err = failingEvents(ctx, c, *limit)
+	} else {
+		list, err = c.Events(ctx, *state, *limit)
+	}
+	return answer(inv.stdout, *asJSON, list, err, func() error {
+		if len(list.Events) == 0 {
+			_, err := fmt.Fprintf(inv.stdout, "no %s events\n", *state)
+			return err
+		}
+		tw := tabwriter.NewWriter(inv.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "EVENT\tMESSAGE\tOUTCOME\tSTATE\tTRIES\tLAST ERROR")
+		for _, e := range list.Events {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.Outcome, e.State, e.Attempts, shorten(e.LastError, 60))
+		}
+		return tw.Flush()
+	})
+}
+
+// maxPendingRead is how many pending events failingEvents reads to find
+// the ones tried already: the admin API's largest page.
+const maxPendingRead = 1000
+
+// failingEvents lists the parked events, then the pending ones a plugin
+// has refused at least once (they wait for their next try), at most limit
+// in all.
+func failingEvents(ctx context.Context, c *admin.Client, limit int) (admin.EventList, error) {
+	list, err := c.Events(ctx, "parked", limit)
+	if err != nil || len(list.Events) >= limit {
+		return list, err
+	}
+	pending, err := c.Events(ctx, "pending", maxPendingRead)
+	if err != nil {
+		return list, err
+	}
+	for _, e := range pending.Events {
+		if len(list.Events) == limit {
+			break
+		}
+		if e.Attempts > 0 {
+			list.Events = append(list.Events, e)
+		}
+	}
+	return list, nil
+}
+
+func eventsReplay(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	asJSON := jsonFlag(fs)
+	c, args, err := inv.client(fs, "ID")
 	if err != nil {
 		return err
 	}
-	switch args[0] {
-	case "list":
-		if err := wantArgs("events list", rest); err != nil {
-			return err
-		}
-		list, err := c.Events(ctx, *state, *limit)
-		return answer(stdout, *asJSON, list, err, func() error {
-			tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "EVENT\tMESSAGE\tOUTCOME\tSTATE\tTRIES\tLAST ERROR")
-			for _, e := range list.Events {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.MessageID, e.Outcome, e.State, e.Attempts, shorten(e.LastError, 60))
-			}
-			return tw.Flush()
-		})
-	case "replay":
-		if err := wantArgs("events replay", rest, "ID"); err != nil {
-			return err
-		}
-		e, err := c.Replay(ctx, rest[0])
-		return answer(stdout, *asJSON, e, err, func() error {
-			_, err := fmt.Fprintf(stdout, "event %s of %s is pending again: the plugins get it next\n", e.ID, e.MessageID)
-			return err
-		})
-	}
-	return fmt.Errorf("%w: unknown events command %q", errUsage, args[0])
+	e, err := c.Replay(ctx, args[0])
+	return answer(inv.stdout, *asJSON, e, err, func() error {
+		_, err := fmt.Fprintf(inv.stdout, "event %s of %s is pending again: the plugins get it next\n", e.ID, e.MessageID)
+		return err
+	})
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/genropy/postino/relay"
 )
 
-func serve(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := newFlagSet("serve", stderr)
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` (POSTINO_CONFIG)")
+func serve(ctx context.Context, inv *invocation) error {
+	fs := inv.flags()
+	configPath := configFlag(fs, "")
 	listen := fs.String("listen", "", "SMTP listen `address`, host:port (POSTINO_LISTEN)")
 	adminAddr := fs.String("admin", "", "admin API listen `address`, host:port (POSTINO_ADMIN)")
 	data := fs.String("data", "", "data `directory` for the spool and outbox.db (POSTINO_DATA)")
@@ -25,7 +25,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	smarthostTLS := fs.String("smarthost-tls", "", "TLS `mode` with the smarthost: none, starttls or tls (POSTINO_SMARTHOST_TLS)")
 	backend := fs.String("backend", "", "outbox `store`: bolt (default), mysql or dynamodb (POSTINO_BACKEND)")
 	dsn := fs.String("dsn", "", "MySQL `DSN`; implies --backend mysql (POSTINO_OUTBOX_MYSQL_DSN)")
-	spoolStore := fs.String("spool-store", "", "where message bytes live: local (default), shared or outbox (POSTINO_SPOOL_STORE)")
+	spoolStore := fs.String("spool-store", "", "where message bytes live, the spool `store`: local (default), shared or outbox (POSTINO_SPOOL_STORE)")
 	table := fs.String("table", "", "DynamoDB `table`; implies --backend dynamodb (EMAIL_OUTBOX_TABLE)")
 	var pluginPaths []string
 	fs.Func("plugin", "run the status-callback plugin at `path`, with default settings (repeatable)", func(p string) error {
@@ -33,11 +33,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return nil
 	})
 	dkimKeys := dkimFlag(fs)
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("serve", rest); err != nil {
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
 	// The configuration is built again on SIGHUP, from the same sources.
@@ -75,7 +71,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, p := range pluginPaths {
 		cfg.Plugins = append(cfg.Plugins, relay.DefaultPlugin(p))
 	}
-	log, err := newLogger(cfg.Log, stderr)
+	log, err := newLogger(cfg.Log, inv.stderr)
 	if err != nil {
 		return err
 	}

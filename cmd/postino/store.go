@@ -17,16 +17,13 @@ import (
 
 // migrate brings a MySQL outbox's schema up to date; running it again
 // changes nothing.
-func migrate(ctx context.Context, args []string, stdout io.Writer) error {
-	fs := newFlagSet("migrate", stdout)
-	configPath := fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file` (POSTINO_CONFIG)")
+func migrate(ctx context.Context, inv *invocation) error {
+	stdout := inv.stdout
+	fs := inv.flags()
+	configPath := configFlag(fs, " whose outbox.mysql names the database")
 	backend := fs.String("backend", "mysql", "outbox `store`: mysql (bolt and dynamodb need no migration)")
 	dsn := fs.String("dsn", "", "MySQL `DSN` (or outbox.mysql.dsn, dsn_file, dsn_env)")
-	rest, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("migrate", rest); err != nil {
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
 	switch *backend {
@@ -36,7 +33,7 @@ func migrate(ctx context.Context, args []string, stdout io.Writer) error {
 			map[string]string{"dynamodb": " (postino dynamodb create-table adds missing indexes)", "bolt": ""}[*backend])
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown backend %q", errUsage, *backend)
+		return fmt.Errorf("%w: migrate --backend %q: use mysql (bolt and dynamodb need no migration)", errUsage, *backend)
 	}
 	cfg, err := relay.LoadConfig(*configPath, os.Environ())
 	if err != nil {
@@ -44,6 +41,10 @@ func migrate(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if *dsn != "" {
 		cfg.Outbox.MySQL = relay.MySQLConfig{DSN: *dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile}
+	}
+	if my := cfg.Outbox.MySQL; my.DSN == "" && my.DSNFile == "" && my.DSNEnv == "" {
+		return fmt.Errorf("%w: migrate needs the MySQL DSN: give --dsn DSN, set POSTINO_OUTBOX_MYSQL_DSN, "+
+			"or set outbox.mysql.dsn, dsn_file or dsn_env in the --config file", errUsage)
 	}
 	conn, err := cfg.MySQLDSN()
 	if err != nil {
@@ -95,20 +96,14 @@ func printAdoption(w io.Writer, a backends.Adoption) {
 }
 
 // dynamodbCmd manages the DynamoDB outbox table.
-func dynamodbCmd(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) == 0 || args[0] != "create-table" {
-		return fmt.Errorf("%w: postino dynamodb create-table --table NAME", errUsage)
-	}
-	fs := newFlagSet("dynamodb create-table", stdout)
+func dynamodbCreateTable(ctx context.Context, inv *invocation) error {
+	stdout := inv.stdout
+	fs := inv.flags()
 	table := fs.String("table", "", "table `name` (EMAIL_OUTBOX_TABLE)")
 	endpoint := fs.String("endpoint", "", "DynamoDB `URL` (AWS_ENDPOINT_URL), for DynamoDB Local")
 	region := fs.String("region", "", "AWS `region` (AWS_REGION)")
 	seed := fs.Bool("seed-index", false, "also make the seed's StatusIndex, for tools that know only the seed (it caps the table's writes near a thousand a second on AWS)")
-	rest, err := parseFlags(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := wantArgs("dynamodb create-table", rest); err != nil {
+	if _, err := inv.parseArgs(fs); err != nil {
 		return err
 	}
 	name, indexes, err := dynamodb.CreateTable(ctx, dynamodb.Options{Table: *table, Endpoint: *endpoint, Region: *region, SeedIndex: *seed})

@@ -117,17 +117,31 @@ func parsePriority(v string) (int, error) {
 	return 0, contentError("%s %q is not a priority: use 0 (immediate), 1 (high), 2 (normal) or 3 (low)", HeaderPriority, v)
 }
 
+// sendAfterFormats says what X-Postino-Send-After takes.
+const sendAfterFormats = "give Unix seconds (1795345200) or an RFC 3339 time (2026-11-21T18:00:00+01:00)"
+
 func parseSendAfter(v string, now time.Time) (time.Time, error) {
 	var t time.Time
 	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
 		t = time.Unix(secs, 0)
 	} else if t, err = time.Parse(time.RFC3339, v); err != nil {
-		return t, contentError("%s %q is neither an RFC 3339 time (2026-11-21T18:00:00+01:00) nor Unix seconds", HeaderSendAfter, v)
+		return t, contentError("%s %q is not a time%s: %s", HeaderSendAfter, v, millisecondsHint(v), sendAfterFormats)
 	}
 	if t.After(now.Add(maxSendAfterSkew)) {
-		return t, contentError("%s %q is more than a year ahead; give Unix seconds, not milliseconds", HeaderSendAfter, v)
+		return t, contentError("%s %q is more than a year ahead%s: %s", HeaderSendAfter, v, millisecondsHint(v), sendAfterFormats)
 	}
 	return t.UTC(), nil
+}
+
+// millisecondsHint says that v looks like a time in milliseconds, as
+// JavaScript's Date.now() and Java's currentTimeMillis() give it: 13 digits
+// or more before anything else (1795345200000, 1795345200000.0).
+func millisecondsHint(v string) string {
+	digits := len(v) - len(strings.TrimLeft(v, "0123456789"))
+	if digits < 13 {
+		return ""
+	}
+	return " (it looks like milliseconds: use seconds, the value divided by 1000)"
 }
 
 // identity is what the relay makes sure every message carries.

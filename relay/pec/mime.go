@@ -1,12 +1,14 @@
 package pec
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/emersion/go-message"
 	"github.com/emersion/go-message/mail"
+	"github.com/emersion/go-message/textproto"
 )
 
 // Bounds on the work one message can cause. Past them the walk stops
@@ -89,6 +91,76 @@ func (c *contents) walk(e *message.Entity, depth int, budget *int) {
 		b, _ := io.ReadAll(io.LimitReader(e.Body, maxTextSize))
 		c.text = string(b)
 	}
+}
+
+// unwrap looks inside a message that is not signed for a receipt a mailing
+// list or a forward put there: the first part that is signed (Wrapped: a
+// list kept the receipt's header and made its signed body a part), or the
+// first attached message that is signed and marked as PEC (Forwarded). It
+// returns the part, header included, or the attached message. An attached
+// message counts only when the outer message is not itself marked by a
+// provider (marked): then it is the postacert.eml of an envelope.
+func unwrap(raw []byte, marked bool) (how string, part []byte) {
+	e, err := message.Read(bytes.NewReader(raw))
+	if err != nil && !softError(err) {
+		return "", nil
+	}
+	budget := maxParts
+	return findSigned(e, 0, marked, &budget)
+}
+
+func findSigned(e *message.Entity, depth int, marked bool, budget *int) (string, []byte) {
+	mr := e.MultipartReader()
+	if mr == nil || depth >= maxDepth {
+		return "", nil
+	}
+	for ; *budget > 0; *budget-- {
+		p, err := mr.NextPart()
+		if p == nil || (err != nil && !softError(err)) {
+			return "", nil
+		}
+		if isSigned(p.Header) {
+			// The part comes transfer-decoded (an opaque signature is in
+			// base64): its header must say so.
+			h := p.Header.Copy()
+			h.Del("Content-Transfer-Encoding")
+			var buf bytes.Buffer
+			if textproto.WriteHeader(&buf, h.Header) != nil {
+				return "", nil
+			}
+			if _, err := io.Copy(&buf, p.Body); err != nil {
+				return "", nil
+			}
+			return Wrapped, buf.Bytes()
+		}
+		if t, _, _ := p.Header.ContentType(); t == "message/rfc822" {
+			if marked {
+				continue
+			}
+			if inner, ok := signedPEC(p.Body); ok {
+				return Forwarded, inner
+			}
+			continue
+		}
+		if how, part := findSigned(p, depth+1, marked, budget); how != "" {
+			return how, part
+		}
+	}
+	return "", nil
+}
+
+// signedPEC reads an attached message and reports whether it is signed and
+// marked as PEC.
+func signedPEC(r io.Reader) ([]byte, bool) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, false
+	}
+	e, err := message.Read(bytes.NewReader(raw))
+	if err != nil && !softError(err) {
+		return nil, false
+	}
+	return raw, isSigned(e.Header) && looksLikePEC(mail.Header{Header: e.Header})
 }
 
 // isDaticert reports whether a part is the daticert.xml attachment, named

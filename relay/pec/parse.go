@@ -17,7 +17,45 @@ import (
 // Type. It returns an error only when raw is not a message at all: a broken
 // daticert.xml or a bad signature is reported in the Receipt, which still
 // says what its headers say.
+//
+// A receipt forwarded inside another message, or wrapped by a mailing list,
+// is read inside it, its signature checked there; Receipt.WrappedIn says
+// what it came inside.
 func Parse(raw []byte, opts Options) (*Receipt, error) {
+	e, err := readMessage(raw)
+	if err != nil {
+		return nil, err
+	}
+	h := mail.Header{Header: e.Header}
+	var wrapper *Wrapper
+	if !isSigned(e.Header) {
+		switch how, part := unwrap(raw, looksLikeProvider(h)); how {
+		case Forwarded:
+			// unwrap found a signed PEC message: it is the receipt, and
+			// being signed it is read as it is, not unwrapped again.
+			if r, err := Parse(part, opts); err == nil {
+				w := wrapperOf(Forwarded, h)
+				r.WrappedIn = &w
+				return r, nil
+			}
+		case Wrapped:
+			// The list kept the receipt's header fields and put its
+			// signed body in a part: the signature is checked there,
+			// the fields are read from what it covers.
+			if pe, err := readMessage(part); err == nil {
+				raw, e = part, pe
+				w := wrapperOf(Wrapped, h)
+				wrapper = &w
+			}
+		}
+	}
+	r := read(raw, h, e, opts)
+	r.WrappedIn = wrapper
+	return r, nil
+}
+
+// readMessage reads raw as a message, whose header must not be empty.
+func readMessage(raw []byte) (*message.Entity, error) {
 	e, err := message.Read(bytes.NewReader(raw))
 	if err != nil && !softError(err) {
 		return nil, fmt.Errorf("pec: not a message: %w", err)
@@ -25,8 +63,26 @@ func Parse(raw []byte, opts Options) (*Receipt, error) {
 	if e.Header.Len() == 0 {
 		return nil, errors.New("pec: not a message: no header fields")
 	}
-	h := mail.Header{Header: e.Header}
+	return e, nil
+}
 
+// wrapperOf describes the message of header h a receipt came inside.
+func wrapperOf(how string, h mail.Header) Wrapper {
+	w := Wrapper{How: how, ListID: strings.TrimSpace(h.Get("List-Id"))}
+	if how != Forwarded {
+		// A list's copy kept the receipt's From and Subject.
+		return w
+	}
+	w.Subject, _ = h.Subject()
+	if from, err := h.AddressList("From"); err == nil && len(from) > 0 {
+		w.From = from[0].Address
+	}
+	return w
+}
+
+// read reads the receipt whose header fields are h and whose body is e, as
+// raw holds it with e's header.
+func read(raw []byte, h mail.Header, e *message.Entity, opts Options) *Receipt {
 	r := &Receipt{Fields: make(map[string]Source)}
 	// A malformed Subject or Date is not a reason to give up on a receipt:
 	// the raw Subject and a zero Date say as much as there is to say.
@@ -76,7 +132,7 @@ func Parse(raw []byte, opts Options) (*Receipt, error) {
 	r.VerificaSicurezza = strings.TrimSpace(h.Get("X-Verificasicurezza"))
 	r.setKeys(h, d, c)
 	r.Source = overall(r.Fields)
-	return r, nil
+	return r
 }
 
 // softError reports whether err only says that a charset or transfer
@@ -189,6 +245,12 @@ func resolveType(h mail.Header, subject string, d *Daticert, hasDaticert bool) (
 		return fromDaticert, FromDaticert
 	}
 	return "", ""
+}
+
+// looksLikeProvider reports whether the header names the kind of PEC
+// message it is, as only a provider writes it.
+func looksLikeProvider(h mail.Header) bool {
+	return h.Has("X-Ricevuta") || h.Has("X-Trasporto")
 }
 
 // looksLikePEC reports whether the header carries a mark only PEC

@@ -134,6 +134,47 @@ type Receipt struct {
 	// sender's provider's signature did not verify).
 	VerificaSicurezza string    `json:"verifica_sicurezza,omitempty"`
 	Signature         Signature `json:"signature"`
+	// WrappedIn is the unsigned message the receipt came inside: a
+	// forward, or a mailing list's copy. The signature and the fields are
+	// the receipt's own, read inside it.
+	WrappedIn *Wrapper `json:"wrapped_in,omitempty"`
+}
+
+// How a receipt came inside another message.
+const (
+	// Forwarded: attached whole, as message/rfc822, to another message.
+	Forwarded = "forwarded"
+	// Wrapped: its signed body is one part of a message that kept its
+	// header fields, as a mailing list leaves it when it adds a footer.
+	Wrapped = "wrapped"
+)
+
+// Wrapper is an unsigned message a receipt came inside.
+type Wrapper struct {
+	// How is Forwarded or Wrapped.
+	How string `json:"how"`
+	// From and Subject are a forward's; a list's copy keeps the receipt's.
+	From    string `json:"from,omitempty"`
+	Subject string `json:"subject,omitempty"`
+	// ListID is the List-Id of a mailing list's copy.
+	ListID string `json:"list_id,omitempty"`
+}
+
+// String says in a few words what the receipt came inside.
+func (w Wrapper) String() string {
+	s := w.How
+	if w.How == Forwarded {
+		s += " inside a message"
+	} else {
+		s += " in a message"
+	}
+	if w.ListID != "" {
+		s += " of the list " + w.ListID
+	}
+	if w.From != "" {
+		s += " from " + w.From
+	}
+	return s
 }
 
 // Options say what the reader cannot know from a message alone.

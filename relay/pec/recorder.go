@@ -290,7 +290,12 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 	if t := rec.Signature.CertificateExpired; !t.IsZero() {
 		reason += " when signed; the certificate expired " + t.UTC().Format(time.RFC3339)
 	}
-	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, map[string]any{"pec": p, "receipt": name, "matched_by": by})
+	details := map[string]any{"pec": p, "receipt": name, "matched_by": by}
+	if w := rec.WrappedIn; w != nil {
+		reason += "; " + w.String()
+		details["wrapped_in"] = w
+	}
+	e := backends.OutcomeEvent(m.Status, backends.Status(outcome), reason, details)
 	// Whether the signature held is in the id: a receipt first read as
 	// invalid (a trust bundle not yet updated) and read again as valid is a
 	// new event. The rest of the outcome is not: a delivery receipt read

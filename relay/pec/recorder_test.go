@@ -394,3 +394,35 @@ func TestOverdueGoesPastWhatItCannotRead(t *testing.T) {
 		})
 	}
 }
+
+// TestRecorderWrapped: a receipt forwarded or sent on by a list is recorded
+// from its own signature, and its event says what it came inside.
+func TestRecorderWrapped(t *testing.T) {
+	s := newRecorder(t)
+	orig := s.message(t, "order-9", "anna@pec.dest.it")
+	s.handle(t, forward(s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.Accettazione, Original: orig}), "", ""))
+	s.handle(t, listCopy(t, s.ca.Receipt(t, pectest.ReceiptOptions{Type: pec.PresaInCarico, Original: orig})))
+	es, err := s.store.Events(context.Background(), "order-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct{ outcome, how, reason string }{
+		{pec.OutcomeAccepted, pec.Forwarded, "; forwarded inside a message from segreteria@ufficio.test"},
+		{pec.OutcomeTakenInCharge, pec.Wrapped, "; wrapped in a message of the list Soci <soci.lista.test>"},
+	}
+	if len(es) != len(want) {
+		t.Fatalf("events %+v", es)
+	}
+	for i, w := range want {
+		var d struct {
+			PEC       struct{ Signature string }
+			WrappedIn pec.Wrapper `json:"wrapped_in"`
+		}
+		if err := json.Unmarshal(es[i].Details, &d); err != nil {
+			t.Fatal(err)
+		}
+		if es[i].Outcome != w.outcome || d.PEC.Signature != "valid" || d.WrappedIn.How != w.how || !strings.Contains(es[i].Reason, w.reason) {
+			t.Errorf("event %d: %s %q %+v, want %s wrapped %s with %q", i, es[i].Outcome, es[i].Reason, d, w.outcome, w.how, w.reason)
+		}
+	}
+}

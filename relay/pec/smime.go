@@ -27,33 +27,40 @@ var oidEmailAddress = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 1}
 // date is the receipt's Date, the time validity is judged at when the
 // signature carries no signing time.
 func checkSignature(raw []byte, h message.Header, date time.Time, opts Options) (Signature, []byte) {
-	mediaType, params, err := h.ContentType()
-	if err != nil {
+	if !isSigned(h) {
 		return unsigned(opts)
 	}
-	switch {
-	case mediaType == "multipart/signed" && isPKCS7(params["protocol"], "signature"):
+	mediaType, params, _ := h.ContentType()
+	if mediaType == "multipart/signed" {
 		signed, der, err := splitSigned(raw, params["boundary"])
 		if err != nil {
 			return broken(err, opts), nil
 		}
 		sig, _ := verify(der, signed, date, opts)
 		return sig, nil
-	case isPKCS7(mediaType, "mime"):
-		if t := strings.ToLower(params["smime-type"]); t != "" && t != "signed-data" {
-			return broken(fmt.Errorf("smime-type %s is not a signature", t), opts), nil
-		}
-		e, err := message.Read(bytes.NewReader(raw))
-		if err != nil && !softError(err) {
-			return broken(err, opts), nil
-		}
-		der, err := io.ReadAll(e.Body)
-		if err != nil {
-			return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
-		}
-		return verify(der, nil, date, opts)
 	}
-	return unsigned(opts)
+	if t := strings.ToLower(params["smime-type"]); t != "" && t != "signed-data" {
+		return broken(fmt.Errorf("smime-type %s is not a signature", t), opts), nil
+	}
+	e, err := message.Read(bytes.NewReader(raw))
+	if err != nil && !softError(err) {
+		return broken(err, opts), nil
+	}
+	der, err := io.ReadAll(e.Body)
+	if err != nil {
+		return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
+	}
+	return verify(der, nil, date, opts)
+}
+
+// isSigned reports whether h is the header of an S/MIME signed entity:
+// multipart/signed with a PKCS #7 signature, or application/pkcs7-mime.
+func isSigned(h message.Header) bool {
+	mediaType, params, err := h.ContentType()
+	if err != nil {
+		return false
+	}
+	return mediaType == "multipart/signed" && isPKCS7(params["protocol"], "signature") || isPKCS7(mediaType, "mime")
 }
 
 // isPKCS7 reports whether mediaType is application/pkcs7-<kind> or its

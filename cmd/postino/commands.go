@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+)
+
+// command is one postino command.
+type command struct {
+	// name is the words after postino: "queue show".
+	name string
+	// synopsis is its arguments and every one of its flags, as the usage
+	// shows them; the help test holds it to the flags the command defines.
+	synopsis string
+	// summary says in a line what it does.
+	summary string
+	run     func(ctx context.Context, inv *invocation) error
+}
+
+// clientFlags is the synopsis of the flags every command that talks to a
+// running relay takes.
+const clientFlags = " [--admin ADDR] [--config FILE]"
+
+// commands is every command, in the order the usage lists them.
+func commands() []command {
+	return []command{
+		{"serve", "[--config FILE] [--listen ADDR] [--admin ADDR] [--data DIR] [--smarthost HOST:PORT] " +
+			"[--smarthost-tls none|starttls|tls] [--backend bolt|mysql|dynamodb] [--dsn DSN] [--table NAME] " +
+			"[--spool-store local|shared|outbox] [--plugin PATH]... [--dkim DOMAIN=SELECTOR:KEYFILE]...",
+			"run the relay: SMTP intake, delivery, mailbox pollers, plugins and the admin API", serve},
+		{"queue list", "[--status STATUS] [--limit N] [--json]" + clientFlags, "list the messages of the outbox, newest first", queueList},
+		{"queue search", "ID|MESSAGE-ID|RECIPIENT [--json]" + clientFlags, "find messages by id, Message-ID or recipient", queueSearch},
+		{"queue show", "ID [--json]" + clientFlags, "show a message: its recipients, events and history", queueShow},
+		{"queue retry", "ID [--json]" + clientFlags, "send a message again now", queueRetry},
+		{"queue cancel", "ID [--json]" + clientFlags, "stop sending a message: it becomes FAILED and the plugins are told", queueCancel},
+		{"queue receipts", "ID [--out DIR] [--json]" + clientFlags, "list the PEC receipts kept with a message, or write them into DIR", queueReceipts},
+		{"batch suspend", "CODE" + clientFlags, "hold the messages of a batch", batchSuspend},
+		{"batch activate", "CODE" + clientFlags, "let the messages of a held batch go on", batchActivate},
+		{"events list", "[--state failing|pending|calling|acked|parked] [--limit N] [--json]" + clientFlags,
+			"list the events told to plugins: by default the failing ones, with their tries", eventsList},
+		{"events replay", "ID [--json]" + clientFlags, "send a parked event to the plugins again", eventsReplay},
+		{"migrate", "[--backend mysql|bolt|dynamodb] [--dsn DSN] [--config FILE]", "bring a MySQL outbox's schema up to date", migrate},
+		{"dynamodb create-table", "--table NAME [--endpoint URL] [--region REGION] [--seed-index]",
+			"make the DynamoDB outbox table, or add what it lacks", dynamodbCreateTable},
+		{"dkim keygen", "--domain D --selector S --out DIR [--algorithm rsa|ed25519] [--bits N]",
+			"make a DKIM key and print the DNS record to publish", dkimKeygen},
+		{"dkim check", "[--domain D] [--selector S] [--key FILE] [--resolver HOST:PORT] [--dkim DOMAIN=SELECTOR:KEYFILE]... [--config FILE]",
+			"check that the published DKIM records match the keys", dkimCheck},
+		{"bounce parse", "FILE... [--json] [--config FILE]", "show what the relay reads in bounce messages", bounceParse},
+		{"pec parse", "FILE... [--json] [--trust-bundle FILE] [--at TIME] [--config FILE]", "show what the relay reads in PEC receipts", pecParse},
+		{"config print", "[--config FILE]", "print the configuration serve would run with", configPrint},
+		{"health", "[--timeout DURATION]" + clientFlags, "exit 0 when the relay is ready or degraded, for health checks", healthCmd},
+		{"version", "", "print the version", versionCmd},
+	}
+}
+
+// invocation is a command being run.
+type invocation struct {
+	cmd            command
+	args           []string // after the command's name
+	stdout, stderr io.Writer
+}
+
+// flags returns an empty flag set for the command: parse prints the help
+// and the errors.
+func (inv *invocation) flags() *flag.FlagSet {
+	fs := flag.NewFlagSet(inv.cmd.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses the command's flags wherever they stand among its
+// arguments, and returns the other arguments. --help prints the command's
+// help and returns flag.ErrHelp; a flag it does not know is a usage error.
+func (inv *invocation) parse(fs *flag.FlagSet) ([]string, error) {
+	rest, err := parseFlags(fs, inv.args)
+	if errors.Is(err, flag.ErrHelp) {
+		printHelp(inv.stdout, inv.cmd, fs)
+		return nil, err
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", errUsage, inv.cmd.name, err)
+	}
+	return rest, nil
+}
+
+// parseArgs parses the flags and checks that the arguments left are names.
+func (inv *invocation) parseArgs(fs *flag.FlagSet, names ...string) ([]string, error) {
+	rest, err := inv.parse(fs)
+	if err != nil {
+		return nil, err
+	}
+	return rest, wantArgs(inv.cmd.name, rest, names...)
+}
+
+// configFlag adds --config; what says what the command reads in the file.
+func configFlag(fs *flag.FlagSet, what string) *string {
+	return fs.String("config", os.Getenv("POSTINO_CONFIG"), "YAML configuration `file`"+what+" (default: POSTINO_CONFIG)")
+}
+
+// parseFlags parses flags wherever they stand among the arguments
+// (`queue show ID --json`), and returns the other arguments.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return rest, nil
+		}
+		if args[0] == "--" {
+			return append(rest, args[1:]...), nil
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+}
+
+// wantArgs checks the number of arguments left after the flags.
+func wantArgs(cmd string, args []string, names ...string) error {
+	if len(args) == len(names) {
+		return nil
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%w: %s takes no arguments, only flags (%q is not one)", errUsage, cmd, args[0])
+	}
+	return fmt.Errorf("%w: %s takes %s", errUsage, cmd, strings.Join(names, " "))
+}
+
+// required names the flags among names that were left empty.
+func required(fs *flag.FlagSet, names ...string) error {
+	var missing []string
+	for _, name := range names {
+		if fs.Lookup(name).Value.String() == "" {
+			missing = append(missing, "--"+name)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("needs %s", joinWords(missing, "and"))
+}
+
+// dispatch finds the command args name and runs it. The usage it returns
+// is what to print under a usage error: the command's, its group's, or the
+// list of commands.
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) (usage string, err error) {
+	all := commands()
+	if len(args) == 0 {
+		return commandList(all), fmt.Errorf("%w: no command given", errUsage)
+	}
+	if isHelp(args[0]) {
+		if len(args) == 1 {
+			_, err := fmt.Fprint(stdout, usageText(all))
+			return "", err
+		}
+		// postino help queue show is postino queue show --help.
+		return dispatch(ctx, append(args[1:len(args):len(args)], "--help"), stdout, stderr)
+	}
+	if args[0] == "--version" {
+		args = []string{"version"}
+	}
+	for _, c := range all {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			inv := &invocation{cmd: c, args: args[len(words):], stdout: stdout, stderr: stderr}
+			return "usage: " + usageLine(c), c.run(ctx, inv)
+		}
+	}
+	group := groupOf(all, args[0])
+	switch {
+	case len(group) == 0:
+		return commandList(all), fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+	case len(args) > 1 && isHelp(args[1]):
+		_, err := fmt.Fprintf(stdout, "Usage:\n%s\n'postino %s COMMAND --help' describes a command's flags.\n", indent(group, "  "), args[0])
+		return "", err
+	case len(args) == 1:
+		return "usage:\n" + indent(group, "  ") + "\n", fmt.Errorf("%w: %s needs a command: %s", errUsage, args[0], subcommands(group))
+	}
+	return "usage:\n" + indent(group, "  ") + "\n", fmt.Errorf("%w: unknown %s command %q: use %s", errUsage, args[0], args[1], subcommands(group))
+}
+
+func isHelp(arg string) bool {
+	return arg == "help" || arg == "-h" || arg == "--help" || arg == "-help"
+}
+
+// groupOf returns the commands whose name starts with the word group.
+func groupOf(all []command, group string) []command {
+	var out []command
+	for _, c := range all {
+		if first, _, ok := strings.Cut(c.name, " "); ok && first == group {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// subcommands names the second words of a group's commands: "list, show or retry".
+func subcommands(group []command) string {
+	names := make([]string, len(group))
+	for i, c := range group {
+		_, names[i], _ = strings.Cut(c.name, " ")
+	}
+	return joinWords(names, "or")
+}
+
+// joinWords joins words as a sentence does: "a, b and c".
+func joinWords(words []string, conj string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " " + conj + " " + words[len(words)-1]
+}
+
+// commandList names every command's first word, for an unknown command.
+func commandList(all []command) string {
+	var names []string
+	for _, c := range all {
+		first, _, _ := strings.Cut(c.name, " ")
+		if !slices.Contains(names, first) {
+			names = append(names, first)
+		}
+	}
+	return "commands: " + strings.Join(names, ", ") + "; 'postino help' shows their usage\n"
+}
+
+// usageWidth is where synopses are wrapped.
+const usageWidth = 100
+
+// synopsisLines is "postino NAME SYNOPSIS" after prefix, wrapped between
+// its words (a bracketed group is one word) to usageWidth, the
+// continuation lines under the first argument.
+func synopsisLines(c command, prefix string) string {
+	head := prefix + "postino " + c.name
+	cont := strings.Repeat(" ", len(head))
+	var lines []string
+	line := head
+	for _, w := range synopsisWords(c.synopsis) {
+		if len(line)+1+len(w) > usageWidth && line != cont {
+			lines = append(lines, line)
+			line = cont
+		}
+		line += " " + w
+	}
+	return strings.Join(append(lines, line), "\n") + "\n"
+}
+
+// usageLine is a command's synopsis after "usage: " (or "Usage: ").
+func usageLine(c command) string {
+	const label = "usage: "
+	return synopsisLines(c, strings.Repeat(" ", len(label)))[len(label):]
+}
+
+// synopsisWords splits a synopsis at the spaces outside brackets.
+func synopsisWords(s string) []string {
+	var words []string
+	depth, start := 0, 0
+	for i, r := range s {
+		switch r {
+		case '[':
+			depth++
+		case ']':
+			depth--
+		case ' ':
+			if depth == 0 {
+				if i > start {
+					words = append(words, s[start:i])
+				}
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		words = append(words, s[start:])
+	}
+	return words
+}
+
+// indent is the synopses of cmds, each line after the prefix.
+func indent(cmds []command, prefix string) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		b.WriteString(synopsisLines(c, prefix))
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// usageText is what postino help prints.
+func usageText(all []command) string {
+	return "postino: an SMTP relay with an outbox spool\n\nUsage:\n" + indent(all, "  ") + `
+
+'postino COMMAND --help' describes a command and its flags. The queue, batch, events and
+health commands talk to a running relay's admin API: --admin ADDR, else the relay's own
+admin.listen (from --config or POSTINO_CONFIG, or POSTINO_ADMIN), 127.0.0.1:8525 by default,
+with the token the relay reads (admin.token_file or admin.token_env, or
+POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV). SIGHUP makes serve reload its DKIM keys.
+`
+}
+
+// printHelp prints a command's usage, what it does, and each of its flags.
+func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: %s%s.\n", usageLine(c), upperFirst(c.summary))
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) {
+		value, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if value != "" {
+			line += " " + strings.ToUpper(value)
+		}
+		line += "\n      " + usage
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
+			line += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		flags = append(flags, line+"\n")
+	})
+	if len(flags) > 0 {
+		fmt.Fprint(w, "\nFlags:\n"+strings.Join(flags, ""))
+	}
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+func versionCmd(_ context.Context, inv *invocation) error {
+	if _, err := inv.parseArgs(inv.flags()); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(inv.stdout, "postino", versionString())
+	return err
+}
