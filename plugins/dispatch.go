@@ -81,7 +81,9 @@ func (d *Dispatcher) Wake() {
 	}
 }
 
-// Ready reports each plugin's health, for /readyz.
+// Ready reports each plugin's health, for /readyz: a plugin is not well
+// while its process is down, and while its last calls all failed (until
+// one succeeds).
 func (d *Dispatcher) Ready() map[string]error {
 	out := map[string]error{}
 	for _, r := range d.runners {
@@ -131,7 +133,7 @@ func (d *Dispatcher) Run(ctx context.Context) {
 			// which must not wait for the poll.
 		case <-poll.C:
 			for _, r := range d.runners {
-				if r.state() != nil {
+				if r.down() != nil {
 					r.running() // a plugin down is started again in time
 				}
 			}

@@ -58,7 +58,17 @@ type runner struct {
 	lastErr   error
 	nextStart time.Time
 	backoff   time.Duration
+	// failed counts the calls that failed since the last that did not,
+	// the latest's error in lastCallErr.
+	failed      int
+	lastCallErr error
+	lastCallAt  time.Time
 }
+
+// failingAfter is how many calls in a row must fail for a plugin whose
+// process runs to be reported failing: one failure may be the app's blip,
+// three in a row (with the backoff between an event's tries) are not.
+const failingAfter = 3
 
 func newRunner(spec Spec, log *slog.Logger, version string) *runner {
 	if spec.Name == "" {
@@ -217,7 +227,8 @@ func (r *runner) kill(why string) {
 }
 
 // deliver calls the plugin with one event.
-func (r *runner) deliver(ctx context.Context, e *pb.Event) error {
+func (r *runner) deliver(ctx context.Context, e *pb.Event) (err error) {
+	defer func() { r.note(err) }()
 	cb, err := r.running()
 	if err != nil {
 		return err
@@ -240,17 +251,41 @@ func (r *runner) deliver(ctx context.Context, e *pb.Event) error {
 	return errors.New(status.Convert(err).Message())
 }
 
-// state is the plugin's health for /readyz.
+// note counts a call's result: a success clears the failures.
+func (r *runner) note(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.failed, r.lastCallErr = 0, nil
+		return
+	}
+	r.failed++
+	r.lastCallErr, r.lastCallAt = err, time.Now()
+}
+
+// state is the plugin's health for /readyz: down, or up but failing every
+// call lately (its events wait all the same), or nil.
 func (r *runner) state() error {
+	if err := r.down(); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failed >= failingAfter {
+		return fmt.Errorf("its last %d calls failed, the latest at %s: %w; its events wait and are tried again, see postino events list",
+			r.failed, r.lastCallAt.UTC().Format(time.RFC3339), r.lastCallErr)
+	}
+	return nil
+}
+
+// down reports a plugin process that did not start, or nil.
+func (r *runner) down() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.client != nil && !r.client.Exited() {
 		return nil
 	}
-	if r.lastErr != nil {
-		return r.lastErr
-	}
-	return nil // not started yet: it starts on first use
+	return r.lastErr // nil when not started yet: it starts on first use
 }
 
 func (r *runner) stop() {

@@ -151,3 +151,32 @@ func alive(pid int) bool {
 	p, err := os.FindProcess(pid)
 	return err == nil && p.Signal(syscall.Signal(0)) == nil
 }
+
+// TestPluginFailingCalls: a plugin whose process runs but whose calls keep
+// failing is reported, once three calls in a row failed, and no longer
+// once one succeeds.
+func TestPluginFailingCalls(t *testing.T) {
+	store := outboxtest.Store(t)
+	gate := closedGate(t)
+	spec, out := testPlugin(t, "fail-while", "TESTPLUGIN_GATE="+gate)
+	seed(t, store, "m1", backends.StatusSent)
+	d, _ := run(t, store, 50*time.Millisecond, spec)
+	var err error
+	eventually(t, func() bool { err = d.Ready()["plugin test"]; return err != nil },
+		func() string { return "a plugin whose calls all fail is reported ready" })
+	if n := len(calls(t, out)); n < 3 {
+		t.Errorf("reported failing after %d calls, want 3 in a row", n)
+	}
+	for _, w := range []string{"calls failed", "the gate is closed", "events wait"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("Ready says %q, want it to say %q", err, w)
+		}
+	}
+	if err := os.Remove(gate); err != nil {
+		t.Fatal(err)
+	}
+	waitEvents(t, store, "m1", backends.EventAcked)
+	if err := d.Ready()["plugin test"]; err != nil {
+		t.Errorf("a plugin whose last call succeeded is reported as %v", err)
+	}
+}

@@ -506,7 +506,7 @@ func DefaultConfig() Config {
 				Command: Duration(5 * time.Minute), DataInit: Duration(2 * time.Minute),
 				DataBlock: Duration(3 * time.Minute), DataEnd: Duration(10 * time.Minute)},
 		},
-		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: 20}},
+		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: defaultRouteConnections}},
 		DKIM:      defaultDKIM(),
 		PEC:       PECConfig{AcceptanceTimeout: Duration(30 * time.Minute), DeliveryTimeout: Duration(24 * time.Hour)},
 		Retention: Duration(7 * 24 * time.Hour),
@@ -774,7 +774,7 @@ func (l *LogConfig) check() error {
 func (s *SMTPConfig) allowNetworks() ([]netip.Prefix, error) {
 	nets := s.AllowNetworks
 	if nets == nil {
-		nets = []string{"127.0.0.0/8", "::1/128"}
+		nets = loopbackNetworks
 	}
 	var out []netip.Prefix
 	for _, n := range nets {
@@ -912,4 +912,16 @@ func (b *ByteSize) UnmarshalText(text []byte) error {
 	return nil
 }
 
-func (b ByteSize) MarshalText() ([]byte, error) { return []byte(strconv.FormatInt(int64(b), 10)), nil }
+// MarshalYAML writes the size in the largest binary unit that holds it
+// whole (25MiB, 256KiB), else as a number of bytes.
+func (b ByteSize) MarshalYAML() (any, error) {
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n := int64(b); n != 0 && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.suffix, nil
+		}
+	}
+	return int64(b), nil
+}

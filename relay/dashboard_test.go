@@ -2,10 +2,12 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -96,8 +98,11 @@ func TestDashboard(t *testing.T) {
 		var refusing atomic.Bool // the upstream refuses nobody@ while set
 		refusing.Store(true)
 		up.OnRcpt(func(to string) error {
-			if refusing.Load() && strings.HasPrefix(to, "nobody@") {
+			switch {
+			case refusing.Load() && strings.HasPrefix(to, "nobody@"):
 				return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
+			case strings.HasPrefix(to, "slow@"):
+				return smtptest.Reply(451, smtp.EnhancedCode{4, 2, 1}, "try again later")
 			}
 			return nil
 		})
@@ -108,39 +113,69 @@ func TestDashboard(t *testing.T) {
 		for range 3 {
 			sent = append(sent, sendTo(t, smtpAddr, []string{"someone@example.net"}, "", "hello\r\n"))
 		}
-		const failedID, heldID = "dash-fail-1", "dash-held-1"
+		const failedID, heldID, deferredID, scheduledID = "dash-fail-1", "dash-held-1", "dash-deferred-1", "dash-scheduled-1"
 		sendTo(t, smtpAddr, []string{"nobody@example.net"}, "X-Genro-Mail-ID: "+failedID+"\r\n", "hello\r\n")
-		// One waits in a suspended batch, to be cancelled from the page.
+		// One waits in a suspended batch, to be cancelled from the page;
+		// one was deferred by the upstream; one is scheduled for later.
 		if err := rl.client.SuspendBatch(ctx, "held"); err != nil {
 			t.Fatal(err)
 		}
 		sendTo(t, smtpAddr, []string{"later@example.net"}, "X-Genro-Mail-ID: "+heldID+"\r\nX-Postino-Batch: held\r\n", "hello\r\n")
+		sendTo(t, smtpAddr, []string{"slow@example.net"}, "X-Genro-Mail-ID: "+deferredID+"\r\n", "hello\r\n")
+		sendTo(t, smtpAddr, []string{"someone@example.org"}, fmt.Sprintf("X-Genro-Mail-ID: %s\r\nX-Postino-Send-After: %d\r\n",
+			scheduledID, time.Now().Add(time.Hour).Unix()), "hello\r\n")
 		for _, id := range sent {
 			waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")
 		}
 		failed := waitStatus(t, rl.client, failedID, "FAILED-ACKNOWLEDGED")
 		waitStatus(t, rl.client, heldID, "READY")
+		waitStatus(t, rl.client, scheduledID, "READY")
+		waitMessage(t, rl.client, deferredID, func(m admin.Message) bool { return m.Status == "READY" && m.Attempts == 1 })
 
 		p := chrome.tab(t, rl)
-		// The queue by status, counted by the outbox.
-		p.do(chromedp.WaitVisible(chromedp.CSS(`#queue tr[data-status="FAILED-ACKNOWLEDGED"]`)))
-		for status, want := range map[string]string{"SENT-ACKNOWLEDGED": "3", "FAILED-ACKNOWLEDGED": "1", "READY": "1"} {
+		// The queue by status, counted by the outbox, and READY told apart
+		// by what its messages wait for.
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#queue tr[data-status="FAILED-ACKNOWLEDGED"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#queue tr[data-waiting="suspended"]`)))
+		for status, want := range map[string]string{"SENT-ACKNOWLEDGED": "3", "FAILED-ACKNOWLEDGED": "1", "READY": "3"} {
 			if got := p.text(`#queue tr[data-status="` + status + `"] td.count`); got != want {
 				t.Errorf("%s count %q, want %s", status, got, want)
 			}
 		}
-		if got := p.text(`#queue-total`); got != "5" {
-			t.Errorf("total %q, want 5", got)
+		for _, w := range []string{"deferred", "scheduled", "suspended"} {
+			if got := p.text(`#queue tr[data-waiting="` + w + `"] td.count`); got != "1" {
+				t.Errorf("READY %s count %q, want 1", w, got)
+			}
 		}
-		// The failed message among the latest failed; the charts were drawn
-		// from this relay's minutes.
+		if n := p.eval(`[String(document.querySelectorAll('#queue tr[data-waiting="due"]').length)]`); n[0] != "0" {
+			t.Errorf("%s READY messages shown as due now, want none", n[0])
+		}
+		if got := p.text(`#queue-total`); got != "7" {
+			t.Errorf("total %q, want 7", got)
+		}
+		// The suspended batch is listed.
+		if got := p.text(`#suspended-batches li[data-batch="held"]`); !strings.Contains(got, "held") {
+			t.Errorf("suspended batches %q", got)
+		}
+		// The failed message among the latest failed, its reason whole;
+		// the charts were drawn from this relay's minutes: accepted, sent
+		// and deferred as the README says, and the failures.
 		p.do(chromedp.WaitVisible(chromedp.CSS(`#recent-failed [data-open="` + failedID + `"]`)))
-		if got := p.attr(`#chart-throughput`, "data-total"); got != "3" {
-			t.Errorf("throughput chart total %q, want 3", got)
+		if got := p.text(`#recent-failed li[data-id="` + failedID + `"] .reason`); !strings.Contains(got, "nobody@example.net: 550 5.1.1 no such user") {
+			t.Errorf("latest failed reason %q", got)
+		}
+		for attr, want := range map[string]string{"data-total-accepted": "7", "data-total-sent": "3", "data-total-deferred": "1"} {
+			if got := p.attr(`#chart-throughput`, attr); got != want {
+				t.Errorf("traffic chart %s %q, want %s", attr, got, want)
+			}
+		}
+		if got := p.text(`#total-throughput`); !strings.Contains(got, "accepted 7") || !strings.Contains(got, "deferred 1") {
+			t.Errorf("traffic caption %q", got)
 		}
 		if got := p.attr(`#chart-failures`, "data-total"); got != "1" {
 			t.Errorf("failures chart total %q, want 1", got)
 		}
+		p.checkReadable()
 		p.shot("overview")
 
 		// A search by recipient (in any letter case) lists the three
@@ -151,8 +186,18 @@ func TestDashboard(t *testing.T) {
 			p.do(chromedp.WaitVisible(chromedp.CSS(`#results-list [data-open="` + id + `"]`)))
 		}
 
+		// Deferred and scheduled messages say so, and may be cancelled.
+		for id, w := range map[string]string{deferredID: "deferred", scheduledID: "scheduled"} {
+			p.search(id)
+			p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="` + id + `"][data-waiting="` + w + `"] .badge[data-waiting="` + w + `"]`)))
+			p.wantActions(id, "retry", "cancel")
+		}
+		p.checkReadable()
+		p.shot("deferred")
+
 		// A search by id opens the message's timeline: every status of its
-		// history, and the recipient's 550.
+		// history, and the recipient's 550. A failed message may be
+		// retried, not cancelled.
 		p.search(failedID)
 		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="` + failedID + `"] [data-testid=history]`)))
 		got := p.eval(`[...document.querySelectorAll('#timeline li[data-type=status]')].map(li => li.dataset.status)`)
@@ -169,34 +214,52 @@ func TestDashboard(t *testing.T) {
 				t.Errorf("recipient results %q lack %q", rcpt, s)
 			}
 		}
+		p.wantActions(failedID, "retry")
+		p.checkReadable()
 		p.shot("timeline")
 
-		// Retry from the page. The relay never offers again a recipient
-		// that was refused for good (TestRestartKeepsPermanentFailures), so
-		// even with the upstream now willing the message fails again, after
-		// a second attempt that the operator's retry started.
+		// Cancel the held message from the page (a second click confirms):
+		// it fails after the first one did.
+		p.search(heldID)
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="`+heldID+`"][data-status="READY"][data-waiting="suspended"]`)),
+			chromedp.Click(chromedp.CSS(`#timeline button[data-action=cancel]`)),
+			chromedp.Click(chromedp.CSS(`#timeline button[data-action=cancel]`)))
+		waitStatus(t, rl.client, heldID, "FAILED-ACKNOWLEDGED")
+
+		// Retry the first failed message from the page. The relay never
+		// offers again a recipient that was refused for good
+		// (TestRestartKeepsPermanentFailures), so even with the upstream
+		// now willing the message fails again, after a second attempt that
+		// the operator's retry started: it is the latest failed, before the
+		// cancelled message that was created after it.
 		refusing.Store(false)
-		p.do(chromedp.Click(chromedp.CSS(`#timeline button[data-action=retry]`)))
+		p.search(failedID)
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="`+failedID+`"]`)),
+			chromedp.Click(chromedp.CSS(`#timeline button[data-action=retry]`)))
 		m := waitMessage(t, rl.client, failedID, func(m admin.Message) bool { return m.Attempts == 2 && m.Status == "FAILED-ACKNOWLEDGED" })
 		if !strings.Contains(historyText(m), "retry requested by an operator") {
 			t.Errorf("history after the retry: %s", historyText(m))
 		}
+		p.do(chromedp.Poll[chromedp.Void](`[...document.querySelectorAll('#recent-failed li')].map(li => li.dataset.id).join(' ') === '`+
+			failedID+` `+heldID+`'`, chromedp.WithPollingTimeout(15*time.Second)))
+		if got := p.text(`#recent-failed li[data-id="` + failedID + `"]`); !strings.Contains(got, "2 attempts") {
+			t.Errorf("the message that failed again reads %q", got)
+		}
 
-		// Cancel from the page (a second click confirms), then activate the
-		// batch and Retry: the cancelled message is sent.
+		// Activate the batch from its list, and Retry the cancelled
+		// message: it is sent; a sent message offers no action.
+		p.do(chromedp.Click(chromedp.CSS(`#suspended-batches li[data-batch="held"] button[data-action=activate]`)),
+			chromedp.Poll[chromedp.Void](`!document.querySelector('#suspended-batches li[data-batch="held"]')`, chromedp.WithPollingTimeout(15*time.Second)))
 		p.search(heldID)
-		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="`+heldID+`"][data-status="READY"]`)),
-			chromedp.Click(chromedp.CSS(`#timeline button[data-action=cancel]`)),
-			chromedp.Click(chromedp.CSS(`#timeline button[data-action=cancel]`)))
-		waitStatus(t, rl.client, heldID, "FAILED-ACKNOWLEDGED")
-		p.do(chromedp.Click(chromedp.CSS(`#timeline button[data-action=activate]`)),
-			chromedp.WaitVisible(chromedp.CSS(`#timeline[data-status="FAILED-ACKNOWLEDGED"]`)),
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-id="`+heldID+`"][data-status="FAILED-ACKNOWLEDGED"]`)),
 			chromedp.Click(chromedp.CSS(`#timeline button[data-action=retry]`)))
 		m = waitStatus(t, rl.client, heldID, "SENT-ACKNOWLEDGED")
 		if h := historyText(m); !strings.Contains(h, "cancelled by an operator") || !strings.Contains(h, "retry requested by an operator") {
 			t.Errorf("history of the cancelled and retried message: %s", h)
 		}
 		p.do(chromedp.WaitVisible(chromedp.CSS(`#timeline[data-status="SENT-ACKNOWLEDGED"]`)))
+		p.wantActions(heldID)
+		p.checkReadable()
 		p.shot("retried")
 		p.checkConsole()
 	})
@@ -393,6 +456,43 @@ func (p *page) eval(expr string) []string {
 		p.t.Fatalf("evaluate %s: %v", expr, err)
 	}
 	return v
+}
+
+// wantActions checks the action buttons of the open message: those the
+// API takes for it, no other.
+func (p *page) wantActions(id string, want ...string) {
+	p.t.Helper()
+	got := p.eval(`[...document.querySelectorAll('#timeline .actions button[data-id]')].map(b => b.dataset.action)`)
+	if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		p.t.Errorf("%s offers %q, want %q", id, got, want)
+	}
+}
+
+// timePattern is the one way the page writes a time.
+var timePattern = regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$`)
+
+// checkReadable checks what the page shows: every time in one format, and
+// in no other (no RFC 3339 left in a text); no raw JSON; no reason cut
+// off on one line.
+func (p *page) checkReadable() {
+	p.t.Helper()
+	for _, w := range p.eval(`[...document.querySelectorAll('.when')].map(e => e.textContent.trim()).filter(Boolean)`) {
+		if !timePattern.MatchString(w) {
+			p.t.Errorf("a time reads %q", w)
+		}
+	}
+	body := p.eval(`[document.body.innerText]`)[0]
+	if iso := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d`).FindString(body); iso != "" {
+		p.t.Errorf("the page shows the time %q in another format", iso)
+	}
+	for _, raw := range []string{`{"`, `":`, `[{`} {
+		if strings.Contains(body, raw) {
+			p.t.Errorf("the page shows raw JSON (%q)", raw)
+		}
+	}
+	if cut := p.eval(`[...document.querySelectorAll('.reason')].filter(e => e.offsetParent && e.scrollWidth > e.clientWidth + 1).map(e => e.textContent)`); len(cut) > 0 {
+		p.t.Errorf("reasons cut off: %q", cut)
+	}
 }
 
 func (p *page) search(q string) {

@@ -3,6 +3,7 @@ package relay
 import (
 	"bytes"
 	"maps"
+	"os"
 	"regexp"
 	"slices"
 
@@ -16,12 +17,13 @@ const masked = "*****"
 // secretName matches the names of plugin variables that hold secrets.
 var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|credential)`)
 
-// YAML is the configuration as a file would give it, every default
-// included, with the secrets it holds itself masked: the password of the
+// YAML is the configuration as serve runs it (Effective), as a file would
+// give it, every default included, with the secrets it holds itself masked: the password of the
 // MySQL DSN and the plugin variables named like secrets. (Passwords and
 // tokens given by file or variable are never in it, only where they are.)
 // A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
+	c = c.Effective(os.Getenv)
 	if c.Outbox.MySQL.DSN != "" {
 		if d, err := mysql.ParseDSN(c.Outbox.MySQL.DSN); err == nil {
 			if d.Passwd != "" {

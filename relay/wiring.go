@@ -151,12 +151,10 @@ func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, e
 	var routes []delivery.Route
 	var rules []delivery.Rule
 	build := func(rc RouteConfig, name string) (delivery.Route, error) {
+		rc = rc.withDefaults(name)
 		r := delivery.Route{Name: name, Smarthost: rc.Smarthost, TLS: rc.TLS, SkipVerify: rc.TLSSkipVerify,
 			CAFile: rc.TLSCAFile, Username: rc.Username, MaxConnections: rc.MaxConnections, Rate: rc.Rate,
 			MXPort: c.Delivery.MXPort, BounceAddress: rc.BounceAddress, DKIMDomain: rc.DKIMDomain}
-		if r.MaxConnections == 0 {
-			r.MaxConnections = 20
-		}
 		if rc.Username != "" {
 			pw, err := secret(rc.PasswordFile, rc.PasswordEnv, getenv)
 			if err != nil {
@@ -184,10 +182,7 @@ func (c *Config) deliveryRoutes(getenv func(string) string) (*delivery.Routes, e
 		rules = append(rules, delivery.Rule{Sender: a.Address, Route: name}, delivery.Rule{AuthUser: a.Address, Route: name})
 	}
 	for i, rc := range c.Routes.Senders {
-		name := rc.Name
-		if name == "" {
-			name = fmt.Sprintf("sender-%d", i+1)
-		}
+		name := senderRouteName(rc, i)
 		r, err := build(rc, name)
 		if err != nil {
 			return nil, err
@@ -246,23 +241,8 @@ func (c *Config) dispatcherConfig() plugins.Config {
 // plugin's unset settings take the defaults.
 func (c *Config) pluginSpecs() []plugins.Spec {
 	var out []plugins.Spec
-	def := DefaultPlugin("")
 	for _, p := range c.Plugins {
-		if p.Timeout == 0 {
-			p.Timeout = def.Timeout
-		}
-		if p.Retry.First == 0 {
-			p.Retry.First = def.Retry.First
-		}
-		if p.Retry.Max == 0 {
-			p.Retry.Max = def.Retry.Max
-		}
-		if p.Retry.Jitter == 0 {
-			p.Retry.Jitter = def.Retry.Jitter
-		}
-		if p.MaxAttempts == 0 && p.MaxAge == 0 {
-			p.MaxAge = def.MaxAge
-		}
+		p = p.withDefaults()
 		var env []string
 		for k, v := range p.Env {
 			env = append(env, k+"="+v)
@@ -309,37 +289,18 @@ func (a PECAccountConfig) mailbox() MailboxConfig {
 
 // mailbox fills in the defaults and reads the password.
 func (mc MailboxConfig) mailbox(owner string, getenv func(string) string) (mailbox.Config, error) {
-	if mc.TLS == "" {
-		mc.TLS = mailbox.TLSImplicit
-	}
+	mc = mc.withDefaults()
 	if mc.Host == "" || mc.Username == "" {
 		return mailbox.Config{}, errors.New("a mailbox needs host and username")
 	}
 	if err := mailbox.CheckTLS(mc.TLS, mc.Host); err != nil {
 		return mailbox.Config{}, fmt.Errorf("mailbox %s: %w", mc.Host, err)
 	}
-	name := mc.Name
-	if name == "" {
-		name = mc.Username + "@" + mc.Host
-	}
 	pw, err := secret(mc.PasswordFile, mc.PasswordEnv, getenv)
 	if err != nil {
-		return mailbox.Config{}, fmt.Errorf("mailbox %s: password: %w; set password_file or password_env", name, err)
+		return mailbox.Config{}, fmt.Errorf("mailbox %s: password: %w; set password_file or password_env", mc.Name, err)
 	}
-	cfg := mailbox.Config{Name: name, Addr: mailbox.Addr(mc.Host, mc.Port, mc.TLS), TLS: mc.TLS, CAFile: mc.TLSCAFile,
+	return mailbox.Config{Name: mc.Name, Addr: mailbox.Addr(mc.Host, mc.Port, mc.TLS), TLS: mc.TLS, CAFile: mc.TLSCAFile,
 		SkipVerify: mc.TLSSkipVerify, Username: mc.Username, Password: pw, Folder: mc.Folder,
-		Processed: mc.ProcessedFolder, Unmatched: mc.UnmatchedFolder, Poll: mc.Poll.D(), Lease: mailboxLease, Owner: owner}
-	if cfg.Folder == "" {
-		cfg.Folder = "INBOX"
-	}
-	if cfg.Processed == "" {
-		cfg.Processed = "Processed"
-	}
-	if cfg.Unmatched == "" {
-		cfg.Unmatched = "Unmatched"
-	}
-	if cfg.Poll <= 0 {
-		cfg.Poll = time.Minute
-	}
-	return cfg, nil
+		Processed: mc.ProcessedFolder, Unmatched: mc.UnmatchedFolder, Poll: mc.Poll.D(), Lease: mailboxLease, Owner: owner}, nil
 }

@@ -21,12 +21,13 @@ func TestPluginSpecs(t *testing.T) {
 	}
 	def := backoff.Schedule{First: time.Second, Max: 5 * time.Minute, Jitter: 0.2}
 	want := []plugins.Spec{
-		// max_attempts bounds the tries: no max_age is added.
-		{Path: "/p/bare", Env: []string{"A=1", "B=2"}, Timeout: 10 * time.Second, MaxAttempts: 3, Retry: def},
+		// max_attempts bounds the tries: no max_age is added. The name
+		// is the file's.
+		{Name: "bare", Path: "/p/bare", Env: []string{"A=1", "B=2"}, Timeout: 10 * time.Second, MaxAttempts: 3, Retry: def},
 		{Name: "hook", Path: "/p/hook", Timeout: time.Minute, MaxAge: time.Hour,
 			Retry: backoff.Schedule{First: 5 * time.Second, Max: time.Minute, Jitter: 0.5}},
 		// Neither bound given: the default max_age, so that tries end.
-		{Path: "/p/nobound", Timeout: 10 * time.Second, MaxAge: 24 * time.Hour, Retry: def},
+		{Name: "nobound", Path: "/p/nobound", Timeout: 10 * time.Second, MaxAge: 24 * time.Hour, Retry: def},
 	}
 	if got := c.pluginSpecs(); !reflect.DeepEqual(got, want) {
 		t.Errorf("specs\n%+v\nwant\n%+v", got, want)

@@ -28,9 +28,14 @@ type Options struct {
 	// CAFile, when set, holds the authorities that sign the server's TLS
 	// certificate; TLS is then required.
 	CAFile string
-	// MaxConns bounds the connections to the database.
+	// MaxConns bounds the connections to the database; 0 is
+	// DefaultMaxConns.
 	MaxConns int
 }
+
+// DefaultMaxConns is the connections a store opens at most when Options
+// set no bound.
+const DefaultMaxConns = 32
 
 // Store is an outbox in MySQL or MariaDB.
 //
@@ -96,7 +101,7 @@ func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	}
 	db := sql.OpenDB(readCommitted{conn})
 	if opts.MaxConns <= 0 {
-		opts.MaxConns = 32
+		opts.MaxConns = DefaultMaxConns
 	}
 	db.SetMaxOpenConns(opts.MaxConns)
 	db.SetMaxIdleConns(opts.MaxConns)

@@ -32,6 +32,12 @@ type Message struct {
 	Client     string              `json:"client,omitempty"`
 	AuthUser   string              `json:"auth_user,omitempty"`
 	EmlPath    string              `json:"eml_path"`
+	// Waiting says why a READY message waits (Waiting*), where the API
+	// looked it up (one message, lists, searches).
+	Waiting string `json:"waiting,omitempty"`
+	// Actions are the operator's actions the API takes for the message
+	// as it is now: retry, cancel.
+	Actions []string `json:"actions"`
 	// History and Events are filled in for a single message, oldest first.
 	History []HistoryEntry `json:"history,omitempty"`
 	Events  []Event        `json:"events,omitempty"`
@@ -110,6 +116,70 @@ type Error struct {
 	Error string `json:"error"`
 }
 
+// Why a READY message waits.
+const (
+	// WaitingDue: it is due, and goes out as soon as a worker is free.
+	WaitingDue = "due"
+	// WaitingDeferred: an attempt failed for now; the next is later.
+	WaitingDeferred = "deferred"
+	// WaitingScheduled: the app asked for it to leave later
+	// (X-Postino-Send-After), and it was never tried.
+	WaitingScheduled = "scheduled"
+	// WaitingSuspended: its batch is suspended.
+	WaitingSuspended = "suspended"
+)
+
+// waiting says why a message in status waits, or "" when it is not READY.
+func waiting(status, batch string, attempts int, due time.Time, suspended map[string]bool, now time.Time) string {
+	switch {
+	case status != string(backends.StatusReady):
+		return ""
+	case batch != "" && suspended[batch]:
+		return WaitingSuspended
+	case !due.After(now):
+		return WaitingDue
+	case attempts > 0:
+		return WaitingDeferred
+	}
+	return WaitingScheduled
+}
+
+// retryTo is where an operator's retry takes a message in st, or "" and
+// why not.
+func retryTo(st backends.Status) (backends.Status, string) {
+	switch st {
+	case backends.StatusReady, backends.StatusFailed, backends.StatusFailedAcknowledged:
+		return backends.StatusReady, "retry requested by an operator"
+	case backends.StatusInvalid, backends.StatusInvalidAcknowledged:
+		return backends.StatusAccepted, "intake again requested by an operator"
+	}
+	return "", "only READY, FAILED and INVALID messages can be retried"
+}
+
+// cancelTo is where an operator's cancel takes a message in st: FAILED,
+// and the app is told so like of any other failure; or "" and why not.
+func cancelTo(st backends.Status) (backends.Status, string) {
+	switch st {
+	case backends.StatusAccepted, backends.StatusReady:
+		return backends.StatusFailed, "cancelled by an operator"
+	case backends.StatusIntaking, backends.StatusProcessing:
+		return "", "a worker holds it right now; try again in a moment"
+	}
+	return "", "only messages that have not been sent (ACCEPTED, READY) can be cancelled"
+}
+
+// actions are the operator's actions the API takes for a message in st.
+func actions(st backends.Status) []string {
+	out := []string{}
+	if to, _ := retryTo(st); to != "" {
+		out = append(out, "retry")
+	}
+	if to, _ := cancelTo(st); to != "" {
+		out = append(out, "cancel")
+	}
+	return out
+}
+
 func messageView(m *backends.Message) Message {
 	v := Message{
 		ID: m.ID, MessageID: m.MessageID, Status: string(m.Status), Reason: m.Reason,
@@ -117,7 +187,7 @@ func messageView(m *backends.Message) Message {
 		DueAt: m.DueAt, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt,
 		Sender: m.Envelope.Sender, Size: m.Envelope.Size, Client: m.Envelope.ClientAddr,
 		AuthUser: m.Envelope.AuthUser, EmlPath: m.EmlPath,
-		Recipients: m.RecipientResults(),
+		Recipients: m.RecipientResults(), Actions: actions(m.Status),
 	}
 	if !m.LeaseUntil.IsZero() {
 		t := m.LeaseUntil

@@ -3,7 +3,9 @@ package admin
 import (
 	"crypto/subtle"
 	"errors"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,10 +23,27 @@ type Minute struct {
 // Stats is the dashboard's overview.
 type Stats struct {
 	Counts map[string]int `json:"counts"`
+	// Ready tells apart why the READY messages wait; nil when none does.
+	Ready *ReadyCounts `json:"ready,omitempty"`
+	// SuspendedBatches are the batches an operator suspended, by name.
+	SuspendedBatches []string `json:"suspended_batches"`
 	// Minutes are the last hour's, oldest first, as this relay counted.
 	Minutes []Minute `json:"minutes"`
-	// Recent are the newest messages that need a look, by kind.
+	// Recent are the messages that need a look, by kind, the latest
+	// change (a failure after a retry, say) first.
 	Recent map[string][]Message `json:"recent"`
+}
+
+// ReadyCounts are the READY messages by what they wait for (Waiting*).
+type ReadyCounts struct {
+	Due       int `json:"due"`
+	Deferred  int `json:"deferred"`
+	Scheduled int `json:"scheduled"`
+	Suspended int `json:"suspended"`
+	// Counted is how many were looked at: the first recentScan in line
+	// at most, fewer than READY holds when Partial.
+	Counted int  `json:"counted"`
+	Partial bool `json:"partial,omitempty"`
 }
 
 const (
@@ -64,7 +83,17 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	if a.opts.Throughput != nil {
 		out.Minutes = a.opts.Throughput(time.Now())
 	}
-	out.Recent, err = a.recentLists(r, counts)
+	suspended, err := a.suspended(r)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	out.SuspendedBatches = slices.Sorted(maps.Keys(suspended))
+	if out.Ready, err = a.readyCounts(r, counts[backends.StatusReady], suspended); err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	out.Recent, err = a.recentLists(r, counts, out.Minutes)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
@@ -72,19 +101,67 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// suspended is the set of suspended batches.
+func (a *api) suspended(r *http.Request) (map[string]bool, error) {
+	codes, err := a.store.SuspendedBatches(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(codes))
+	for _, c := range codes {
+		out[c] = true
+	}
+	return out, nil
+}
+
+// readyCounts sorts the n READY messages by what they wait for, among the
+// first recentScan in line.
+func (a *api) readyCounts(r *http.Request, n int, suspended map[string]bool) (*ReadyCounts, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	out := &ReadyCounts{}
+	now := time.Now()
+	err := a.scan(r, backends.StatusReady, func(m *backends.Message) bool {
+		switch waiting(string(m.Status), m.Batch, m.Attempts, m.DueAt, suspended, now) {
+		case WaitingSuspended:
+			out.Suspended++
+		case WaitingDeferred:
+			out.Deferred++
+		case WaitingScheduled:
+			out.Scheduled++
+		default:
+			out.Due++
+		}
+		out.Counted++
+		return true
+	})
+	out.Partial = out.Counted < n
+	return out, err
+}
+
 // recentReuse bounds how long the overview's lists are reused while the
-// counts of their statuses stay the same (a message purged as another
-// fails leaves them unchanged).
+// counts of their statuses and this relay's outcomes stay the same (a
+// message purged as another fails leaves them unchanged).
 const recentReuse = time.Minute
 
-// recentLists finds the newest messages of each overview list. The counts
-// say how many there are to find: none, and no message is read; the same
-// as at the last reading, and that reading answers.
-func (a *api) recentLists(r *http.Request, counts map[backends.Status]int) (map[string][]Message, error) {
+// recentLists finds the messages of each overview list, the latest change
+// first. The counts say how many there are to find: none, and no message
+// is read; the same as at the last reading, with no outcome counted since
+// (a message that failed again after a retry leaves the counts as they
+// were), and that reading answers.
+func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minutes []Minute) (map[string][]Message, error) {
 	var key strings.Builder
+	missing := 0
 	for _, st := range backends.Statuses() {
 		if _, ok := a.recent[st]; ok {
 			key.WriteString(strconv.Itoa(counts[st]) + ",")
+			missing += counts[st]
+		}
+	}
+	for _, m := range minutes {
+		for _, o := range slices.Sorted(maps.Keys(m.Outcomes)) {
+			key.WriteString(o + "=" + strconv.Itoa(m.Outcomes[o]) + ",")
 		}
 	}
 	a.mu.Lock()
@@ -93,18 +170,14 @@ func (a *api) recentLists(r *http.Request, counts map[backends.Status]int) (map[
 		return a.recentLast, nil
 	}
 	out := map[string][]Message{}
-	want, missing := map[string]int{}, 0
-	for st, k := range a.recent {
-		want[k] += counts[st]
+	for _, k := range a.recent {
 		out[k] = []Message{}
 	}
-	for k, n := range want {
-		want[k] = min(n, recentKeep)
-		missing += want[k]
-	}
+	// Newest first by creation, so every one among the newest is seen:
+	// an older message that failed again is as recent as a new one.
 	if missing > 0 {
-		err := a.scanRecent(r, func(m *backends.Message) bool {
-			if k, ok := a.recent[m.Status]; ok && len(out[k]) < want[k] {
+		err := a.scan(r, "", func(m *backends.Message) bool {
+			if k, ok := a.recent[m.Status]; ok {
 				out[k] = append(out[k], messageView(m))
 				missing--
 			}
@@ -114,16 +187,21 @@ func (a *api) recentLists(r *http.Request, counts map[backends.Status]int) (map[
 			return nil, err
 		}
 	}
+	for k, list := range out {
+		slices.SortStableFunc(list, func(x, y Message) int { return y.UpdatedAt.Compare(x.UpdatedAt) })
+		out[k] = list[:min(len(list), recentKeep)]
+	}
 	a.recentAt, a.recentKey, a.recentLast = time.Now(), key.String(), out
 	return out, nil
 }
 
-// scanRecent calls fn with the newest messages, newest first, until fn
-// says stop or recentScan messages were read.
-func (a *api) scanRecent(r *http.Request, fn func(*backends.Message) bool) error {
+// scan calls fn with the messages of a status in claim order, or with the
+// newest messages first when status is empty, until fn says stop or
+// recentScan messages were read.
+func (a *api) scan(r *http.Request, status backends.Status, fn func(*backends.Message) bool) error {
 	after := ""
 	for read := 0; read < recentScan; {
-		page, next, err := a.store.List(r.Context(), backends.ListQuery{After: after, Limit: min(500, recentScan-read)})
+		page, next, err := a.store.List(r.Context(), backends.ListQuery{Status: status, After: after, Limit: min(500, recentScan-read)})
 		if err != nil {
 			return err
 		}
@@ -178,7 +256,7 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 	// A Message-ID looks like an address too: scan the recipients of the
 	// newest messages only when nothing answered to it.
 	if len(out.Messages) == 0 && !strings.HasPrefix(q, "<") && strings.Contains(q, "@") {
-		err := a.scanRecent(r, func(m *backends.Message) bool {
+		err := a.scan(r, "", func(m *backends.Message) bool {
 			for _, rc := range m.Envelope.Recipients {
 				if strings.EqualFold(rc, q) {
 					add(m)
@@ -191,6 +269,10 @@ func (a *api) search(w http.ResponseWriter, r *http.Request) {
 			a.storeError(w, r, err)
 			return
 		}
+	}
+	if err := a.markWaiting(r, out.Messages); err != nil {
+		a.storeError(w, r, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, out)
 }

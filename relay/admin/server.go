@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ type Store interface {
 	Transition(ctx context.Context, t backends.Transition) error
 	SuspendBatch(ctx context.Context, code string) error
 	ActivateBatch(ctx context.Context, code string) error
+	SuspendedBatches(ctx context.Context) ([]string, error)
 	Counts(ctx context.Context) (map[backends.Status]int, error)
 	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
 }
@@ -236,6 +238,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	for i, m := range msgs {
 		out.Messages[i] = messageView(m)
 	}
+	if err := a.markWaiting(r, out.Messages); err != nil {
+		a.storeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -267,47 +273,35 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 	for _, e := range events {
 		v.Events = append(v.Events, eventView(e))
 	}
-	writeJSON(w, http.StatusOK, v)
+	one := []Message{v}
+	if err := a.markWaiting(r, one); err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, one[0])
 }
 
 // retry sends a message on its way again: a READY message now, a FAILED one
 // back to READY, an INVALID one through intake again.
 func (a *api) retry(w http.ResponseWriter, r *http.Request) {
-	a.operate(w, r, "retry", func(m *backends.Message) (backends.Status, string) {
-		switch m.Status {
-		case backends.StatusReady, backends.StatusFailed, backends.StatusFailedAcknowledged:
-			return backends.StatusReady, "retry requested by an operator"
-		case backends.StatusInvalid, backends.StatusInvalidAcknowledged:
-			return backends.StatusAccepted, "intake again requested by an operator"
-		}
-		return "", "only READY, FAILED and INVALID messages can be retried"
-	})
+	a.operate(w, r, "retry", retryTo)
 }
 
-// cancel stops a message that has not left: it ends FAILED, and the app is
-// told so like of any other failure.
+// cancel stops a message that has not left.
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
-	a.operate(w, r, "cancel", func(m *backends.Message) (backends.Status, string) {
-		switch m.Status {
-		case backends.StatusAccepted, backends.StatusReady:
-			return backends.StatusFailed, "cancelled by an operator"
-		case backends.StatusIntaking, backends.StatusProcessing:
-			return "", "a worker holds it right now; try again in a moment"
-		}
-		return "", "only messages that have not been sent (ACCEPTED, READY) can be cancelled"
-	})
+	a.operate(w, r, "cancel", cancelTo)
 }
 
 // operate applies an operator's action: decide picks the target status, or
 // says why the action does not apply.
-func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, decide func(*backends.Message) (backends.Status, string)) {
+func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, decide func(backends.Status) (backends.Status, string)) {
 	id := r.PathValue("id")
 	m, err := a.store.Get(r.Context(), id)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
 	}
-	to, why := decide(m)
+	to, why := decide(m.Status)
 	if to == "" {
 		writeError(w, http.StatusConflict, "cannot %s message %s: it is %s; %s", action, id, m.Status, why)
 		return
@@ -332,6 +326,23 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 		a.opts.Wake()
 	}
 	writeJSON(w, http.StatusOK, messageView(m))
+}
+
+// markWaiting says why the READY messages among views wait; the
+// suspended batches are read only when there is one.
+func (a *api) markWaiting(r *http.Request, views []Message) error {
+	if !slices.ContainsFunc(views, func(v Message) bool { return v.Status == string(backends.StatusReady) }) {
+		return nil
+	}
+	suspended, err := a.suspended(r)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	for i, v := range views {
+		views[i].Waiting = waiting(v.Status, v.Batch, v.Attempts, v.DueAt, suspended, now)
+	}
+	return nil
 }
 
 func (a *api) batch(op func(context.Context, string) error, suspend bool) http.HandlerFunc {

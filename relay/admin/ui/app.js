@@ -97,6 +97,39 @@ function fmtTime(iso) {
 
 const hhmm = d => `${pad(d.getHours())}:${pad(d.getMinutes())}`;
 
+// zoneText names the zone the page shows times in, once, in the header:
+// every time on the page is fmtTime's, in that zone.
+function zoneText() {
+  const off = -new Date().getTimezoneOffset();
+  const sign = off < 0 ? '-' : '+';
+  const utc = `UTC${sign}${pad(Math.floor(Math.abs(off) / 60))}:${pad(Math.abs(off) % 60)}`;
+  const name = Intl.DateTimeFormat().resolvedOptions().timeZone;
+  return `times in ${name && name !== 'UTC' ? name + ', ' : ''}${utc}`;
+}
+
+// The times the relay writes inside its texts (RFC 3339), and the SMTP
+// replies in them (550 5.1.1): the first are shown as fmtTime shows times,
+// the second set apart from the words around them.
+const ISO_TIME = /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)/g;
+const SMTP_REPLY = /\b[245]\d\d(?: [245]\.\d{1,3}\.\d{1,3})?(?=\s)/g;
+
+// readable is a text of the relay's with its times in the page's format.
+const readable = text => String(text || '').replace(ISO_TIME, t => fmtTime(t) || t);
+
+// reasonView shows a reason: times as the page shows them, SMTP replies
+// in code type, the rest as text.
+function reasonView(text, cls) {
+  const t = readable(text);
+  const parts = [];
+  let at = 0;
+  for (const m of t.matchAll(SMTP_REPLY)) {
+    parts.push(t.slice(at, m.index), el('code', {class: 'smtp'}, m[0]));
+    at = m.index + m[0].length;
+  }
+  parts.push(t.slice(at));
+  return el('span', {class: cls || 'reason', title: t}, parts);
+}
+
 function fmtSize(n) {
   if (!(n > 0)) return '';
   if (n < 1024) return n + ' B';
@@ -131,7 +164,7 @@ function setUpdated(text, error) {
 
 // ---- overview ------------------------------------------------------------
 
-let last = {counts: {}, minutes: []};
+let last = {counts: {}, minutes: [], ready: null, suspended: []};
 let busy = false;
 
 // refresh reloads the overview and the open message. Ticks that come while
@@ -141,12 +174,14 @@ async function refresh() {
   busy = true;
   try {
     const stats = await api('/v1/stats');
-    last = {counts: stats.counts || {}, minutes: stats.minutes || []};
+    last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready: stats.ready || null,
+      suspended: stats.suspended_batches || []};
     drawQueue();
+    drawSuspended();
     drawCharts();
     drawRecent(stats.recent || {});
     if (openId) await showMessage(openId);
-    setUpdated('updated ' + fmtTime(new Date().toISOString()).slice(11), false);
+    setUpdated('updated ' + fmtTime(new Date().toISOString()), false);
   } catch (err) {
     if (!(err instanceof AuthNeeded)) setUpdated('cannot read the API: ' + err.message, true);
   } finally {
@@ -163,25 +198,66 @@ function drawQueue() {
   const max = Math.max(1, ...Object.values(counts));
   const total = Object.values(counts).reduce((a, b) => a + b, 0);
   $('#queue-total').textContent = total;
-  redraw($('#queue tbody'), {counts, showEmpty}, () => {
-    const rows = names.filter(n => showEmpty || counts[n] > 0).map(n => {
-      const bar = el('span', {class: 'bar ' + kind(n)});
-      bar.style.width = (100 * counts[n] / max).toFixed(1) + '%';
-      return el('tr', {dataset: {status: n}},
+  const ready = last.ready;
+  redraw($('#queue tbody'), {counts, showEmpty, ready}, () => {
+    const bar = (n, cls) => {
+      const b = el('span', {class: 'bar ' + cls});
+      b.style.width = (100 * n / max).toFixed(1) + '%';
+      return b;
+    };
+    const rows = names.filter(n => showEmpty || counts[n] > 0).flatMap(n => [
+      el('tr', {dataset: {status: n}},
         el('th', {}, el('button', {type: 'button', class: 'plain', dataset: {list: n},
           title: `List the messages that are ${n}`}, badge(n))),
         el('td', {class: 'count'}, counts[n]),
-        el('td', {class: 'bar-cell'}, bar));
-    });
+        el('td', {class: 'bar-cell'}, bar(counts[n], kind(n)))),
+      ...(n === 'READY' && ready ? waitingRows(ready, bar) : []),
+    ]);
     return rows.length ? rows : el('tr', {class: 'empty'}, el('td', {colspan: 3}, 'The outbox is empty.'));
   });
 }
 
-// drawCharts: throughput is what was SENT each minute; failures are the
-// outcomes coloured bad (FAILED, INVALID, BOUNCED, PEC-NOT-…), added up.
+// WAITING says what each kind of READY message waits for.
+const WAITING = {
+  due: 'due now',
+  deferred: 'deferred: a try failed for now, retried later',
+  scheduled: 'scheduled: to leave at the time the app asked',
+  suspended: 'held: its batch is suspended',
+};
+
+// waitingRows break READY down by what its messages wait for.
+function waitingRows(ready, bar) {
+  const rows = Object.keys(WAITING).filter(w => ready[w] > 0).map(w =>
+    el('tr', {class: 'waiting', dataset: {waiting: w}},
+      el('th', {}, WAITING[w]),
+      el('td', {class: 'count'}, ready[w]),
+      el('td', {class: 'bar-cell'}, bar(ready[w], w === 'due' ? 'neutral' : 'warn'))));
+  if (ready.partial) {
+    rows.push(el('tr', {class: 'waiting note'}, el('td', {colspan: 3}, `among the first ${ready.counted} in line`)));
+  }
+  return rows;
+}
+
+// drawSuspended lists the suspended batches, each with its Activate.
+function drawSuspended() {
+  redraw($('#suspended-batches'), last.suspended, codes => codes.length
+    ? el('ul', {class: 'batches'}, codes.map(c => el('li', {dataset: {batch: c}},
+      el('code', {}, c),
+      el('button', {type: 'button', class: 'secondary', dataset: {action: 'activate', batch: c}}, 'Activate'))))
+    : el('p', {class: 'empty'}, 'No batch is suspended.'));
+}
+
+// TRAFFIC are the outcomes the first chart shows side by side each
+// minute, with the colour the stylesheet gives each.
+const TRAFFIC = [['ACCEPTED', 'accepted'], ['SENT', 'sent'], ['DEFERRED', 'deferred']];
+
+// drawCharts: the traffic (accepted, sent and deferred each minute), and
+// the failures: the outcomes coloured bad (FAILED, BOUNCED, …), added up.
 function drawCharts() {
   const minutes = last.minutes;
-  const sent = minutes.map(m => (m.outcomes || {}).SENT || 0);
+  const of = (m, k) => (m.outcomes || {})[k] || 0;
+  const sum = a => a.reduce((x, y) => x + y, 0);
+  const traffic = TRAFFIC.map(([k, name]) => ({name, values: minutes.map(m => of(m, k))}));
   const byOutcome = {};
   const failures = minutes.map(m => {
     let n = 0;
@@ -192,12 +268,12 @@ function drawCharts() {
     }
     return n;
   });
-  const sum = a => a.reduce((x, y) => x + y, 0);
-  $('#total-throughput').textContent = `${sum(sent)} in the hour`;
+  redraw($('#total-throughput'), traffic.map(s => sum(s.values)), () => traffic.map(s =>
+    el('span', {class: 'key ' + s.name, dataset: {series: s.name}}, `${s.name} ${sum(s.values)}`)));
   const parts = Object.entries(byOutcome).map(([k, v]) => `${k} ${v}`);
   $('#total-failures').textContent = `${sum(failures)} in the hour` + (parts.length ? ` (${parts.join(', ')})` : '');
-  chart($('#chart-throughput'), minutes, sent);
-  chart($('#chart-failures'), minutes, failures);
+  chart($('#chart-throughput'), minutes, traffic);
+  chart($('#chart-failures'), minutes, [{name: 'failures', values: failures}]);
 }
 
 // niceStep picks a gridline step (1, 2 or 5 times a power of ten) so that
@@ -208,11 +284,15 @@ function niceStep(max) {
   }
 }
 
-// chart draws one bar per minute on a canvas, sized to its CSS box times
-// the pixel ratio so that it stays sharp. Colours come from the stylesheet.
-function chart(canvas, minutes, values) {
+// chart draws, each minute, one bar per series side by side, on a canvas
+// sized to its CSS box times the pixel ratio so that it stays sharp.
+// Colours come from the stylesheet (--bar-NAME, else --bar).
+function chart(canvas, minutes, series) {
   const ratio = window.devicePixelRatio || 1;
   const w = canvas.clientWidth, h = canvas.clientHeight;
+  const sum = a => a.reduce((x, y) => x + y, 0);
+  canvas.dataset.total = sum(series.map(s => sum(s.values)));
+  for (const s of series) canvas.dataset['total' + s.name[0].toUpperCase() + s.name.slice(1)] = sum(s.values);
   if (!w || !h) return;
   canvas.width = Math.round(w * ratio);
   canvas.height = Math.round(h * ratio);
@@ -223,7 +303,7 @@ function chart(canvas, minutes, values) {
   const color = name => css.getPropertyValue(name).trim();
   const left = 30, right = 6, top = 8, bottom = 18;
   const plotW = w - left - right, plotH = h - top - bottom;
-  const step = niceStep(Math.max(1, ...values));
+  const step = niceStep(Math.max(1, ...series.flatMap(s => s.values)));
 
   g.font = '11px ' + css.fontFamily;
   g.lineWidth = 1;
@@ -240,13 +320,16 @@ function chart(canvas, minutes, values) {
     g.fillText(String(step * i), left - 6, y);
   }
 
-  const n = Math.max(values.length, 60);
+  const n = Math.max(minutes.length, 60);
   const slot = plotW / n;
-  g.fillStyle = color('--bar');
-  values.forEach((v, i) => {
-    if (!v) return;
-    const bh = Math.max(2, plotH * v / (2 * step));
-    g.fillRect(left + i * slot + 1, top + plotH - bh, Math.max(1, slot - 2), bh);
+  const bw = Math.max(1, (slot - 2) / series.length);
+  series.forEach((s, j) => {
+    g.fillStyle = color('--bar-' + s.name) || color('--bar');
+    s.values.forEach((v, i) => {
+      if (!v) return;
+      const bh = Math.max(2, plotH * v / (2 * step));
+      g.fillRect(left + i * slot + 1 + j * bw, top + plotH - bh, bw, bh);
+    });
   });
 
   // A time label on each quarter hour.
@@ -259,8 +342,7 @@ function chart(canvas, minutes, values) {
   });
 
   // What the pointer is over, for the tooltip.
-  canvas.plot = {minutes, values, left, slot};
-  canvas.dataset.total = values.reduce((a, b) => a + b, 0);
+  canvas.plot = {minutes, series, left, slot};
 }
 
 // A canvas has no elements to hover: the title follows the pointer instead.
@@ -269,7 +351,7 @@ function chartHover(ev) {
   if (!p) return;
   const i = Math.floor((ev.offsetX - p.left) / p.slot);
   const m = p.minutes[i];
-  c.title = m ? `${hhmm(new Date(m.at))}: ${p.values[i]}` : '';
+  c.title = m ? `${hhmm(new Date(m.at))}: ` + p.series.map(s => `${s.name} ${s.values[i]}`).join(', ') : '';
 }
 
 function drawRecent(recent) {
@@ -284,8 +366,14 @@ function recipientsText(m) {
   return r.length > 1 ? `${r[0]} +${r.length - 1}` : (r[0] || '');
 }
 
+// waitBadge says why a READY message waits, when it is not simply due.
+function waitBadge(m) {
+  return m.waiting && m.waiting !== 'due' &&
+    el('span', {class: 'badge warn waiting', dataset: {waiting: m.waiting}, title: WAITING[m.waiting] || ''}, m.waiting);
+}
+
 // compactList fits the narrow "latest" cards: id and time on one line,
-// status, recipients and reason on the next.
+// status, tries and recipients on the next, the reason in full below.
 function compactList(msgs) {
   if (!msgs.length) return el('p', {class: 'empty'}, 'None.');
   return el('ul', {class: 'msgs'}, msgs.map(m => el('li', {dataset: {id: m.id}},
@@ -293,7 +381,8 @@ function compactList(msgs) {
       el('button', {type: 'button', class: 'link', dataset: {open: m.id}, title: 'Show its timeline'}, m.id),
       el('span', {class: 'when'}, fmtTime(m.updated_at))),
     el('div', {class: 'line'}, badge(m.status),
-      el('span', {class: 'sub', title: m.reason || ''}, recipientsText(m), m.reason ? ' — ' + m.reason : '')))));
+      el('span', {class: 'sub'}, recipientsText(m), m.attempts > 1 ? ` · ${m.attempts} attempts` : '')),
+    m.reason && reasonView(m.reason, 'reason wrap'))));
 }
 
 function messageTable(msgs) {
@@ -302,9 +391,9 @@ function messageTable(msgs) {
     el('thead', {}, el('tr', {}, ['ID', 'Status', 'Recipients', 'Reason', 'Updated'].map(h => el('th', {}, h)))),
     el('tbody', {}, msgs.map(m => el('tr', {dataset: {id: m.id}},
       el('td', {}, el('button', {type: 'button', class: 'link', dataset: {open: m.id}, title: m.message_id || ''}, m.id)),
-      el('td', {}, badge(m.status)),
+      el('td', {}, badge(m.status), ' ', waitBadge(m)),
       el('td', {}, recipientsText(m)),
-      el('td', {class: 'reason', title: m.reason || ''}, m.reason || ''),
+      el('td', {}, reasonView(m.reason)),
       el('td', {class: 'when'}, fmtTime(m.updated_at))))));
 }
 
@@ -349,6 +438,7 @@ async function showMessage(id) {
   const t = $('#timeline');
   t.dataset.id = m.id;
   t.dataset.status = m.status;
+  t.dataset.waiting = m.waiting || '';
   t.hidden = false;
   redraw(t, {m, receipts}, () => timeline(m, receipts));
 }
@@ -366,16 +456,18 @@ function timeline(m, receipts) {
     ['Client', m.client], ['AUTH user', m.auth_user], ['Created', fmtTime(m.created_at)],
     ['Updated', fmtTime(m.updated_at)], ['Due', fmtTime(m.due_at)], ['Spool file', m.eml_path],
   ];
+  // Only the actions the API takes for the message as it is.
+  const can = a => (m.actions || []).includes(a);
   const actions = el('div', {class: 'actions'},
-    el('button', {type: 'button', dataset: {action: 'retry', id: m.id}, title: 'Send it again (READY, FAILED, INVALID)'}, 'Retry'),
-    el('button', {type: 'button', class: 'danger', dataset: {action: 'cancel', id: m.id}, title: 'Stop it before it leaves (ACCEPTED, READY)'}, 'Cancel'),
+    can('retry') && el('button', {type: 'button', dataset: {action: 'retry', id: m.id}, title: 'Send it again'}, 'Retry'),
+    can('cancel') && el('button', {type: 'button', class: 'danger', dataset: {action: 'cancel', id: m.id}, title: 'Stop it before it leaves'}, 'Cancel'),
     m.batch && el('button', {type: 'button', class: 'secondary', dataset: {action: 'suspend', batch: m.batch}}, `Suspend batch ${m.batch}`),
     m.batch && el('button', {type: 'button', class: 'secondary', dataset: {action: 'activate', batch: m.batch}}, `Activate batch ${m.batch}`),
     el('button', {type: 'button', class: 'plain', dataset: {action: 'close'}, title: 'Close'}, '✕'));
   return [
     el('div', {class: 'card-head'},
-      el('h2', {}, 'Message ', el('code', {}, m.id), ' ', badge(m.status)), actions),
-    m.reason && el('p', {class: 'reason-line'}, m.reason),
+      el('h2', {}, 'Message ', el('code', {}, m.id), ' ', badge(m.status), waitBadge(m)), actions),
+    m.reason && el('p', {class: 'reason-line'}, reasonView(m.reason)),
     el('dl', {class: 'facts'}, facts.filter(([, v]) => v !== '' && v != null).map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])),
     el('h3', {}, 'Recipients'),
     el('div', {dataset: {testid: 'recipients'}}, value(m.recipients || [], 'recipients')),
@@ -395,7 +487,7 @@ function entries(m) {
     ...(m.events || []).map(e => ({
       at: e.at, type: 'event', label: e.outcome, reason: e.reason, details: e.details,
       meta: [`plugins: ${e.state}`, e.attempts ? `${e.attempts} tries` : '',
-        e.acked && e.acked.length ? 'acked by ' + e.acked.join(', ') : '', e.last_error ? 'last error: ' + e.last_error : '']
+        e.acked && e.acked.length ? 'acked by ' + e.acked.join(', ') : '', e.last_error ? 'last error: ' + readable(e.last_error) : '']
         .filter(Boolean).join(' · '),
     })),
   ];
@@ -407,7 +499,7 @@ function entry(it) {
     el('span', {class: 'when'}, fmtTime(it.at)),
     el('span', {class: 'what'},
       el('span', {class: 'type'}, it.type === 'event' ? 'event' : 'status'), badge(it.label),
-      el('span', {class: 'reason'}, it.reason || ''),
+      it.reason && reasonView(it.reason),
       it.meta && el('div', {class: 'meta'}, it.meta),
       it.details != null && el('div', {class: 'details'}, value(it.details))));
 }
@@ -422,7 +514,8 @@ function value(v, key) {
   if (Array.isArray(v)) {
     if (!v.length) return '–';
     if (v.every(x => x && typeof x === 'object' && !Array.isArray(x))) return table(v);
-    return v.map(x => (typeof x === 'object' ? JSON.stringify(x) : String(x))).join(', ');
+    if (v.every(x => x == null || typeof x !== 'object')) return v.map(x => readable(x)).join(', ');
+    return el('ul', {class: 'plain-list'}, v.map(x => el('li', {}, value(x))));
   }
   if (typeof v === 'object') {
     const dl = el('dl', {class: 'kv'});
@@ -433,7 +526,7 @@ function value(v, key) {
     return dl;
   }
   if (typeof v === 'string' && /^\d{4}-\d\d-\d\dT\d\d:\d\d/.test(v)) return fmtTime(v) || v;
-  return String(v);
+  return readable(v);
 }
 
 function table(rows) {
@@ -568,6 +661,7 @@ function onToken(ev) {
 }
 
 function init() {
+  $('#zone').textContent = zoneText();
   document.addEventListener('click', onClick);
   $('#search-form').addEventListener('submit', onSearch);
   $('#token-form').addEventListener('submit', onToken);
