@@ -76,7 +76,7 @@ type SMTPConfig struct {
 	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
 	ReservedSessions     int `yaml:"reserved_sessions"`
 	// TransactionTimeout bounds a transaction from MAIL to the end of the
-	// data.
+	// data, plus the time its data takes at MinDataRate.
 	TransactionTimeout Duration `yaml:"transaction_timeout"`
 	// MinDataRate is the bytes per second the data must average once it
 	// has taken longer than ReadTimeout; 0 is no minimum.

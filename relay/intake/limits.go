@@ -137,6 +137,11 @@ type limitConn struct {
 	// buffer is full.
 	dataStart time.Time
 	dataBytes int64
+	// failed says a read of the data failed or met the end of the
+	// stream: go-smtp's BDAT takes a chunk cut short for a whole one
+	// (io.Copy of a LimitReader ends without an error), so the session
+	// must not record what it got (broken).
+	failed bool
 	// cut is the reply to the transaction the limits ended; every read
 	// after it ends the session.
 	cut *smtp.SMTPError
@@ -196,17 +201,20 @@ func (c *limitConn) beginTransaction(now time.Time) {
 	defer c.mu.Unlock()
 	if c.txEnd.IsZero() {
 		c.txEnd = now.Add(c.srv.cfg.TransactionTimeout)
+		c.dataBytes = 0
 	}
 }
 
-// beginData starts the count of the data rate.
+// beginData starts the clock of the data rate. The bytes are counted from
+// MAIL on: with BDAT, go-smtp reads the first chunk before the session's
+// Data is called.
 func (c *limitConn) beginData(now time.Time) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.dataStart, c.dataBytes = now, 0
+	c.dataStart = now
 }
 
 // endTransaction stops the clocks (after DATA, at RSET).
@@ -216,7 +224,18 @@ func (c *limitConn) endTransaction() {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.txEnd, c.dataStart, c.dataBytes = time.Time{}, time.Time{}, 0
+	c.txEnd, c.dataStart, c.dataBytes, c.failed = time.Time{}, time.Time{}, 0, false
+}
+
+// broken reports whether the data of the transaction may be incomplete:
+// the limits cut it, or a read of it failed.
+func (c *limitConn) broken() bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cut != nil || c.failed
 }
 
 // reply is the reply to a transaction the limits cut, or nil.
@@ -259,6 +278,7 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
 		c.mu.Lock()
 		c.dataBytes += int64(n)
+		c.failed = c.failed || inData && err != nil
 		c.mu.Unlock()
 		return n, err
 	}
@@ -284,7 +304,7 @@ func (c *limitConn) Read(p []byte) (int, error) {
 // transaction's deadline.
 func (c *limitConn) dataDeadline(now time.Time) time.Time {
 	d := time.Time{}
-	for _, t := range []time.Time{c.idleDeadline(now), c.rateDeadline(), c.txEnd} {
+	for _, t := range []time.Time{c.idleDeadline(now), c.rateDeadline(), c.txDeadline()} {
 		if !t.IsZero() && (d.IsZero() || t.Before(d)) {
 			d = t
 		}
@@ -307,8 +327,25 @@ func (c *limitConn) rateDeadline() time.Time {
 	if cfg.MinDataRate <= 0 || c.dataStart.IsZero() {
 		return time.Time{}
 	}
-	credit := time.Duration(float64(c.dataBytes) / float64(cfg.MinDataRate) * float64(time.Second))
-	return c.dataStart.Add(cfg.ReadTimeout + credit)
+	return c.dataStart.Add(cfg.ReadTimeout + c.credit())
+}
+
+// credit is the time the data so far may take at the minimum rate.
+func (c *limitConn) credit() time.Duration {
+	if rate := c.srv.cfg.MinDataRate; rate > 0 {
+		return time.Duration(float64(c.dataBytes) / float64(rate) * float64(time.Second))
+	}
+	return 0
+}
+
+// txDeadline is the transaction's deadline, moved on by the time its data
+// may take at the minimum rate: a large message from a slow but steady
+// client is not cut by a deadline it could never have met.
+func (c *limitConn) txDeadline() time.Time {
+	if c.txEnd.IsZero() {
+		return c.txEnd
+	}
+	return c.txEnd.Add(c.credit())
 }
 
 // cutReply says which limit ended the transaction.
@@ -319,8 +356,12 @@ func (c *limitConn) cutReply(now time.Time) *smtp.SMTPError {
 		msg = fmt.Sprintf("Data arrived too slowly (%d bytes in %s; this relay needs %d bytes per second), closing",
 			c.dataBytes, now.Sub(c.dataStart).Round(time.Millisecond), cfg.MinDataRate)
 	}
-	if !c.txEnd.IsZero() && !now.Before(c.txEnd) {
-		msg = fmt.Sprintf("The transaction took longer than the %s this relay allows from MAIL to the end of the data, closing", cfg.TransactionTimeout)
+	if tx := c.txDeadline(); !tx.IsZero() && !now.Before(tx) {
+		msg = fmt.Sprintf("The transaction took longer than the %s this relay allows from MAIL to the end of the data", cfg.TransactionTimeout)
+		if cfg.MinDataRate > 0 {
+			msg += fmt.Sprintf(" (and the time the data needs at %d bytes per second)", cfg.MinDataRate)
+		}
+		msg += ", closing"
 	}
 	return &smtp.SMTPError{Code: 421, EnhancedCode: smtp.EnhancedCode{4, 4, 2}, Message: msg}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -256,5 +257,48 @@ func TestTransactionDeadline(t *testing.T) {
 	got := r.reply()
 	if !strings.HasPrefix(got, "421 4.4.2 ") || time.Since(start) > 5*time.Second {
 		t.Fatalf("reply %q after %s, want 421 4.4.2 well before the read timeout", got, time.Since(start))
+	}
+}
+
+// TestBDATCutShort: a BDAT chunk that ends early, because the limits cut
+// it or because the client left, is not recorded: go-smtp hands the
+// session a chunk cut short as if it were whole.
+func TestBDATCutShort(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mutate func(*intake.Config)
+		send   func(t *testing.T, r *raw, rest string)
+	}{
+		{"rate", func(c *intake.Config) { c.ReadTimeout, c.MinDataRate = time.Second, 1000 }, func(t *testing.T, r *raw, rest string) {
+			trickle(t, r.c, rest, 20*time.Millisecond)
+			if got := r.reply(); !strings.HasPrefix(got, "421 4.4.2 Data arrived too slowly") {
+				t.Errorf("reply %q, want 421 4.4.2", got)
+			}
+		}},
+		{"client gone", nil, func(t *testing.T, r *raw, _ string) { r.c.Close() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, tc.mutate)
+			r := dialEHLO(t, e.addr)
+			msg := "X-Genro-Mail-ID: cut\r\n" + strings.TrimSuffix(simple, ".\r\n") + strings.Repeat(strings.Repeat("x", 70)+"\r\n", 140)
+			r.send("MAIL FROM:<app@example.com>\r\nRCPT TO:<user@example.net>\r\n")
+			r.expect("250")
+			r.expect("250")
+			r.send(fmt.Sprintf("BDAT %d LAST\r\n", len(msg)) + msg[:3000])
+			tc.send(t, r, msg[3000:])
+			deadline := time.Now().Add(30 * time.Second)
+			for e.logs.Count("message refused") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the session never ended its transaction:\n%s", e.logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if m, err := e.store.Get(context.Background(), "cut"); !errors.Is(err, backends.ErrNotFound) {
+				t.Errorf("recorded (%v, %v) from a chunk cut short", m, err)
+			}
+			if n := len(e.spoolFiles(t)); n != 0 {
+				t.Errorf("%d spool files left", n)
+			}
+		})
 	}
 }

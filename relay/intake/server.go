@@ -68,7 +68,8 @@ type Config struct {
 	MaxSessionsPerClient int
 	ReservedSessions     int
 	// TransactionTimeout bounds a transaction, from MAIL to the end of
-	// the data; zero is no bound.
+	// the data, plus the time its data takes at MinDataRate; zero is no
+	// bound.
 	TransactionTimeout time.Duration
 	// MinDataRate, in bytes per second, is what the data must average
 	// once it has taken longer than ReadTimeout; zero is no minimum.
@@ -545,6 +546,13 @@ func (s *session) record(ctx context.Context, f draft, ident identity, ctrl cont
 	}
 	if d, ok := f.(*memDraft); ok {
 		m.Body = d.Bytes()
+	}
+	if s.lim.broken() {
+		// The data may be cut short (BDAT), or the limits cut it: Data
+		// replies with the cut, or to a client gone.
+		f.Abort()
+		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 4, 2},
+			Message: "The connection failed during the data; nothing was kept, send the message again"}
 	}
 	err := s.srv.outbox.Create(ctx, m)
 	if errors.Is(err, backends.ErrDuplicate) {
