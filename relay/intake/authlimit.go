@@ -12,8 +12,10 @@ import (
 // the relay's configuration gives each a default.
 type AuthLimits struct {
 	// Delay holds back the reply to a failed AUTH. It doubles with each
-	// failure of the same client address within Window, up to MaxDelay,
-	// so that guessing costs the guesser time while a typo costs little.
+	// failure of the same client address within Window (of the same
+	// session, for a client of the allowed networks), up to MaxDelay (0:
+	// it does not grow), so that guessing costs the guesser time while a
+	// typo costs little.
 	Delay    time.Duration
 	MaxDelay time.Duration
 	// PerSession failures end the session: the last is answered 421 4.7.0
@@ -22,7 +24,9 @@ type AuthLimits struct {
 	// PerClient failures from one client address within Window refuse
 	// AUTH from that address (421 4.7.0, then the connection closed) until
 	// Window has passed since its first failure. An IPv6 client counts by
-	// its /64, which one machine usually has whole.
+	// its /64, which one machine usually has whole. Clients of the allowed
+	// networks are not counted: they may send without AUTH, and one app
+	// with a stale password must not lock out the others on its host.
 	PerClient int
 	Window    time.Duration
 	// Clients bounds the addresses remembered at once, so that an attacker
@@ -106,22 +110,24 @@ func (l *authLimiter) fail(ip netip.Addr, now time.Time) int {
 
 // makeRoom drops an entry when the table is full. The caller holds mu. A
 // few entries, in map order (which is random), are looked at: the expired
-// among them go, or else the oldest. An attacker with many addresses can
-// push others out that way, but memory stays bounded and the cost of an
-// insertion does not grow with the table.
+// among them go, or else the oldest not blocked, or else the oldest. An
+// attacker with many addresses can push others out that way, but hardly
+// its own blocked one; memory stays bounded and the cost of an insertion
+// does not grow with the table.
 func (l *authLimiter) makeRoom(now time.Time) {
 	if l.lim.Clients <= 0 || len(l.failures) < l.lim.Clients {
 		return
 	}
 	var oldest netip.Prefix
 	var since time.Time
-	seen := 0
+	oldestBlocked, seen := true, 0
 	for key, f := range l.failures {
 		if l.current(key, now) == nil {
 			continue // expired, and dropped
 		}
-		if seen == 0 || f.since.Before(since) {
-			oldest, since = key, f.since
+		blocked := l.lim.PerClient > 0 && f.count >= l.lim.PerClient
+		if seen == 0 || oldestBlocked && !blocked || blocked == oldestBlocked && f.since.Before(since) {
+			oldest, since, oldestBlocked = key, f.since, blocked
 		}
 		if seen++; seen == 8 {
 			break
@@ -144,10 +150,14 @@ func (l *authLimiter) delay(n int) time.Duration {
 	return d
 }
 
-// tracked is how many client addresses the table holds.
-func (l *authLimiter) tracked() int {
+// tracked is how many client addresses failed within their window; the
+// expired entries it meets go.
+func (l *authLimiter) tracked(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for key := range l.failures {
+		l.current(key, now)
+	}
 	return len(l.failures)
 }
 
@@ -156,6 +166,9 @@ func (l *authLimiter) tracked() int {
 func (s *session) authAllowed(now time.Time) error {
 	if s.closing {
 		return tooManyFailures("in this session: closing the connection")
+	}
+	if s.trusted {
+		return nil
 	}
 	until, blocked := s.srv.auth.blocked(s.clientIP, now)
 	if !blocked {
@@ -173,11 +186,14 @@ func (s *session) authAllowed(now time.Time) error {
 func (s *session) authFailed(user string) error {
 	now := time.Now()
 	l := s.srv.auth
-	n := l.fail(s.clientIP, now)
 	s.failures++
+	n := s.failures
+	if !s.trusted {
+		n = l.fail(s.clientIP, now)
+	}
 	s.srv.metrics.rejected("auth")
-	s.srv.metrics.authClients.Set(float64(l.tracked()))
-	overClient := l.lim.PerClient > 0 && n >= l.lim.PerClient
+	s.srv.metrics.authClients.Set(float64(l.tracked(now)))
+	overClient := !s.trusted && l.lim.PerClient > 0 && n >= l.lim.PerClient
 	switch {
 	case n == 1:
 		s.srv.log.Warn("authentication failed", "client", s.clientIP, "user", user)

@@ -118,6 +118,30 @@ func TestAuthGuessingInOneSession(t *testing.T) {
 	}
 }
 
+// An app of the allowed networks with a stale password does not lock
+// out the others of its host: its failures end its sessions but are not
+// counted against its address, and the right password keeps working.
+func TestAuthFailuresOfApps(t *testing.T) {
+	e := newEnv(t, func(c *intake.Config) {
+		c.Accounts = intake.Accounts{"app": "s3cret"}
+		c.AllowInsecureAuth = true
+		c.AuthLimits = intake.AuthLimits{Delay: time.Millisecond, MaxDelay: time.Millisecond,
+			PerSession: 2, PerClient: 3, Window: time.Hour, Clients: 100}
+	})
+	for range 4 {
+		r := helloFrom(t, e.addr, "127.0.0.1")
+		r.send(plain("app", "stale"))
+		r.expect("535 5.7.8")
+		r.send(plain("app", "stale"))
+		r.expect("421 4.7.0")
+		r.expectClosed()
+	}
+	r := helloFrom(t, e.addr, "127.0.0.1")
+	r.send(plain("app", "s3cret"))
+	r.expect("235")
+	queuedID(t, r.transaction("", simple))
+}
+
 // TestAuthGuessingByAddress: an address over its limit is refused AUTH, its
 // right password included, and its sessions closed; another address logs
 // in and sends meanwhile.

@@ -18,7 +18,8 @@ import (
 // each).
 const refusalLogEvery = 10 * time.Second
 
-// sessionLimits counts the open sessions, in all and by client address.
+// sessionLimits counts the open sessions, in all and by client address (an
+// IPv6 client by its /64, as clientKey says).
 // Clients of the allowed networks (the apps) are exempt from the
 // per-client cap and alone may take the reserved sessions, so that a noisy
 // client, or many, cannot lock the apps out.
@@ -29,7 +30,7 @@ type sessionLimits struct {
 
 	mu       sync.Mutex
 	open     int
-	byClient map[netip.Addr]int
+	byClient map[netip.Prefix]int
 	// unlogged counts the refusals since the last log line.
 	unlogged int
 	loggedAt time.Time
@@ -45,7 +46,7 @@ func (l *sessionLimits) take(ip netip.Addr, trusted bool, now time.Time) (refusa
 	case l.max > 0 && !trusted && l.open >= l.max-l.reserved:
 		// The rest of the sessions are kept for the apps.
 		refusal = "busy"
-	case l.perClient > 0 && !trusted && l.byClient[ip] >= l.perClient:
+	case l.perClient > 0 && !trusted && l.byClient[clientKey(ip)] >= l.perClient:
 		refusal = "client_busy"
 	}
 	if refusal != "" {
@@ -53,7 +54,7 @@ func (l *sessionLimits) take(ip netip.Addr, trusted bool, now time.Time) (refusa
 		return refusal
 	}
 	l.open++
-	l.byClient[ip]++
+	l.byClient[clientKey(ip)]++
 	l.metrics.sessions.Set(float64(l.open))
 	return ""
 }
@@ -66,7 +67,7 @@ func (l *sessionLimits) refused(ip netip.Addr, reason string, now time.Time) {
 		return
 	}
 	l.log.Warn("sessions refused with 421: a limit on sessions is reached (smtp.max_sessions, smtp.max_sessions_per_client)",
-		"refused", l.unlogged, "client", ip, "limit", reason, "open", l.open, "of_client", l.byClient[ip])
+		"refused", l.unlogged, "client", ip, "limit", reason, "open", l.open, "of_client", l.byClient[clientKey(ip)])
 	l.unlogged, l.loggedAt = 0, now
 }
 
@@ -74,8 +75,9 @@ func (l *sessionLimits) release(ip netip.Addr) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.open--
-	if l.byClient[ip]--; l.byClient[ip] <= 0 {
-		delete(l.byClient, ip)
+	key := clientKey(ip)
+	if l.byClient[key]--; l.byClient[key] <= 0 {
+		delete(l.byClient, key)
 	}
 	l.metrics.sessions.Set(float64(l.open))
 }

@@ -112,7 +112,7 @@ type reader struct {
 func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
 	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted, auth: newAuthLimiter(cfg.AuthLimits),
 		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
-			log: log, metrics: m, byClient: map[netip.Addr]int{}}}
+			log: log, metrics: m, byClient: map[netip.Prefix]int{}}}
 	srv := smtp.NewServer(s)
 	srv.Domain = cfg.Hostname
 	srv.MaxMessageBytes = cfg.MaxMessageSize
