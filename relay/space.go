@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -15,10 +16,19 @@ var errNoStatfs = errors.New("free space unknown on this system")
 // cheap, but on a shared spool (NFS) it is a round trip.
 const spaceCheckEvery = time.Second
 
+// noSpaceHold is how long a write refused by a quota (EDQUOT) keeps the
+// spool refusing whatever statfs says: a quota is not in the free space
+// statfs reports, so without the hold the relay would take mail again a
+// second later and fail it at the end of DATA, over and over.
+const noSpaceHold = 30 * time.Second
+
 // spaceWatch says whether the spool's file system can take mail: it looks
 // at the free space and inodes when asked (by /readyz and at each MAIL),
 // at most once per spaceCheckEvery, and a write that failed for want of
-// space makes it refuse until a later look finds room again. It thus comes
+// space makes it refuse until a look finds room (after noSpaceHold, for
+// a quota).
+// The look runs outside the lock: on a spool that hangs (NFS), one caller
+// waits for statfs, the others get the last answer. It thus comes
 // back by itself once space is freed, although no write tells it so: the
 // relay writes nothing while it refuses.
 type spaceWatch struct {
@@ -29,7 +39,8 @@ type spaceWatch struct {
 	log *slog.Logger
 
 	mu        sync.Mutex
-	checkedAt time.Time
+	checkedAt time.Time // when the last look began
+	heldUntil time.Time // NoSpace's hold
 	full      error
 }
 
@@ -40,30 +51,42 @@ func newSpaceWatch(dir string, minFree uint64, log *slog.Logger) *spaceWatch {
 // Full says why the spool cannot take a message now, or nil.
 func (w *spaceWatch) Full() error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	now := time.Now()
-	if now.Sub(w.checkedAt) < spaceCheckEvery {
+	if now.Sub(w.checkedAt) < spaceCheckEvery || now.Before(w.heldUntil) {
+		defer w.mu.Unlock()
 		return w.full
 	}
 	w.checkedAt = now
+	w.mu.Unlock()
+	full := w.look()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.checkedAt.After(now) || now.Before(w.heldUntil) {
+		return w.full // a later look, or a failed write, says more
+	}
 	was := w.full
+	w.full = full
+	w.changed(was)
+	return w.full
+}
+
+// look asks the file system whether the spool has room.
+func (w *spaceWatch) look() error {
 	free, inodes, err := statfs(w.dir)
 	switch {
 	case errors.Is(err, errNoStatfs):
-		// Only failed writes tell on this system: the next look clears.
-		w.full = nil
+		// Only failed writes tell on this system: the look after the
+		// hold clears.
+		return nil
 	case err != nil:
-		w.full = fmt.Errorf("cannot tell the free space of the spool's file system: %w", err)
+		return fmt.Errorf("cannot tell the free space of the spool's file system: %w", err)
 	case free < w.minFree:
-		w.full = fmt.Errorf("the spool's file system has %s free, less than spool.min_free_space (%s): mail is refused with 452 4.3.1 until space is freed",
+		return fmt.Errorf("the spool's file system has %s free, less than spool.min_free_space (%s): mail is refused with 452 4.3.1 until space is freed",
 			mib(free), mib(w.minFree))
 	case inodes == 0:
-		w.full = errors.New("the spool's file system has no free inodes: mail is refused with 452 4.3.1 until files are removed")
-	default:
-		w.full = nil
+		return errors.New("the spool's file system has no free inodes: mail is refused with 452 4.3.1 until files are removed")
 	}
-	w.changed(was)
-	return w.full
+	return nil
 }
 
 // changed logs a change of state from was.
@@ -77,12 +100,16 @@ func (w *spaceWatch) changed(was error) {
 }
 
 // NoSpace records a write that failed for want of space: the spool refuses
-// mail until the next look finds room.
+// mail until a look finds room, and for noSpaceHold at least when a quota
+// refused the write.
 func (w *spaceWatch) NoSpace(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := time.Now()
 	w.checkedAt = now
+	if errors.Is(err, syscall.EDQUOT) {
+		w.heldUntil = now.Add(noSpaceHold)
+	}
 	was := w.full
 	defer w.changed(was)
 	w.full = fmt.Errorf("a message could not be written at %s (%w): mail is refused with 452 4.3.1 until the spool's file system has spool.min_free_space (%s) free",

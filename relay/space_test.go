@@ -30,4 +30,16 @@ func TestSpaceWatch(t *testing.T) {
 	if err := w.Full(); err != nil {
 		t.Errorf("the next look, with room: %v", err)
 	}
+	// A quota is not in what statfs sees: a write it refused holds past
+	// the next look...
+	w.NoSpace(fmt.Errorf("spool: write x.eml: %w", syscall.EDQUOT))
+	w.checkedAt = w.checkedAt.Add(-spaceCheckEvery - time.Millisecond)
+	if err := w.Full(); err == nil {
+		t.Error("a look within the hold of a write a quota refused found room")
+	}
+	// ... and once the hold is over, a look with room clears.
+	w.checkedAt, w.heldUntil = w.checkedAt.Add(-noSpaceHold), w.heldUntil.Add(-noSpaceHold)
+	if err := w.Full(); err != nil {
+		t.Errorf("the look after the hold, with room: %v", err)
+	}
 }
