@@ -32,36 +32,17 @@ func (s *Server) recodeDraft(id string, f draft, now time.Time) (draft, error) {
 	if err != nil {
 		return nil, recodeError(err)
 	}
-	g, err := s.createDraft(id, now)
-	if err != nil {
-		return nil, tempFailure("Cannot write the message to the spool", err)
-	}
-	if err := writeRecoded(plan, open, g); err != nil {
-		g.Abort()
-		return nil, err
-	}
-	return g, nil
-}
-
-// writeRecoded writes the message open reads to g as plan says, and
-// commits g; the error is the reply.
-func writeRecoded(plan *recode.Plan, open func() (io.ReadCloser, error), g draft) error {
-	r, err := open()
-	if err != nil {
-		return tempFailure("Cannot read the message back from the spool", err)
-	}
-	defer r.Close()
-	ew := &errWriter{w: g}
-	if err := plan.Write(ew, r); err != nil {
-		if ew.err != nil {
-			return tempFailure("Cannot write the message to the spool", ew.err)
+	return s.writeDraft(id, now, func(w io.Writer) error {
+		r, err := open()
+		if err != nil {
+			return tempFailure("Cannot read the message back from the spool", err)
 		}
-		return recodeError(err)
-	}
-	if err := g.Commit(); err != nil {
-		return tempFailure("Cannot write the message to the spool", err)
-	}
-	return nil
+		defer r.Close()
+		if err := plan.Write(w, r); err != nil {
+			return recodeError(err)
+		}
+		return nil
+	})
 }
 
 // recodeError is the reply to a message whose long lines cannot be

@@ -482,16 +482,30 @@ func (s *Server) createDraft(id string, now time.Time) (draft, error) {
 // body, to its draft and commits it. A write that fails is a temporary
 // failure; a read that fails is the client's, replied as readError says.
 func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
-	f, err := s.srv.createDraft(id, now)
+	f, err := s.srv.writeDraft(id, now, func(w io.Writer) error {
+		if err := textproto.WriteHeader(w, h); err != nil {
+			return err
+		}
+		_, err := io.Copy(w, body)
+		return err
+	})
+	if _, local := errors.AsType[*localFailure](err); err != nil && !local {
+		return nil, readError(err, "%v")
+	}
+	return f, err
+}
+
+// writeDraft makes a draft of message id, writes it with write and commits
+// it. A write or a commit that fails is the relay's (451, and the spool is
+// told when space ran out); write's own errors are returned as they are.
+func (s *Server) writeDraft(id string, now time.Time, write func(io.Writer) error) (draft, error) {
+	f, err := s.createDraft(id, now)
 	if err != nil {
-		s.srv.noSpace(err)
+		s.noSpace(err)
 		return nil, tempFailure("Cannot write the message to the spool", err)
 	}
 	ew := &errWriter{w: f}
-	err = textproto.WriteHeader(ew, h)
-	if err == nil {
-		_, err = io.Copy(ew, body)
-	}
+	err = write(ew)
 	if err == nil {
 		err = f.Commit()
 		ew.err = err
@@ -499,10 +513,10 @@ func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, no
 	if err != nil {
 		f.Abort()
 		if ew.err != nil {
-			s.srv.noSpace(ew.err)
+			s.noSpace(ew.err)
 			return nil, tempFailure("Cannot write the message to the spool", ew.err)
 		}
-		return nil, readError(err, "%v")
+		return nil, err
 	}
 	return f, nil
 }
