@@ -106,15 +106,14 @@ func (l limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// refuse answers 421 and closes c. The reply fits in the empty send buffer
-// of a new connection, so the write does not hold up the accept loop; the
-// deadline is for a client that is gone already.
+// refuse answers 421 and closes c, which sends it (replyConn). The reply
+// fits in the empty send buffer of a new connection, so sending it never
+// waits for the client and does not hold up the accept loop.
 func (s *Server) refuse(c net.Conn, refusal string) {
 	msg := "Too many sessions open, try again later"
 	if refusal == "client_busy" {
 		msg = "Too many sessions open from your address, try again later"
 	}
-	c.SetWriteDeadline(time.Now().Add(time.Second))
 	fmt.Fprintf(c, "421 4.7.0 %s %s\r\n", s.cfg.Hostname, msg)
 	c.Close()
 }
