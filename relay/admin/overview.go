@@ -114,11 +114,21 @@ func (a *api) suspended(r *http.Request) (map[string]bool, error) {
 	return out, nil
 }
 
+// readyReuse is how long a sorting of the READY messages is reused: it
+// reads up to recentScan of them, which /v1/stats, polled by every open
+// dashboard, must not do at each call.
+const readyReuse = 10 * time.Second
+
 // readyCounts sorts the n READY messages by what they wait for, among the
 // first recentScan in line.
 func (a *api) readyCounts(r *http.Request, n int, suspended map[string]bool) (*ReadyCounts, error) {
 	if n == 0 {
 		return nil, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.readyLast != nil && time.Since(a.readyAt) < readyReuse {
+		return a.readyLast, nil
 	}
 	out := &ReadyCounts{}
 	now := time.Now()
@@ -137,6 +147,9 @@ func (a *api) readyCounts(r *http.Request, n int, suspended map[string]bool) (*R
 		return true
 	})
 	out.Partial = out.Counted < n
+	if err == nil {
+		a.readyAt, a.readyLast = time.Now(), out
+	}
 	return out, err
 }
 

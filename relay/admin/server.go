@@ -118,6 +118,8 @@ type api struct {
 	recentAt   time.Time
 	recentKey  string
 	recentLast map[string][]Message
+	readyAt    time.Time
+	readyLast  *ReadyCounts
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
