@@ -135,9 +135,12 @@ func (k *walker) fragment() ([]byte, error) {
 	return b, err
 }
 
-// whole reports whether the last fragment is a whole line.
-func (k *walker) whole(b []byte) bool {
-	return k.lineAt && len(b) > 0 && b[len(b)-1] == '\n'
+// whole reports whether the last fragment, read with err, is a whole
+// line: the last line of the input may lack its line end, and a
+// delimiter there still counts (RFC 2046 section 5.1.1 puts no CRLF after
+// the close-delimiter of the message's multipart).
+func (k *walker) whole(b []byte, err error) bool {
+	return k.lineAt && len(b) > 0 && (b[len(b)-1] == '\n' || err == io.EOF)
 }
 
 // delimiter tells whether line is the delimiter of an enclosing boundary:
@@ -178,10 +181,10 @@ func (k *walker) header() (raw, term []byte, err error) {
 			}
 			return nil, nil, err
 		}
-		if !k.whole(b) && err == nil {
+		if !k.whole(b, err) && err == nil {
 			return nil, nil, cannot("a header line is longer than %d octets", k.br.Size())
 		}
-		if _, _, ok := k.delimiter(b); ok && k.whole(b) {
+		if _, _, ok := k.delimiter(b); ok && k.whole(b, err) {
 			return raw, bytes.Clone(b), nil
 		}
 		if len(bytes.TrimRight(b, "\r\n")) > MaxLine {
@@ -302,7 +305,7 @@ func (k *walker) lines() ([]byte, error) {
 			}
 			return nil, err
 		}
-		if k.whole(b) {
+		if k.whole(b, err) {
 			if _, _, ok := k.delimiter(b); ok {
 				return bytes.Clone(b), nil
 			}
@@ -433,7 +436,7 @@ func (p *partBody) Read(b []byte) (int, error) {
 			p.rest, p.held = p.held, nil
 			continue
 		}
-		if p.k.whole(frag) {
+		if p.k.whole(frag, err) {
 			if _, _, ok := p.k.delimiter(frag); ok {
 				p.term, p.done = bytes.Clone(frag), true
 				continue
