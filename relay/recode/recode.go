@@ -9,10 +9,13 @@
 // The work takes two passes over the message: Scan finds the parts to
 // re-encode, Plan.Write writes the message with them re-encoded. Both
 // stream, so that memory stays bounded whatever the size of a line or a
-// part. The transfer encodings are the standard library's, not
-// go-message's Entity: with go-message/charset linked (relay/dkim links
-// it), an Entity's body is converted to UTF-8, and the part would then lie
-// about its charset.
+// part. The transfer encodings are not go-message's Entity: with
+// go-message/charset linked (relay/dkim links it), an Entity's body is
+// converted to UTF-8, and the part would then lie about its charset.
+// Base64 is the standard library's; quoted-printable is this package's
+// (qp.go), for what mime/quotedprintable cannot do: decode a line over
+// 4 KiB, keep a bare CR or LF of a text as it is, and keep "--" from
+// starting a line.
 package recode
 
 import (
@@ -23,7 +26,6 @@ import (
 	"fmt"
 	"io"
 	"mime"
-	"mime/quotedprintable"
 	"strings"
 
 	"github.com/emersion/go-message/textproto"
@@ -135,9 +137,12 @@ func (k *walker) fragment() ([]byte, error) {
 	return b, err
 }
 
-// whole reports whether the last fragment is a whole line.
-func (k *walker) whole(b []byte) bool {
-	return k.lineAt && len(b) > 0 && b[len(b)-1] == '\n'
+// whole reports whether the last fragment, read with err, is a whole
+// line: the last line of the input may lack its line end, and a
+// delimiter there still counts (RFC 2046 section 5.1.1 puts no CRLF after
+// the close-delimiter of the message's multipart).
+func (k *walker) whole(b []byte, err error) bool {
+	return k.lineAt && len(b) > 0 && (b[len(b)-1] == '\n' || err == io.EOF)
 }
 
 // delimiter tells whether line is the delimiter of an enclosing boundary:
@@ -178,10 +183,10 @@ func (k *walker) header() (raw, term []byte, err error) {
 			}
 			return nil, nil, err
 		}
-		if !k.whole(b) && err == nil {
+		if !k.whole(b, err) && err == nil {
 			return nil, nil, cannot("a header line is longer than %d octets", k.br.Size())
 		}
-		if _, _, ok := k.delimiter(b); ok && k.whole(b) {
+		if _, _, ok := k.delimiter(b); ok && k.whole(b, err) {
 			return raw, bytes.Clone(b), nil
 		}
 		if len(bytes.TrimRight(b, "\r\n")) > MaxLine {
@@ -226,7 +231,7 @@ func (k *walker) entity(depth int) ([]byte, error) {
 		}
 		return k.entity(depth + 1)
 	}
-	return k.leafPart(raw, herr, cte, depth)
+	return k.leafPart(raw, herr, mediaType, cte, depth)
 }
 
 // parseHeader reads what an entity's header says of its body: its media
@@ -302,7 +307,7 @@ func (k *walker) lines() ([]byte, error) {
 			}
 			return nil, err
 		}
-		if k.whole(b) {
+		if k.whole(b, err) {
 			if _, _, ok := k.delimiter(b); ok {
 				return bytes.Clone(b), nil
 			}
@@ -324,7 +329,7 @@ func (k *walker) lines() ([]byte, error) {
 }
 
 // leafPart copies or re-encodes a part that holds content.
-func (k *walker) leafPart(raw []byte, herr error, cte string, depth int) ([]byte, error) {
+func (k *walker) leafPart(raw []byte, herr error, mediaType, cte string, depth int) ([]byte, error) {
 	i := k.leaf
 	k.leaf++
 	body := &partBody{k: k}
@@ -356,7 +361,7 @@ func (k *walker) leafPart(raw []byte, herr error, cte string, depth int) ([]byte
 		if _, err := io.Copy(k.w, body); err != nil {
 			return nil, err
 		}
-	} else if err := k.reencode(raw, cte, depth, body, i); err != nil {
+	} else if err := k.reencode(raw, mediaType, cte, depth, body, i); err != nil {
 		return nil, err
 	}
 	// The line end before the delimiter; the delimiter is the multipart's
@@ -372,28 +377,39 @@ var encoders = map[string]string{
 }
 
 // reencode writes a part with its body decoded from cte and encoded again.
-func (k *walker) reencode(raw []byte, cte string, depth int, body *partBody, i int) error {
+func (k *walker) reencode(raw []byte, mediaType, cte string, depth int, body *partBody, i int) error {
 	to := encoders[cte]
 	if err := k.write(mimeVersion(setField(raw, "Content-Transfer-Encoding", to), depth)); err != nil {
 		return err
 	}
-	var dec io.Reader = body
-	switch cte {
-	case "quoted-printable":
-		dec = quotedprintable.NewReader(body)
-	case "base64":
-		dec = base64.NewDecoder(base64.StdEncoding, &spaceless{r: body})
-	}
+	out := &ioWriter{w: k.w}
 	var enc io.WriteCloser
-	wrap := &wrapper{w: k.w}
+	wrap := &wrapper{w: out}
 	if to == "base64" {
 		enc = base64.NewEncoder(base64.StdEncoding, wrap)
 	} else {
-		enc = quotedprintable.NewWriter(k.w)
+		// Line breaks are kept as such where the canonical form has
+		// them.
+		text := strings.HasPrefix(mediaType, "text/") || strings.HasPrefix(mediaType, "message/")
+		enc = &qpEncoder{w: out, text: text}
 	}
-	if _, err := io.Copy(enc, dec); err != nil {
-		if rerr, ok := errors.AsType[*readError](err); ok {
-			return rerr.err
+	var src io.Reader = body
+	dst := io.Writer(enc)
+	var qd *qpDecoder
+	switch cte {
+	case "quoted-printable":
+		qd = &qpDecoder{w: enc}
+		dst = qd
+	case "base64":
+		src = base64.NewDecoder(base64.StdEncoding, &spaceless{r: body})
+	}
+	_, err := io.Copy(dst, src)
+	if err == nil && qd != nil {
+		err = qd.Close()
+	}
+	if err != nil {
+		if ioErr, ok := errors.AsType[*ioError](err); ok {
+			return ioErr.err
 		}
 		return cannot("part %d is not valid %s: %v", i+1, cte, err)
 	}
@@ -427,13 +443,13 @@ func (p *partBody) Read(b []byte) (int, error) {
 		frag, err := p.k.fragment()
 		if len(frag) == 0 && err != nil {
 			if err != io.EOF {
-				return 0, &readError{err}
+				return 0, &ioError{err}
 			}
 			p.done = true
 			p.rest, p.held = p.held, nil
 			continue
 		}
-		if p.k.whole(frag) {
+		if p.k.whole(frag, err) {
 			if _, _, ok := p.k.delimiter(frag); ok {
 				p.term, p.done = bytes.Clone(frag), true
 				continue
@@ -457,11 +473,24 @@ func (p *partBody) Read(b []byte) (int, error) {
 	return n, nil
 }
 
-// readError marks a failure to read the message, as opposed to a part
-// that does not decode.
-type readError struct{ err error }
+// ioError marks a failure to read or write the message, as opposed to a
+// part that does not decode: the one is not ErrCannot.
+type ioError struct{ err error }
 
-func (e *readError) Error() string { return e.err.Error() }
+func (e *ioError) Error() string { return e.err.Error() }
+
+func (e *ioError) Unwrap() error { return e.err }
+
+// ioWriter marks the errors of w as ioError.
+type ioWriter struct{ w io.Writer }
+
+func (w *ioWriter) Write(b []byte) (int, error) {
+	n, err := w.w.Write(b)
+	if err != nil {
+		err = &ioError{err}
+	}
+	return n, err
+}
 
 // stats measures a part's body: its longest line and whether it holds
 // 8-bit octets.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -113,6 +114,124 @@ func TestRecodeLongLineOfMegabytes(t *testing.T) {
 	}
 }
 
+// TestRecodeQuotedPrintableLongLine re-encodes quoted-printable parts
+// with lines longer than Go's Reader takes (4 KiB), escapes straddling
+// every place where the walker or io.Copy cuts the text.
+func TestRecodeQuotedPrintableLongLine(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     string
+		sevenBit bool
+	}{
+		{name: "one-line HTML of 5040 octets", body: strings.Repeat("<p>a=3Db</p>", 420) + "\r\n"},
+		{name: "a line of 3 MB", body: strings.Repeat("<p>caf=C3=A9 =3D</p>", 3_000_000/20) + "\r\n", sevenBit: true},
+		{name: "escapes shifted by 0", body: strings.Repeat("=3D", 40000) + "\r\nend=\r\n"},
+		{name: "escapes shifted by 1", body: "x" + strings.Repeat("=3D", 40000) + "\r\nend=\r\n"},
+		{name: "escapes shifted by 2", body: "xy" + strings.Repeat("=3D", 40000) + "\r\nend=\r\n"},
+		{name: "soft breaks and spaces", body: strings.Repeat("a =\r\n", 20000) + strings.Repeat("b ", 3000) + " \r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []byte("Content-Type: text/html; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\n" + tt.body)
+			want, err := goQP([]byte(tt.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := recode(t, in, tt.sevenBit)
+			checkTransport(t, out, tt.sevenBit)
+			if got := walk(t, out)[0].decoded; got != string(want) {
+				t.Fatalf("the decoded body differs (%d octets, want %d)", len(got), len(want))
+			}
+		})
+	}
+}
+
+// TestRecodeMakesNoDelimiter: the lines of a re-encoded part are cut
+// anywhere, and none may become a delimiter of an enclosing multipart.
+func TestRecodeMakesNoDelimiter(t *testing.T) {
+	type test struct {
+		name string
+		msg  string
+	}
+	tests := []test{{
+		name: "the reviewer's",
+		msg: "MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=xyz\r\n\r\n--xyz\r\nContent-Type: text/plain\r\n\r\n" +
+			strings.Repeat("a", 75*14) + "--xyz\r\nsecond line\r\n--xyz\r\nContent-Type: text/plain\r\n\r\nother\r\n--xyz--\r\n",
+	}}
+	// "--out" at every position of the first two output lines, in a part
+	// inside a multipart inside the one of boundary "out"; but the first
+	// (a line that starts with "--out--" ends the multipart for
+	// go-message).
+	for pos := 1; pos < 160; pos++ {
+		for _, enc := range []string{"8bit", "quoted-printable"} {
+			content := strings.Repeat("é", pos/2) + strings.Repeat("a", pos%2) + "--out--" + strings.Repeat("b", 1000)
+			tests = append(tests, test{
+				name: fmt.Sprintf("%s at %d", enc, pos),
+				msg: "Content-Type: multipart/mixed; boundary=out\r\n\r\n--out\r\nContent-Type: multipart/alternative; boundary=in\r\n\r\n" +
+					"--in\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: " + enc + "\r\n\r\n" + content + "\r\n-\r\n--in--\r\n--out--\r\n",
+			})
+		}
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []byte(tt.msg)
+			out := recode(t, in, true)
+			sameText(t, in, out)
+			if got, want := dashLines(out), dashLines(in); got != want {
+				t.Fatalf("lines starting with --:\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestRecodeBareLineEnds: a bare CR or LF stays what it is after decoding,
+// in text and in binary parts.
+func TestRecodeBareLineEnds(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  string
+	}{
+		{"binary, quoted-printable", "Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nab=0Acd=0D\xc3\xa9\r\n"},
+		{"binary, 8bit", "Content-Type: application/octet-stream\r\nContent-Transfer-Encoding: 8bit\r\n\r\nab\r\ncd\xc3\xa9\r\n"},
+		{"text, quoted-printable", "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nab=0Acd=0D=0D\r\n\xc3\xa9=0D\r\n"},
+		{"text, 8bit", "Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: 8bit\r\n\r\nab\ncd\r\r\n\xc3\xa9\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []byte(tt.msg)
+			out := recode(t, in, true)
+			checkTransport(t, out, true)
+			sameText(t, in, out)
+		})
+	}
+}
+
+// sameText checks that two messages have the same leaf parts after
+// decoding.
+func sameText(t *testing.T, in, out []byte) {
+	t.Helper()
+	before, after := walk(t, in), walk(t, out)
+	if len(before) != len(after) {
+		t.Fatalf("%d parts became %d:\n%s", len(before), len(after), out)
+	}
+	for i := range before {
+		if before[i].decoded != after[i].decoded {
+			t.Errorf("part %d differs after decoding:\n%q\n%q", i+1, before[i].decoded, after[i].decoded)
+		}
+	}
+}
+
+// dashLines lists the lines of a message that start with "--", in order.
+func dashLines(msg []byte) string {
+	var b strings.Builder
+	for line := range bytes.Lines(msg) {
+		if bytes.HasPrefix(line, []byte("--")) {
+			b.Write(line)
+		}
+	}
+	return b.String()
+}
+
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", name))
@@ -170,41 +289,54 @@ type part struct {
 // in order.
 func walk(t *testing.T, msg []byte) []part {
 	t.Helper()
-	br := bufio.NewReader(bytes.NewReader(msg))
-	h, err := textproto.ReadHeader(br)
+	parts, err := leaves(msg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parts
+}
+
+// leaves lists the leaf parts of a message as go-message reads them.
+func leaves(msg []byte) ([]part, error) {
+	br := bufio.NewReader(bytes.NewReader(msg))
+	h, err := textproto.ReadHeader(br)
+	if err != nil {
+		return nil, err
+	}
 	body, err := io.ReadAll(br)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	mh := message.Header{Header: h}
 	mediaType, params, _ := mh.ContentType()
 	switch {
 	case mediaType == "message/rfc822":
-		return walk(t, body)
+		return leaves(body)
 	case strings.HasPrefix(mediaType, "multipart/"):
 		var parts []part
 		mr := textproto.NewMultipartReader(bytes.NewReader(body), params["boundary"])
 		for {
 			p, err := mr.NextPart()
 			if err == io.EOF {
-				return parts
+				return parts, nil
 			}
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			raw, err := io.ReadAll(p)
 			if err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			var sub bytes.Buffer
 			if err := textproto.WriteHeader(&sub, p.Header); err != nil {
-				t.Fatal(err)
+				return nil, err
 			}
 			sub.Write(raw)
-			parts = append(parts, walk(t, sub.Bytes())...)
+			more, err := leaves(sub.Bytes())
+			if err != nil {
+				return nil, err
+			}
+			parts = append(parts, more...)
 		}
 	}
 	if mediaType == "" {
@@ -212,13 +344,13 @@ func walk(t *testing.T, msg []byte) []part {
 	}
 	e, err := message.New(mh, bytes.NewReader(body))
 	if err != nil && !message.IsUnknownCharset(err) {
-		t.Fatal(err)
+		return nil, err
 	}
 	decoded, err := io.ReadAll(e.Body)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return []part{{mediaType: mediaType, raw: string(body), decoded: string(decoded)}}
+	return []part{{mediaType: mediaType, raw: string(body), decoded: string(decoded)}}, nil
 }
 
 // FuzzRecode checks what a re-encoded message guarantees, whatever the
@@ -254,6 +386,31 @@ func FuzzRecode(f *testing.F) {
 		again, err := Scan(bytes.NewReader(out.Bytes()), sevenBit)
 		if err != nil || again.Needed() {
 			t.Fatalf("a second pass: %v, needed %v", err, again != nil && again.Needed())
+		}
+		// No line of a re-encoded part starts with "--": every such line
+		// is one of the input's.
+		for line := range strings.Lines(dashLines(out.Bytes())) {
+			if !strings.Contains("\n"+string(in), "\n"+line) {
+				t.Fatalf("a new line starting with --: %q", line)
+			}
+		}
+		// The text after decoding is the same, when go-message can read
+		// the input (it refuses a quoted-printable line over 4 KiB).
+		before, err := leaves(in)
+		if err != nil {
+			return
+		}
+		after, err := leaves(out.Bytes())
+		if err != nil {
+			t.Fatalf("go-message cannot read the output: %v", err)
+		}
+		if len(before) != len(after) {
+			t.Fatalf("%d parts became %d", len(before), len(after))
+		}
+		for i := range before {
+			if before[i].decoded != after[i].decoded {
+				t.Fatalf("part %d differs after decoding:\n%q\n%q", i+1, before[i].decoded, after[i].decoded)
+			}
 		}
 	})
 }
