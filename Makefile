@@ -11,7 +11,7 @@ GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 
-.PHONY: test test-deps deps lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth
+.PHONY: test test-deps deps lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-bounces
 
 # The tests run beside a DynamoDB Local of their own (.ci/with-dynamodb), so
 # that two runs at once share none; TEST_POSTINO_DYNAMODB_ENDPOINT set in the
@@ -98,3 +98,9 @@ DEPTH_FLAGS ?=
 
 bench-depth:
 	$(GO) run ./contrib/bench/depth -store $(DEPTH_STORE) -n $(DEPTH_N) $(DEPTH_FLAGS)
+
+# bench-bounces scores the bounce parser against sisimai's corpus
+# (../shared/corpora/bounces-sisimai): recipients, status codes, hard or
+# soft, and reasons agreeing with its expected.tsv.
+bench-bounces:
+	$(GO) run ./contrib/bench/bouncescore
