@@ -2,6 +2,7 @@ package bounce
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -181,7 +182,11 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 		return append(out, e)
 	}
 	for _, rc := range rep.Recipients {
-		addr := strings.ToLower(rc.Address())
+		// The event's id is keyed on the final recipient, as it was before
+		// reports gave the app's address: a report read again, or a second
+		// report on the same recipient with or without Original-Recipient,
+		// is the same event, not a second one for the plugins.
+		addr := strings.ToLower(cmp.Or(rc.FinalRecipient, rc.Address()))
 		switch {
 		case rc.Action == "delayed" || rep.Kind == KindDelay && rc.Action == "":
 			e := backends.OutcomeEvent(m.Status, "DELAYED", recipientReason(rc), detail("delay", "soft", rc))

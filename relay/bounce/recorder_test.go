@@ -1,6 +1,10 @@
 package bounce
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/genropy/postino/backends"
+)
 
 func TestRecipientReason(t *testing.T) {
 	tests := []struct {
@@ -29,5 +33,30 @@ func TestRecipientReason(t *testing.T) {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A bounce's event is one per message and final recipient: two reports on
+// the same recipient, one naming its Original-Recipient and one not, are
+// one event, and so is a report read again after reports began to give
+// the app's address.
+func TestBounceEventID(t *testing.T) {
+	r := &Recorder{}
+	m := &backends.Message{ID: "m1", Status: backends.StatusSent}
+	id := func(rc Recipient, reportID string) string {
+		rc.Action, rc.Type = "failed", "hard"
+		es := r.events(m, &Report{Kind: KindBounce, MessageID: reportID, Recipients: []Recipient{rc}}, "test", nil)
+		if len(es) != 1 {
+			t.Fatalf("%d events, want 1", len(es))
+		}
+		return es[0].ID
+	}
+	plain := id(Recipient{FinalRecipient: "a.fwd@mail.example.net"}, "<r1@example.net>")
+	withOriginal := id(Recipient{FinalRecipient: "a.fwd@mail.example.net", OriginalRecipient: "a@example.org"}, "<r2@example.net>")
+	if plain != withOriginal {
+		t.Errorf("two reports on one recipient made two events: %s and %s", plain, withOriginal)
+	}
+	if other := id(Recipient{FinalRecipient: "b@example.org"}, "<r1@example.net>"); other == plain {
+		t.Error("two recipients made one event")
 	}
 }

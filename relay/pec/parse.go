@@ -2,6 +2,7 @@ package pec
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"regexp"
@@ -115,8 +116,8 @@ func read(raw []byte, h mail.Header, e *message.Entity, opts Options) *Receipt {
 		r.Fields[name] = FromDaticert
 	}
 
-	if t, src := resolveType(h, r.Subject, d, c.hasDaticert); t != "" {
-		r.Type, r.Fields["type"] = t, src
+	if t, src, conflict := resolveType(h, r.Subject, d, c.hasDaticert); t != "" {
+		r.Type, r.Fields["type"], r.TypeConflict = t, src, conflict
 	}
 	if r.Type != "" && !c.hasDaticert {
 		r.DaticertError = "no daticert.xml"
@@ -211,14 +212,16 @@ func subjectType(subject string) Type {
 	return ""
 }
 
-// resolveType says what kind of PEC message this is: X-Ricevuta or
-// X-Trasporto, then the Subject prefix, then daticert's tipo.
-func resolveType(h mail.Header, subject string, d *Daticert, hasDaticert bool) (Type, Source) {
-	if t, ok := receiptType(h.Get("X-Ricevuta")); ok {
-		return t, FromHeaders
-	}
-	if t, ok := envelopeType(h.Get("X-Trasporto")); ok {
-		return t, FromHeaders
+// resolveType says what kind of PEC message this is. What is signed wins:
+// daticert's tipo, then X-Ricevuta or X-Trasporto, then the Subject
+// prefix. The headers are outside the provider's signature, and a mailing
+// list or anyone forwarding a genuine receipt can rewrite them: a signed
+// errore-consegna must not be read as a delivery. conflict is the
+// header's type when it names another than daticert.
+func resolveType(h mail.Header, subject string, d *Daticert, hasDaticert bool) (t Type, src Source, conflict Type) {
+	fromHeader, ok := receiptType(h.Get("X-Ricevuta"))
+	if !ok {
+		fromHeader, _ = envelopeType(h.Get("X-Trasporto"))
 	}
 	var fromDaticert Type
 	if d != nil {
@@ -230,21 +233,19 @@ func resolveType(h mail.Header, subject string, d *Daticert, hasDaticert bool) (
 	}
 	// A Subject alone is no proof: "CONSEGNA: ordine 12" may come from
 	// anyone. It counts only on a message that shows some other mark of
-	// a provider.
+	// a provider. Its prefixes are shared between two types (see
+	// subjectType), so its disagreeing with daticert is no conflict.
 	var fromSubject Type
-	if hasDaticert || looksLikePEC(h) {
+	if fromHeader == "" && (hasDaticert || looksLikePEC(h)) {
 		fromSubject = subjectType(subject)
 	}
-	switch {
-	case fromSubject != "" && (fromDaticert == "" || fromDaticert == fromSubject):
-		return fromSubject, FromHeaders
+	switch named := cmp.Or(fromHeader, fromSubject); {
+	case named != "" && (fromDaticert == "" || fromDaticert == named):
+		return named, FromHeaders, ""
 	case fromDaticert != "":
-		// They disagree: daticert is covered by the signature, the
-		// Subject is not, and the rules share one prefix between two
-		// types.
-		return fromDaticert, FromDaticert
+		return fromDaticert, FromDaticert, fromHeader
 	}
-	return "", ""
+	return "", "", ""
 }
 
 // looksLikeProvider reports whether the header names the kind of PEC

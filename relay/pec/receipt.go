@@ -129,6 +129,10 @@ type Receipt struct {
 	// message than daticert.xml's msgid, which is the one used: the
 	// header is outside the signature.
 	MessageIDConflict string `json:"message_id_conflict,omitempty"`
+	// TypeConflict is the type X-Ricevuta or X-Trasporto names when it is
+	// another than daticert.xml's tipo, which is the one used: the header
+	// is outside the signature.
+	TypeConflict Type `json:"type_conflict,omitempty"`
 	// VerificaSicurezza is the X-VerificaSicurezza header a provider
 	// writes on an envelope it could not check whole ("errore" when the
 	// sender's provider's signature did not verify).

@@ -280,6 +280,9 @@ func (r *Recorder) event(ctx context.Context, m *backends.Message, rec *Receipt,
 	if rec.VerificaSicurezza != "" {
 		reason += "; X-VerificaSicurezza: " + rec.VerificaSicurezza
 	}
+	if rec.TypeConflict != "" {
+		reason += "; its header says " + string(rec.TypeConflict) + ", the signed daticert.xml " + string(rec.Type) + ", which was used"
+	}
 	if rec.MessageIDConflict != "" {
 		reason += "; X-Riferimento-Message-ID <" + rec.MessageIDConflict + "> disagrees with the signed daticert.xml, whose msgid was used"
 	}

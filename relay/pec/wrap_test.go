@@ -169,3 +169,33 @@ func TestParseNotWrapped(t *testing.T) {
 		})
 	}
 }
+
+// What is signed wins for the type too: a genuine errore-consegna whose
+// header, outside the signature, was rewritten to say avvenuta-consegna
+// (by anyone who forwards it, or a mailing list) is still a failed
+// delivery, and the conflict is reported.
+func TestParseTypeFromDaticert(t *testing.T) {
+	ca := pectest.NewCA(t)
+	raw := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.ErroreConsegna, Original: []byte(original), Date: sent})
+	forged := bytes.Replace(raw, []byte("X-Ricevuta: errore-consegna"), []byte("X-Ricevuta: avvenuta-consegna"), 1)
+	if bytes.Equal(forged, raw) {
+		t.Fatal("the receipt has no X-Ricevuta: errore-consegna to rewrite")
+	}
+	for name, m := range map[string][]byte{"as sent": forged, "list copy": listCopy(t, forged)} {
+		t.Run(name, func(t *testing.T) {
+			r, err := pec.Parse(m, pec.Options{Roots: ca.Pool(), Now: checkAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Type != pec.ErroreConsegna || r.Fields["type"] != pec.FromDaticert {
+				t.Errorf("type %s from %s, want %s from daticert", r.Type, r.Fields["type"], pec.ErroreConsegna)
+			}
+			if r.TypeConflict != pec.AvvenutaConsegna {
+				t.Errorf("type conflict %q, want %s", r.TypeConflict, pec.AvvenutaConsegna)
+			}
+			if r.Signature.Status != pec.SignatureValid {
+				t.Errorf("signature %s, want valid", r.Signature.Status)
+			}
+		})
+	}
+}
