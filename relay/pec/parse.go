@@ -92,7 +92,8 @@ func read(raw []byte, h mail.Header, e *message.Entity, opts Options) *Receipt {
 	r.MessageID = messageID(h)
 
 	var opaque []byte
-	r.Signature, opaque = checkSignature(raw, e.Header, r.Date, opts)
+	signedHeader := e.Header
+	r.Signature, opaque = checkSignature(raw, signedHeader, judgedAt{r.Date, "date"}, opts)
 	if opaque != nil {
 		// An opaque signature (application/pkcs7-mime) carries the
 		// receipt inside it: that is where its parts are.
@@ -112,6 +113,12 @@ func read(raw []byte, h mail.Header, e *message.Entity, opts Options) *Receipt {
 		}
 	}
 	r.Daticert = d
+	if from := r.Signature.SignedAtFrom; d != nil && !d.Data.IsZero() && from != "" && from != "signing time" {
+		// No signing time: daticert's data is inside the signature, the
+		// Date outside it, where anyone forwarding the receipt could set
+		// it to a time the certificate was still valid.
+		r.Signature, _ = checkSignature(raw, signedHeader, judgedAt{d.Data, "daticert"}, opts)
+	}
 	for name := range daticertFields(d) {
 		r.Fields[name] = FromDaticert
 	}

@@ -84,9 +84,13 @@ type Signature struct {
 	Signer string `json:"signer,omitempty"`
 	// Error says why the signature is invalid or was not checked.
 	Error string `json:"error,omitempty"`
-	// SignedAt is the time the signature was judged at: when the
-	// provider signed, else the receipt's Date.
-	SignedAt time.Time `json:"signed_at,omitzero"`
+	// SignedAt is the time a valid signature was judged at, and
+	// SignedAtFrom where that time was read (for an invalid one too): the
+	// signature's "signing time", else "daticert" (its data, inside the
+	// signature), else the receipt's "date" (outside it), else
+	// "received".
+	SignedAt     time.Time `json:"signed_at,omitzero"`
+	SignedAtFrom string    `json:"signed_at_from,omitempty"`
 	// CertificateExpired is when the signing certificate expired, when it
 	// had by the time the receipt was received: an old receipt, not a
 	// forged one.

@@ -24,9 +24,9 @@ var oidEmailAddress = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 9, 1}
 // message. For an opaque signature (application/pkcs7-mime) it also returns
 // the signed content, since the receipt is inside it.
 //
-// date is the receipt's Date, the time validity is judged at when the
-// signature carries no signing time.
-func checkSignature(raw []byte, h message.Header, date time.Time, opts Options) (Signature, []byte) {
+// at is the time validity is judged at when the signature carries no
+// signing time: daticert's data, or the receipt's Date.
+func checkSignature(raw []byte, h message.Header, at judgedAt, opts Options) (Signature, []byte) {
 	if !isSigned(h) {
 		return unsigned(opts)
 	}
@@ -36,7 +36,7 @@ func checkSignature(raw []byte, h message.Header, date time.Time, opts Options) 
 		if err != nil {
 			return broken(err, opts), nil
 		}
-		sig, _ := verify(der, signed, date, opts)
+		sig, _ := verify(der, signed, at, opts)
 		return sig, nil
 	}
 	if t := strings.ToLower(params["smime-type"]); t != "" && t != "signed-data" {
@@ -50,7 +50,7 @@ func checkSignature(raw []byte, h message.Header, date time.Time, opts Options) 
 	if err != nil {
 		return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
 	}
-	return verify(der, nil, date, opts)
+	return verify(der, nil, at, opts)
 }
 
 // isSigned reports whether h is the header of an S/MIME signed entity:
@@ -150,13 +150,13 @@ func canonicalCRLF(b []byte) []byte {
 // holds its content) against opts.Roots, and returns the signed content.
 //
 // The chain is judged at the time the receipt was signed (its signing-time
-// attribute, else date), not now: a provider's certificate expires, and
+// attribute, else at), not now: a provider's certificate expires, and
 // the receipts it signed while it was valid stay proof. A certificate that
 // has expired by opts.Now (when the receipt was received; now when zero)
 // is reported in CertificateExpired beside a valid status, apart from a
 // tampered or untrusted signature, which is invalid. A receipt received
 // before its certificate was issued is invalid.
-func verify(der, content []byte, date time.Time, opts Options) (Signature, []byte) {
+func verify(der, content []byte, at judgedAt, opts Options) (Signature, []byte) {
 	p7, err := parsePKCS7(der)
 	if err != nil {
 		return broken(fmt.Errorf("reading the signature: %w", err), opts), nil
@@ -175,13 +175,14 @@ func verify(der, content []byte, date time.Time, opts Options) (Signature, []byt
 	if received.IsZero() {
 		received = time.Now()
 	}
-	signedAt := signingTime(p7)
+	signedAt, from := signingTime(p7), "signing time"
 	if signedAt.IsZero() {
-		signedAt = date
+		signedAt, from = at.t, at.from
 	}
 	if signedAt.IsZero() || signedAt.After(received) {
-		signedAt = received
+		signedAt, from = received, "received"
 	}
+	sig.SignedAtFrom = from
 	if err := verifyPKCS7(p7, opts.Roots, signedAt); err != nil {
 		sig.Status, sig.Error = SignatureInvalid, describe(err)
 		return sig, content
@@ -197,6 +198,13 @@ func verify(der, content []byte, date time.Time, opts Options) (Signature, []byt
 		sig.CertificateExpired = ee.NotAfter
 	}
 	return sig, content
+}
+
+// judgedAt is the time a signature without a signing time is judged at,
+// and where it was read.
+type judgedAt struct {
+	t    time.Time
+	from string
 }
 
 // signingTime is the signing-time attribute of the first signer, or zero.

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +135,44 @@ func TestLoadTrustBundle(t *testing.T) {
 			}
 			if err == nil || !strings.Contains(err.Error(), tt.errWith) {
 				t.Fatalf("LoadTrustBundle error = %v, want one with %q", err, tt.errWith)
+			}
+		})
+	}
+}
+
+// A signature without a signing time is judged at daticert.xml's data,
+// which the signature covers, not at the receipt's Date, which anyone
+// forwarding it can rewrite: an old receipt whose Date was moved on is
+// valid, a receipt signed after its certificate expired, its Date set back
+// to a time the certificate was valid, is not.
+func TestSignatureWithoutSigningTime(t *testing.T) {
+	ca := pectest.NewCA(t)
+	day := 24 * time.Hour
+	withDate := func(raw []byte, d time.Time) []byte {
+		i := bytes.Index(raw, []byte("\r\nDate: ")) + 2
+		j := i + bytes.Index(raw[i:], []byte("\r\n"))
+		return slices.Concat(raw[:i], []byte("Date: "+d.Format(time.RFC1123Z)), raw[j:])
+	}
+	tests := []struct {
+		name            string
+		emitted, header time.Time
+		status          pec.SignatureStatus
+	}{
+		{"an old receipt, its Date moved past the certificate", sent, afterExpiry, pec.SignatureValid},
+		{"signed after the certificate expired, its Date set back", afterExpiry, sent, pec.SignatureInvalid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Date: tt.emitted, NoSigningTime: true})
+			r, err := pec.Parse(withDate(raw, tt.header), pec.Options{Roots: ca.Pool(), Now: afterExpiry.Add(day)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Date.Equal(tt.header) {
+				t.Fatalf("the receipt's Date is %v, want the rewritten %v", r.Date, tt.header)
+			}
+			if s := r.Signature; s.Status != tt.status || s.SignedAtFrom != "daticert" {
+				t.Errorf("signature %+v, want %s judged at daticert's data", s, tt.status)
 			}
 		})
 	}

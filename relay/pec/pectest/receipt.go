@@ -64,6 +64,10 @@ type ReceiptOptions struct {
 	OmitTypeHeader bool
 	// Date is when the provider emits the receipt; zero is now.
 	Date time.Time
+	// NoSigningTime signs without the signing-time attribute (nor any
+	// other), as some providers do: the signature then says nothing of
+	// when it was made.
+	NoSigningTime bool
 }
 
 // gestore is the provider's name in daticert.xml.
@@ -118,7 +122,7 @@ func (ca *CA) receipt(o ReceiptOptions) ([]byte, error) {
 	if err := b.writeContent(&content, ch); err != nil {
 		return nil, err
 	}
-	der, err := ca.sign(content.Bytes(), !o.Opaque)
+	der, err := ca.sign(content.Bytes(), !o.Opaque, o.NoSigningTime)
 	if err != nil {
 		return nil, err
 	}
@@ -196,13 +200,17 @@ func tamper(signed []byte) error {
 
 // sign makes the signature a provider puts in smime.p7s (detached) or
 // smime.p7m.
-func (ca *CA) sign(content []byte, detached bool) ([]byte, error) {
+func (ca *CA) sign(content []byte, detached, noAttributes bool) ([]byte, error) {
 	sd, err := pkcs7.NewSignedData(content)
 	if err != nil {
 		return nil, fmt.Errorf("signing: %w", err)
 	}
 	sd.SetDigestAlgorithm(pkcs7.OIDDigestAlgorithmSHA256)
-	if err := sd.AddSigner(ca.Signer, ca.signerKey, pkcs7.SignerInfoConfig{}); err != nil {
+	add := sd.AddSigner
+	if noAttributes {
+		add = sd.SignWithoutAttr
+	}
+	if err := add(ca.Signer, ca.signerKey, pkcs7.SignerInfoConfig{}); err != nil {
 		return nil, fmt.Errorf("signing: %w", err)
 	}
 	if detached {
