@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"unicode"
 )
 
 // command is one postino command.
@@ -86,9 +87,24 @@ func (inv *invocation) parse(fs *flag.FlagSet) ([]string, error) {
 		return nil, err
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errUsage, inv.cmd.name, err)
+		return nil, fmt.Errorf("%w: %s: %s", errUsage, inv.cmd.name, flagError(err))
 	}
 	return rest, nil
+}
+
+// flagError words the flag package's errors as the help writes flags:
+// with two dashes.
+func flagError(err error) string {
+	msg := err.Error()
+	for _, form := range []struct{ prefix, format string }{
+		{"flag provided but not defined: -", "unknown flag --%s"},
+		{"flag needs an argument: -", "flag --%s needs a value"},
+	} {
+		if name, ok := strings.CutPrefix(msg, form.prefix); ok {
+			return fmt.Sprintf(form.format, name)
+		}
+	}
+	return msg
 }
 
 // parseArgs parses the flags and checks that the arguments left are names.
@@ -308,13 +324,14 @@ POSTINO_ADMIN_TOKEN_FILE or POSTINO_ADMIN_TOKEN_ENV). SIGHUP makes serve reload 
 
 // printHelp prints a command's usage, what it does, and each of its flags.
 func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
-	fmt.Fprintf(w, "Usage: %s%s.\n", usageLine(c), upperFirst(c.summary))
+	usageOf := usageLine(c)
+	fmt.Fprintf(w, "Usage: %s%s.\n", usageOf, upperFirst(c.summary))
 	var flags []string
 	fs.VisitAll(func(f *flag.Flag) {
 		value, usage := flag.UnquoteUsage(f)
 		line := "  --" + f.Name
 		if value != "" {
-			line += " " + strings.ToUpper(value)
+			line += " " + valueName(usageOf, f.Name, value)
 		}
 		line += "\n      " + usage
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "[]" {
@@ -325,6 +342,17 @@ func printHelp(w io.Writer, c command, fs *flag.FlagSet) {
 	if len(flags) > 0 {
 		fmt.Fprint(w, "\nFlags:\n"+strings.Join(flags, ""))
 	}
+}
+
+// valueName is what the usage line calls a flag's value (--admin ADDR),
+// so that the help says it the same way; else the flag's own, in capitals.
+func valueName(usage, flag, value string) string {
+	if _, after, ok := strings.Cut(usage, "--"+flag+" "); ok {
+		if v := strings.FieldsFunc(after, func(r rune) bool { return r == ']' || unicode.IsSpace(r) }); len(v) > 0 && !strings.HasPrefix(v[0], "-") {
+			return v[0]
+		}
+	}
+	return strings.ToUpper(value)
 }
 
 func upperFirst(s string) string {

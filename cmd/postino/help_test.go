@@ -13,6 +13,10 @@ import (
 var (
 	synopsisFlagRE = regexp.MustCompile(`--([a-z][a-z0-9-]*)`)
 	helpFlagRE     = regexp.MustCompile(`(?m)^  --([a-z][a-z0-9-]*)`)
+	// helpValueRE and synopsisValueRE find a flag and the name of its
+	// value, in the help's list and in the synopsis.
+	helpValueRE     = regexp.MustCompile(`(?m)^  --([a-z][a-z0-9-]*) (\S+)$`)
+	synopsisValueRE = regexp.MustCompile(`--([a-z][a-z0-9-]*) ([^\]\s]+)`)
 )
 
 func flagNames(re *regexp.Regexp, s string) []string {
@@ -53,6 +57,16 @@ func TestHelp(t *testing.T) {
 			}
 			if got, want := flagNames(helpFlagRE, out), flagNames(synopsisFlagRE, c.synopsis); !slices.Equal(got, want) {
 				t.Errorf("help lists the flags %v, the synopsis %v:\n%s", got, want, out)
+			}
+			// A flag's value is named in the help as in the synopsis.
+			inSynopsis := map[string]string{}
+			for _, m := range synopsisValueRE.FindAllStringSubmatch(c.synopsis, -1) {
+				inSynopsis[m[1]] = m[2]
+			}
+			for _, m := range helpValueRE.FindAllStringSubmatch(out, -1) {
+				if want, ok := inSynopsis[m[1]]; ok && m[2] != want {
+					t.Errorf("help names --%s's value %s, the synopsis %s", m[1], m[2], want)
+				}
 			}
 			checkEnds(t, "help", out)
 			again, _, code := cli(t, append([]string{"help"}, strings.Fields(c.name)...)...)
@@ -112,7 +126,9 @@ func TestUsageErrorText(t *testing.T) {
 		{[]string{"queue"}, "postino: queue needs a command: list, search, show, retry, cancel or receipts", "  postino queue receipts ID"},
 		{[]string{"queue", "explode", "x"}, `postino: unknown queue command "explode": use list, search, show`, "  postino queue list"},
 		{[]string{"queue", "show"}, "postino: queue show takes ID", "usage: postino queue show ID [--json]"},
-		{[]string{"queue", "show", "x", "--limit", "3"}, "postino: queue show: flag provided but not defined: -limit", "usage: postino queue show ID"},
+		{[]string{"queue", "show", "x", "--limit", "3"}, "postino: queue show: unknown flag --limit", "usage: postino queue show ID"},
+		{[]string{"queue", "list", "--limit"}, "postino: queue list: flag --limit needs a value", "usage: postino queue list"},
+		{[]string{"events", "list", "--state", "bogus"}, `postino: events list: --state "bogus": use failing, pending, calling, acked or parked`, "usage: postino events list"},
 		{[]string{"batch", "suspend"}, "postino: batch suspend takes CODE", "usage: postino batch suspend CODE"},
 		{[]string{"version", "x"}, `postino: version takes no arguments, only flags ("x" is not one)`, "usage: postino version"},
 		{[]string{"migrate"}, "postino: migrate needs the MySQL DSN: give --dsn DSN, set POSTINO_OUTBOX_MYSQL_DSN, " +

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/genropy/postino/backends"
 	postinooutcome "github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
@@ -353,6 +354,11 @@ func eventsList(ctx context.Context, inv *invocation) error {
 	c, _, err := inv.client(fs)
 	if err != nil {
 		return err
+	}
+	switch backends.EventState(*state) {
+	case stateFailing, backends.EventPending, backends.EventCalling, backends.EventAcked, backends.EventParked:
+	default:
+		return fmt.Errorf("%w: events list: --state %q: use failing, pending, calling, acked or parked", errUsage, *state)
 	}
 	var list admin.EventList
 	if *state == stateFailing {
