@@ -179,7 +179,7 @@ func verify(der, content []byte, at judgedAt, opts Options) (Signature, []byte) 
 	if signedAt.IsZero() {
 		signedAt, from = at.t, at.from
 	}
-	if signedAt.IsZero() || signedAt.After(received) {
+	if signedAt.IsZero() || signedAt.After(received.Add(clockSkew)) {
 		signedAt, from = received, "received"
 	}
 	sig.SignedAtFrom = from
@@ -188,7 +188,7 @@ func verify(der, content []byte, at judgedAt, opts Options) (Signature, []byte) 
 		return sig, content
 	}
 	ee := p7.GetOnlySigner()
-	if ee != nil && received.Before(ee.NotBefore) {
+	if ee != nil && received.Add(clockSkew).Before(ee.NotBefore) {
 		sig.Status, sig.Error = SignatureInvalid, fmt.Sprintf("received at %s, before the signing certificate was issued (%s)",
 			received.UTC().Format(time.RFC3339), ee.NotBefore.UTC().Format(time.RFC3339))
 		return sig, content
@@ -199,6 +199,11 @@ func verify(der, content []byte, at judgedAt, opts Options) (Signature, []byte) 
 	}
 	return sig, content
 }
+
+// clockSkew is how far a provider's clock may run ahead of this relay's: a
+// receipt signed, or under a certificate issued, a little "after" it was
+// received here is genuine, not forged.
+const clockSkew = 5 * time.Minute
 
 // judgedAt is the time a signature without a signing time is judged at,
 // and where it was read.

@@ -177,3 +177,29 @@ func TestSignatureWithoutSigningTime(t *testing.T) {
 		})
 	}
 }
+
+// A provider's clock a little ahead of the relay's does not make a genuine
+// receipt under a new certificate read as forged.
+func TestSignatureClockSkew(t *testing.T) {
+	now := time.Now()
+	ca := pectest.NewCAFrom(t, now.Add(-30*time.Second))
+	raw := ca.Receipt(t, pectest.ReceiptOptions{Type: pec.AvvenutaConsegna, Date: now})
+	for _, tt := range []struct {
+		name   string
+		behind time.Duration
+		status pec.SignatureStatus
+	}{
+		{"the relay's clock 2 minutes behind", 2 * time.Minute, pec.SignatureValid},
+		{"received an hour before the certificate was issued", time.Hour, pec.SignatureInvalid},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := pec.Parse(raw, pec.Options{Roots: ca.Pool(), Now: now.Add(-tt.behind)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Signature.Status != tt.status {
+				t.Errorf("signature %+v, want %s", r.Signature, tt.status)
+			}
+		})
+	}
+}

@@ -39,7 +39,13 @@ func NewCA(t testing.TB) *CA {
 	t.Helper()
 	// Certificates are valid for this whole century so that receipts
 	// written to testdata keep verifying, whatever day the tests run on.
-	validFrom := time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC)
+	return NewCAFrom(t, time.Date(2000, time.January, 1, 0, 0, 0, 0, time.UTC))
+}
+
+// NewCAFrom is NewCA with certificates issued at validFrom, as a provider's
+// new certificate is.
+func NewCAFrom(t testing.TB, validFrom time.Time) *CA {
+	t.Helper()
 	validTo := time.Date(2099, time.December, 31, 23, 59, 59, 0, time.UTC)
 
 	rootKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
