@@ -441,8 +441,9 @@ func classifyWith(status string, code int, diagnostic, extra string) int {
 // gaveUpRe is wording that the upstream stopped retrying because time
 // ran out, whatever the receiver kept answering: Exim's "mailbox is full:
 // retry timeout exceeded" under a 5.0.0, qmail's "in the queue too long",
-// Sendmail's "could not be delivered for 5 days".
-var gaveUpRe = regexp.MustCompile(`(?i)retry time(?:out)? exceeded|(?:in|on) the queue too long|too long in (?:the )?queue|could not be delivered for|delivery time (?:has )?expired|queue\.expired|all hosts have been failing for a long time`)
+// Sendmail's "could not be delivered for 5 days", Office 365's "Despite
+// repeated attempts to deliver your message".
+var gaveUpRe = regexp.MustCompile(`(?i)retry time(?:out)? exceeded|(?:in|on) the queue too long|too long in (?:the )?queue|could not be delivered for|delivery time (?:has )?expired|queue\.expired|despite repeated attempts to deliver|all hosts have been failing for a long time`)
 
 // noAnswerRe is wording that the receiver did not answer at all, as
 // opposed to answering badly (a refused or broken connection, DNS).

@@ -215,6 +215,8 @@ func TestAssessGaveUp(t *testing.T) {
 		{"no answer", "failed", "", 0, "connect to mx.example.org[192.0.2.1]:25: Connection timed out", "hard", ReasonExpired},
 		{"exim retry timeout", "failed", "", 0, "retry timeout exceeded", "hard", ReasonExpired},
 		{"exchange queue expired", "failed", "4.4.7", 550, "550 4.4.7 QUEUE.Expired; message expired", "hard", ReasonExpired},
+		{"office 365 gave up", "failed", "5.4.316", 550, "Your message wasn't delivered. Despite repeated attempts to deliver your message, " +
+			"the recipient's email system refused to accept a connection from your email system.", "hard", ReasonExpired},
 		// The address is dead whoever gave up.
 		{"unknown user deferred", "failed", "4.1.1", 450, "450 4.1.1 <x@example.org>: Recipient address rejected: User unknown", "hard", ReasonUserUnknown},
 		// The sender's fault stays the sender's: the address may be good.
