@@ -23,8 +23,6 @@ type Minute struct {
 // Stats is the dashboard's overview.
 type Stats struct {
 	Counts map[string]int `json:"counts"`
-	// Ready tells apart why the READY messages wait; nil when none does.
-	Ready *ReadyCounts `json:"ready,omitempty"`
 	// SuspendedBatches are the batches an operator suspended, by name.
 	SuspendedBatches []string `json:"suspended_batches"`
 	// Minutes are the last hour's, oldest first, as this relay counted.
@@ -89,10 +87,6 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.SuspendedBatches = slices.Sorted(maps.Keys(suspended))
-	if out.Ready, err = a.readyCounts(r, counts[backends.StatusReady], suspended); err != nil {
-		a.storeError(w, r, err)
-		return
-	}
 	out.Recent, err = a.recentLists(r, counts, out.Minutes)
 	if err != nil {
 		a.storeError(w, r, err)
@@ -114,9 +108,34 @@ func (a *api) suspended(r *http.Request) (map[string]bool, error) {
 	return out, nil
 }
 
+// readyStats answers GET /v1/stats/ready: why the READY messages wait. It
+// reads up to recentScan of them, so it is apart from /v1/stats, which
+// answers from counters; the dashboard asks for it when READY holds some.
+func (a *api) readyStats(w http.ResponseWriter, r *http.Request) {
+	counts, err := a.store.Counts(r.Context())
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	suspended, err := a.suspended(r)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	out, err := a.readyCounts(r, counts[backends.StatusReady], suspended)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	if out == nil {
+		out = &ReadyCounts{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // readyReuse is how long a sorting of the READY messages is reused: it
-// reads up to recentScan of them, which /v1/stats, polled by every open
-// dashboard, must not do at each call.
+// reads up to recentScan of them, which every open dashboard must not make
+// the relay do at each refresh.
 const readyReuse = 10 * time.Second
 
 // readyCounts sorts the n READY messages by what they wait for, among the

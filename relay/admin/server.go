@@ -89,6 +89,7 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/events", a.events)
 	mux.HandleFunc("POST /v1/events/{id}/replay", a.replay)
 	mux.HandleFunc("GET /v1/stats", a.stats)
+	mux.HandleFunc("GET /v1/stats/ready", a.readyStats)
 	mux.HandleFunc("GET /v1/search", a.search)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})

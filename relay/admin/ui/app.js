@@ -174,7 +174,10 @@ async function refresh() {
   busy = true;
   try {
     const stats = await api('/v1/stats');
-    last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready: stats.ready || null,
+    // Why READY messages wait takes a read of them: asked apart, and only
+    // when there are some.
+    const ready = (stats.counts || {}).READY ? await api('/v1/stats/ready') : null;
+    last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready,
       suspended: stats.suspended_batches || []};
     drawQueue();
     drawSuspended();
