@@ -61,8 +61,8 @@ func (w *spaceWatch) Full() error {
 	full := w.look()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.checkedAt.After(now) || now.Before(w.heldUntil) {
-		return w.full // a later look, or a failed write, says more
+	if w.checkedAt.After(now) {
+		return w.full // a later look, or a failed write (NoSpace), says more
 	}
 	was := w.full
 	w.full = full

@@ -181,7 +181,7 @@ const recentReuse = time.Minute
 // first. The counts say how many there are to find: none, and no message
 // is read; the same as at the last reading, with no outcome counted since
 // (a message that failed again after a retry leaves the counts as they
-// were), and that reading answers.
+// were, and counts as an outcome of its list), and that reading answers.
 func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minutes []Minute) (map[string][]Message, error) {
 	var key strings.Builder
 	missing := 0
@@ -191,9 +191,14 @@ func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minut
 			missing += counts[st]
 		}
 	}
+	// Only the outcomes of the lists count: the messages sent or
+	// accepted each minute would make a busy relay read them all again
+	// at every call.
 	for _, m := range minutes {
 		for _, o := range slices.Sorted(maps.Keys(m.Outcomes)) {
-			key.WriteString(o + "=" + strconv.Itoa(m.Outcomes[o]) + ",")
+			if _, listed := a.recent[backends.Status(o)]; listed {
+				key.WriteString(o + "=" + strconv.Itoa(m.Outcomes[o]) + ",")
+			}
 		}
 	}
 	a.mu.Lock()
