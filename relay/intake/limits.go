@@ -279,7 +279,9 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	if ne, ok := errors.AsType[net.Error](err); !ok || !ne.Timeout() {
 		c.mu.Lock()
 		c.dataBytes += int64(n)
-		c.failed = c.failed || inData && err != nil
+		// Not only in data: with BDAT, go-smtp reads a chunk while the
+		// session's Data, which starts the data's clock, is starting.
+		c.failed = c.failed || err != nil
 		c.mu.Unlock()
 		return n, err
 	}
