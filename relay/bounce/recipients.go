@@ -47,11 +47,13 @@ func expandedFrom(text, final string) string {
 	if final == "" {
 		return ""
 	}
-	i := strings.Index(strings.ToLower(text), strings.ToLower(final))
-	if i < 0 {
+	// Found in text itself: lowercasing can change the length of what
+	// precedes (invalid UTF-8, İ), and the index would not be text's.
+	loc := regexp.MustCompile(`(?i)` + regexp.QuoteMeta(final)).FindStringIndex(text)
+	if loc == nil {
 		return ""
 	}
-	rest := text[i+len(final):]
+	rest := text[loc[1]:]
 	if len(rest) > 300 {
 		rest = rest[:300]
 	}
@@ -93,7 +95,7 @@ func settleRecipients(rs []Recipient, text string) []Recipient {
 			r.FinalRecipient, r.OriginalRecipient = r.OriginalRecipient, ""
 		}
 		if ok {
-			whole[strings.ToLower(r.Address())] = true
+			whole[strings.ToLower(r.FinalRecipient)] = true
 		} else {
 			mended[len(out)] = true
 		}
@@ -101,8 +103,10 @@ func settleRecipients(rs []Recipient, text string) []Recipient {
 	}
 	kept := out[:0]
 	seen := map[string]bool{}
+	// One per final recipient, as the events are: two addresses an alias
+	// expanded to are two recipients, though both came from one.
 	for i, r := range out {
-		key := strings.ToLower(r.Address())
+		key := strings.ToLower(r.FinalRecipient)
 		if seen[key] || mended[i] && whole[key] {
 			continue
 		}

@@ -1,6 +1,9 @@
 package bounce
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestSettleRecipients(t *testing.T) {
 	tests := []struct {
@@ -26,6 +29,17 @@ func TestSettleRecipients(t *testing.T) {
 			"a@example.\ncom", []string{"a@example.com"}, []string{""}},
 		{"quoted local part", []Recipient{{FinalRecipient: `"a..b"@example.org`}}, "", []string{`"a..b"@example.org`}, []string{""}},
 		{"twice", []Recipient{{FinalRecipient: "a@example.org"}, {FinalRecipient: "A@example.org"}}, "", []string{"a@example.org"}, []string{""}},
+		// An alias expanded to two addresses: two recipients, though one
+		// address was sent to.
+		{"alias of two", []Recipient{{FinalRecipient: "a@example.net", OriginalRecipient: "team@example.org"},
+			{FinalRecipient: "b@example.net", OriginalRecipient: "team@example.org"}}, "",
+			[]string{"a@example.net", "b@example.net"}, []string{"team@example.org", "team@example.org"}},
+		// Text that lowercasing lengthens or shortens before the address
+		// (invalid UTF-8, the Kelvin sign) is searched as it is.
+		{"expanded from after invalid UTF-8", []Recipient{{FinalRecipient: "bob@example.net"}},
+			strings.Repeat("\xff", 10) + " bob@example.net (expanded from <a@example.org>)", []string{"bob@example.net"}, []string{"a@example.org"}},
+		{"expanded from after a Kelvin sign", []Recipient{{FinalRecipient: "bob@example.net"}},
+			strings.Repeat("\u212a", 10) + " bob@example.net (expanded from <a@example.org>)", []string{"bob@example.net"}, []string{"a@example.org"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
