@@ -150,14 +150,13 @@ func (l *authLimiter) delay(n int) time.Duration {
 	return d
 }
 
-// tracked is how many client addresses failed within their window; the
-// expired entries it meets go.
-func (l *authLimiter) tracked(now time.Time) int {
+// tracked is how many client addresses the table holds; an expired entry
+// goes when its address fails again or the table makes room. Counting
+// only the live ones would walk the table at each failure, in the flood
+// it guards against.
+func (l *authLimiter) tracked() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for key := range l.failures {
-		l.current(key, now)
-	}
 	return len(l.failures)
 }
 
@@ -192,7 +191,7 @@ func (s *session) authFailed(user string) error {
 		n = l.fail(s.clientIP, now)
 	}
 	s.srv.metrics.rejected("auth")
-	s.srv.metrics.authClients.Set(float64(l.tracked(now)))
+	s.srv.metrics.authClients.Set(float64(l.tracked()))
 	overClient := !s.trusted && l.lim.PerClient > 0 && n >= l.lim.PerClient
 	switch {
 	case n == 1:
