@@ -115,8 +115,12 @@ func TestStatsAndSearch(t *testing.T) {
 	if total["SENT"] != 3 || total["FAILED"] != 1 || total["ACCEPTED"] != 4 {
 		t.Errorf("the last hour %v", total)
 	}
-	if f := st.Recent["failed"]; len(f) != 1 || f[0].ID != failed || len(st.Recent["bounced"]) != 0 {
-		t.Errorf("recent %+v", st.Recent)
+	recent, err := rl.client.Recent(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := recent["failed"]; len(f) != 1 || f[0].ID != failed || len(recent["bounced"]) != 0 {
+		t.Errorf("recent %+v", recent)
 	}
 
 	for _, tt := range []struct {

@@ -10,12 +10,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -80,6 +82,7 @@ func Client(ctx context.Context, opts Options) (*dynamodb.Client, string, error)
 		if opts.Endpoint != "" {
 			o.BaseEndpoint = aws.String(opts.Endpoint)
 		}
+		o.HTTPClient = httpClient()
 		if opts.HTTPClient != nil {
 			o.HTTPClient = opts.HTTPClient
 		}
@@ -90,6 +93,20 @@ func Client(ctx context.Context, opts Options) (*dynamodb.Client, string, error)
 		}
 	})
 	return client, table, nil
+}
+
+// idleConns is how many connections to DynamoDB stay open between
+// requests. A claim sends a request per shard and priority at once (33 when
+// nothing is due), and the SDK keeps 10 a host: it closed the others after
+// every claim and opened them again at the next, a TLS handshake each on
+// AWS.
+const idleConns = 128
+
+// httpClient is the SDK's client, its defaults kept, with idleConns.
+func httpClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns
+	})
 }
 
 // Open opens the store; the table must exist with its indexes.

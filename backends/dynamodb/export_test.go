@@ -2,8 +2,13 @@ package dynamodb
 
 import (
 	"context"
+	"net/http"
 	"time"
 )
+
+// Transport is the transport the store's requests go through, for a test
+// that counts them to wrap.
+func Transport() http.RoundTripper { return httpClient().GetTransport() }
 
 // SweepSpooling gives up, as Restore does at now, on the bytes that have
 // waited for their row too long.

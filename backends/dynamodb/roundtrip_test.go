@@ -18,6 +18,7 @@ import (
 // callCounter counts the requests a store sends to DynamoDB, by
 // operation, retries included: it is the store's HTTP transport.
 type callCounter struct {
+	next  http.RoundTripper
 	mu    sync.Mutex
 	calls map[string]int
 }
@@ -28,12 +29,12 @@ func (c *callCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.calls[op]++
 	c.mu.Unlock()
-	return http.DefaultTransport.RoundTrip(r)
+	return c.next.RoundTrip(r)
 }
 
 // counted gives opts a transport that counts its requests.
 func counted(opts *dynamodb.Options) *callCounter {
-	c := &callCounter{calls: map[string]int{}}
+	c := &callCounter{next: dynamodb.Transport(), calls: map[string]int{}}
 	opts.HTTPClient = &http.Client{Transport: c}
 	return c
 }

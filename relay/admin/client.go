@@ -97,6 +97,13 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	return out, err
 }
 
+// Recent returns the latest messages of each overview list.
+func (c *Client) Recent(ctx context.Context) (Recent, error) {
+	var out Recent
+	err := c.do(ctx, http.MethodGet, "/v1/stats/recent", nil, &out)
+	return out, err
+}
+
 // Search finds messages by id, Message-ID or recipient.
 func (c *Client) Search(ctx context.Context, q string) (MessageList, error) {
 	var out MessageList

@@ -27,10 +27,12 @@ type Stats struct {
 	SuspendedBatches []string `json:"suspended_batches"`
 	// Minutes are the last hour's, oldest first, as this relay counted.
 	Minutes []Minute `json:"minutes"`
-	// Recent are the messages that need a look, by kind, the latest
-	// change (a failure after a retry, say) first.
-	Recent map[string][]Message `json:"recent"`
 }
+
+// Recent are the messages that need a look, by kind ("failed", "bounced",
+// "pec_not_delivered"), the latest change (a failure after a retry, say)
+// first.
+type Recent map[string][]Message
 
 // ReadyCounts are the READY messages by what they wait for (Waiting*).
 type ReadyCounts struct {
@@ -87,7 +89,24 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out.SuspendedBatches = slices.Sorted(maps.Keys(suspended))
-	out.Recent, err = a.recentLists(r, counts, out.Minutes)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// recentStats answers GET /v1/stats/recent: the latest messages of each
+// overview list. Finding them reads up to recentScan messages, so it is
+// apart from /v1/stats, which answers from counters; the dashboard asks for
+// it when the counts say a list holds some.
+func (a *api) recentStats(w http.ResponseWriter, r *http.Request) {
+	counts, err := a.store.Counts(r.Context())
+	if err != nil {
+		a.storeError(w, r, err)
+		return
+	}
+	var minutes []Minute
+	if a.opts.Throughput != nil {
+		minutes = a.opts.Throughput(time.Now())
+	}
+	out, err := a.recentLists(r, counts, minutes)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
@@ -182,7 +201,7 @@ const recentReuse = time.Minute
 // is read; the same as at the last reading, with no outcome counted since
 // (a message that failed again after a retry leaves the counts as they
 // were, and counts as an outcome of its list), and that reading answers.
-func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minutes []Minute) (map[string][]Message, error) {
+func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minutes []Minute) (Recent, error) {
 	var key strings.Builder
 	missing := 0
 	for _, st := range backends.Statuses() {
@@ -206,7 +225,7 @@ func (a *api) recentLists(r *http.Request, counts map[backends.Status]int, minut
 	if a.recentLast != nil && a.recentKey == key.String() && time.Since(a.recentAt) < recentReuse {
 		return a.recentLast, nil
 	}
-	out := map[string][]Message{}
+	out := Recent{}
 	for _, k := range a.recent {
 		out[k] = []Message{}
 	}

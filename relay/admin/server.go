@@ -90,6 +90,7 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/events/{id}/replay", a.replay)
 	mux.HandleFunc("GET /v1/stats", a.stats)
 	mux.HandleFunc("GET /v1/stats/ready", a.readyStats)
+	mux.HandleFunc("GET /v1/stats/recent", a.recentStats)
 	mux.HandleFunc("GET /v1/search", a.search)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -118,7 +119,7 @@ type api struct {
 	mu         sync.Mutex
 	recentAt   time.Time
 	recentKey  string
-	recentLast map[string][]Message
+	recentLast Recent
 	readyAt    time.Time
 	readyLast  *ReadyCounts
 }

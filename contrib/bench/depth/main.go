@@ -219,6 +219,9 @@ func report(c claimFigures, r relayFigures) {
 	line("claim, one due, p99", c.one.p99, targetClaim)
 	line("/v1/stats, first", r.statsFirst, targetStats)
 	line("/v1/stats, max of 20 more", r.statsMax, targetStats)
+	// The dashboard's latest failed, bounced and undelivered read up to
+	// 2,000 of the newest messages: no target, a figure to watch.
+	fmt.Printf("%-52s %s\n", "  (/v1/stats/recent: first; max of 5 more)", fmtDur(r.recentFirst)+"; "+fmtDur(r.recentMax))
 	for _, p := range r.pages {
 		line(p.name, p.max, targetPage)
 	}

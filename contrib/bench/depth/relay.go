@@ -34,6 +34,7 @@ type relayFigures struct {
 	startup, ready                  time.Duration
 	newMax, newMedian, acceptMedian time.Duration
 	statsFirst, statsMax            time.Duration
+	recentFirst, recentMax          time.Duration
 	pages                           []pageFigure
 }
 
@@ -96,6 +97,9 @@ func (r *relayRun) measure(ctx context.Context, c cursors, out *relayFigures) er
 		return err
 	}
 	if out.statsFirst, out.statsMax, err = r.timeGet(ctx, "/v1/stats", 20); err != nil {
+		return err
+	}
+	if out.recentFirst, out.recentMax, err = r.timeGet(ctx, "/v1/stats/recent", 5); err != nil {
 		return err
 	}
 	pages := []struct{ name, path string }{

@@ -177,12 +177,15 @@ async function refresh() {
     // Why READY messages wait takes a read of them: asked apart, and only
     // when there are some.
     const ready = (stats.counts || {}).READY ? await api('/v1/stats/ready') : null;
+    // So do the latest failed, bounced and undelivered messages.
+    const listed = Object.entries(stats.counts || {}).some(([st, n]) => n > 0 && LISTED.test(st));
+    const recent = listed ? await api('/v1/stats/recent') : {};
     last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready,
       suspended: stats.suspended_batches || []};
     drawQueue();
     drawSuspended();
     drawCharts();
-    drawRecent(stats.recent || {});
+    drawRecent(recent);
     if (openId) await showMessage(openId);
     setUpdated('updated ' + fmtTime(new Date().toISOString()), false);
   } catch (err) {
@@ -356,6 +359,10 @@ function chartHover(ev) {
   const m = p.minutes[i];
   c.title = m ? `${hhmm(new Date(m.at))}: ` + p.series.map(s => `${s.name} ${s.values[i]}`).join(', ') : '';
 }
+
+// LISTED matches the statuses of the "latest" cards, which
+// GET /v1/stats/recent lists.
+const LISTED = /FAILED|BOUNCED|PEC-NOT-/;
 
 function drawRecent(recent) {
   for (const key of ['failed', 'bounced', 'pec_not_delivered']) {
