@@ -14,6 +14,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -51,6 +52,12 @@ type Store struct {
 	table  string
 	ttl    time.Duration
 	recent recent
+	// readAhead is, for ACCEPTED ([0]) and READY ([1]) and each shard, how
+	// many priorities came after the one where the last claim met a
+	// message not due (none when it met none): the ranges the next claim
+	// will likely need, which it reads at once with the shard's head (see
+	// claimable).
+	readAhead [2][shards]atomic.Int32
 }
 
 var _ backends.Outbox = (*Store)(nil)

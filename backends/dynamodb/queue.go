@@ -254,13 +254,15 @@ func prioritized(st backends.Status) bool {
 }
 
 // claimable reads up to n messages that c may take from every shard, in
-// claim order, in at most two rounds of requests at once. A status
-// ordered by priority is read in each shard as one range, from the first
-// priority to the last's due messages (dueHead); in a shard where that
-// meets a message not due yet, which ends its priority's due ones, the
-// next priorities are read in a second round, a range of due messages
-// each. Messages not due yet cost at most a short page each shard, however
-// many they are.
+// claim order. A status ordered by priority is read in each shard as one
+// range, from the first priority to the last's due messages (dueHead); in
+// a shard where that meets a message not due yet, which ends its
+// priority's due ones, the next priorities are read as a range of due
+// messages each. Those ranges go in the same round as the shard's head
+// when the last claim met a message not due at the same priority
+// (Store.readAhead), as it does in a queue with none due, so that a claim
+// costs one round of requests; in a second round when it did not. Messages
+// not due yet cost at most a short page a shard, however many they are.
 func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[string]types.AttributeValue, error) {
 	if !prioritized(c.From) {
 		return s.queuedShards(ctx, string(c.From), lowKey, keyTime(c.Now)+"~", n)
@@ -270,33 +272,58 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 	for p := range due {
 		due[p] = fmt.Sprintf("%d#%s~", p, keyTime(c.Now))
 	}
-	pages := make([][]map[string]types.AttributeValue, shards)
-	notDue := make([]int, shards) // the priority where each shard met a message not due
-	err := eachAtOnce(shards, func(i int) error {
+	ahead := &s.readAhead[0]
+	if c.From == backends.StatusReady {
+		ahead = &s.readAhead[1]
+	}
+	// from[shard] is the first priority round one reads as a range.
+	var from [shards]int
+	for shard := range from {
+		from[shard] = len(due) - int(ahead[shard].Load())
+	}
+	// Round one: each shard's head, and the ranges after the priority
+	// where it met a message not due last time.
+	heads := make([][]map[string]types.AttributeValue, shards)
+	notDue := make([]int, shards)
+	more := make([][]map[string]types.AttributeValue, shards*len(due)) // shard i's priority p at i*len(due)+p
+	err := eachAtOnce(len(more), func(j int) error {
+		shard, p := j/len(due), j%len(due)
 		var err error
-		pages[i], notDue[i], err = s.dueHead(ctx, sharded(string(c.From), i), n, due)
+		switch {
+		case p == 0:
+			heads[shard], notDue[shard], err = s.dueHead(ctx, sharded(string(c.From), shard), n, due)
+		case p >= from[shard]:
+			more[j], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
+		}
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	var ranges [][2]int // shard, priority
-	for shard, p := range notDue {
-		for p++; p <= backends.PriorityLow; p++ {
-			ranges = append(ranges, [2]int{shard, p})
+	// Round two: the ranges round one did not read. A range it read of a
+	// priority the head reached is left out: the head holds its messages.
+	var ranges []int
+	for shard, met := range notDue {
+		for p := 1; p < len(due); p++ {
+			j := shard*len(due) + p
+			if p <= met {
+				more[j] = nil
+			} else if p < from[shard] {
+				ranges = append(ranges, j)
+			}
 		}
+		ahead[shard].Store(int32(len(due) - 1 - met))
 	}
-	more := make([][]map[string]types.AttributeValue, len(ranges))
 	err = eachAtOnce(len(ranges), func(i int) error {
-		shard, p := ranges[i][0], ranges[i][1]
+		j := ranges[i]
 		var err error
-		more[i], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
+		more[j], err = s.queued(ctx, sharded(string(c.From), j/len(due)), fmt.Sprintf("%d#", j%len(due)), due[j%len(due)], n)
 		return err
 	})
-	return mergeBy(append(pages, more...), "QueueKey", true), err
+	return mergeBy(append(heads, more...), "QueueKey", true), err
 }
 
-// headPage is the first page a claim reads of a shard: most often its
+// headPage is the first page a claim reads of a range: most often its
 // first entry is not due yet, and a page of that costs DynamoDB Local as
 // much as its entries (260 took 35 ms, 16 under 5).
 const headPage = 16
