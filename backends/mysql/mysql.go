@@ -95,6 +95,9 @@ func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	// Arguments go inside the statement's text: one round trip per
 	// statement, where a prepared one takes three.
 	cfg.InterpolateParams = true
+	// An insert's affected rows must count the rows it added, not those
+	// it found: a create learns from them that no id was taken.
+	cfg.ClientFoundRows = false
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("MySQL: %w", err)

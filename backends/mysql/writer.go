@@ -142,28 +142,14 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
 		ids = append(ids, m.ID)
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
+	res, err := tx.ExecContext(ctx, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
 		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES `+
 		rowsOf(16, len(creates))+" ON DUPLICATE KEY UPDATE id = id", args...)
 	if err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT id, eml_file_path FROM emails WHERE id IN ("+inList(len(ids))+")", ids...)
+	paths, err := insertedPaths(ctx, tx, res, creates, ids)
 	if err != nil {
-		return err
-	}
-	paths := map[string]string{}
-	for rows.Next() {
-		var id string
-		var path sql.NullString
-		if err := rows.Scan(&id, &path); err != nil {
-			rows.Close()
-			return err
-		}
-		paths[strings.TrimRight(id, " ")] = path.String
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return err
 	}
 	mine := map[string]bool{}
@@ -192,6 +178,35 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		return err
 	}
 	return holdSuspended(ctx, tx, batched)
+}
+
+// insertedPaths returns the spool path of each row the creates' ids hold.
+// When the insert added a row for every create, which it counts as one
+// affected row each where a duplicate counts none (the connection does not
+// ask for found rows: Connect), those are the creates' own, and nothing
+// is read.
+func insertedPaths(ctx context.Context, tx *sql.Tx, res sql.Result, creates []*op, ids []any) (map[string]string, error) {
+	paths := make(map[string]string, len(creates))
+	if n, err := res.RowsAffected(); err == nil && n == int64(len(creates)) {
+		for _, o := range creates {
+			paths[o.create.ID] = o.create.EmlPath
+		}
+		return paths, nil
+	}
+	rows, err := tx.QueryContext(ctx, "SELECT id, eml_file_path FROM emails WHERE id IN ("+inList(len(ids))+")", ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id string
+		var path sql.NullString
+		if err := rows.Scan(&id, &path); err != nil {
+			return nil, err
+		}
+		paths[strings.TrimRight(id, " ")] = path.String
+	}
+	return paths, rows.Err()
 }
 
 // holdSuspended sets held on the new messages (by batch) whose batch is
