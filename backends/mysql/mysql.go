@@ -98,6 +98,10 @@ func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	// An insert's affected rows must count the rows it added, not those
 	// it found: a create learns from them that no id was taken.
 	cfg.ClientFoundRows = false
+	// A transaction's last writes go in one query (execAll): a round trip
+	// where they took one each. Every value still goes as an argument,
+	// escaped by the driver, never inside the statement's text.
+	cfg.MultiStatements = true
 	conn, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("MySQL: %w", err)

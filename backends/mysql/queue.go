@@ -54,13 +54,17 @@ func (c *changes) count(st backends.Status, d int) {
 const countShards = 16
 
 func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
+	return execAll(ctx, tx, c.stmts())
+}
+
+// stmts returns the history insert and the counters' update, and forgets
+// them.
+func (c *changes) stmts() []stmt {
+	var out []stmt
 	if c.n > 0 {
-		_, err := tx.ExecContext(ctx, "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES "+
-			rowsOf(5, c.n), c.args...)
-		if err != nil {
-			return err
-		}
-		c.args, c.n = c.args[:0], 0
+		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
+			rowsOf(5, c.n), c.args})
+		c.args, c.n = nil, 0
 	}
 	statuses := make([]backends.Status, 0, len(c.delta))
 	for st, d := range c.delta {
@@ -69,7 +73,7 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 		}
 	}
 	if len(statuses) == 0 {
-		return nil
+		return out
 	}
 	slices.Sort(statuses)
 	shard := rand.N(countShards)
@@ -78,8 +82,33 @@ func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
 		args = append(args, st, shard, c.delta[st])
 	}
 	clear(c.delta)
-	_, err := tx.ExecContext(ctx, "INSERT INTO email_counts (status, shard, n) VALUES "+
-		rowsOf(3, len(statuses))+" ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args...)
+	return append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
+		rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+}
+
+// execAll runs the statements in one round trip (the connection allows
+// several statements a query: Connect), in order; the server stops at the
+// first that fails, and that failure is the error. Empty ones are left
+// out.
+func execAll(ctx context.Context, tx *sql.Tx, stmts []stmt) error {
+	var (
+		query strings.Builder
+		args  []any
+	)
+	for _, st := range stmts {
+		if st.query == "" {
+			continue
+		}
+		if query.Len() > 0 {
+			query.WriteString(";\n")
+		}
+		query.WriteString(st.query)
+		args = append(args, st.args...)
+	}
+	if query.Len() == 0 {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, query.String(), args...)
 	return err
 }
 

@@ -160,20 +160,31 @@ func (w *txRows) Status(id string) (backends.Status, error) {
 // write stores what changed: the new events, the changed events, the
 // changed messages, the alarms, then the history and the counts.
 func (w *txRows) write() error {
-	for _, f := range []func() error{w.insertEvents, w.writeEvents, w.writeMessages, w.writeAlarms} {
-		if err := f(); err != nil {
-			return err
-		}
+	newEvents, err := w.insertEvents()
+	if err != nil {
+		return err
 	}
-	return w.h.flush(w.ctx, w.tx)
+	events := w.writeEvents()
+	messages, err := w.writeMessages()
+	if err != nil {
+		return err
+	}
+	err = execAll(w.ctx, w.tx, append([]stmt{newEvents, events, messages, w.writeAlarms()}, w.h.stmts()...))
+	// Of these, only the new events' insert can meet a taken key: the
+	// others update the rows they meet.
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1062 {
+		return fmt.Errorf("event: %w", backends.ErrDuplicate)
+	}
+	return err
 }
 
 // insertEvents numbers the new events after their messages' last ones
 // (whose rows the transaction holds, so no one else numbers them) and
-// inserts them.
-func (w *txRows) insertEvents() error {
+// returns their insert.
+func (w *txRows) insertEvents() (stmt, error) {
 	if len(w.newEvents) == 0 {
-		return nil
+		return stmt{}, nil
 	}
 	var owners []string
 	for _, e := range w.newEvents {
@@ -182,7 +193,7 @@ func (w *txRows) insertEvents() error {
 	last := lastSeqStmt(sortedIDs(owners))
 	rows, err := w.tx.QueryContext(w.ctx, last.query, last.args...)
 	if err != nil {
-		return err
+		return stmt{}, err
 	}
 	seqs := map[string]int64{}
 	for rows.Next() {
@@ -190,13 +201,13 @@ func (w *txRows) insertEvents() error {
 		var seq int64
 		if err := rows.Scan(&id, &seq); err != nil {
 			rows.Close()
-			return err
+			return stmt{}, err
 		}
 		seqs[strings.TrimRight(id, " ")] = seq
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return stmt{}, err
 	}
 	args := make([]any, 0, 14*len(w.newEvents))
 	for _, e := range w.newEvents {
@@ -204,12 +215,7 @@ func (w *txRows) insertEvents() error {
 		e.Seq = seqs[e.MessageID]
 		args = append(args, eventArgs(e)...)
 	}
-	_, err = w.tx.ExecContext(w.ctx, "INSERT INTO email_events ("+eventCols+") VALUES "+rowsOf(14, len(w.newEvents)), args...)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
-		return fmt.Errorf("event: %w", backends.ErrDuplicate)
-	}
-	return err
+	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.newEvents)), args}, nil
 }
 
 // lastSeqStmt reads the last event number of each message of ids
@@ -226,27 +232,26 @@ func eventArgs(e *backends.Event) []any {
 
 // writeEvents writes the changed events, which exist and are locked: the
 // insert always finds its row and updates it.
-func (w *txRows) writeEvents() error {
+func (w *txRows) writeEvents() stmt {
 	ids := sortedIDs(w.dirtyEvs)
 	if len(ids) == 0 {
-		return nil
+		return stmt{}
 	}
 	args := make([]any, 0, 14*len(ids))
 	for _, id := range ids {
 		args = append(args, eventArgs(w.events[id.(string)])...)
 	}
-	_, err := w.tx.ExecContext(w.ctx, "INSERT INTO email_events ("+eventCols+") VALUES "+rowsOf(14, len(ids))+
+	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
 		` ON DUPLICATE KEY UPDATE state = VALUES(state), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
-		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, args...)
-	return err
+		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, args}
 }
 
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them.
-func (w *txRows) writeMessages() error {
+func (w *txRows) writeMessages() (stmt, error) {
 	ids := sortedIDs(w.dirtyMsgs)
 	if len(ids) == 0 {
-		return nil
+		return stmt{}, nil
 	}
 	args := make([]any, 0, 12*len(ids))
 	for _, id := range ids {
@@ -255,13 +260,13 @@ func (w *txRows) writeMessages() error {
 		if m.Results != nil {
 			var err error
 			if results, err = json.Marshal(m.Results); err != nil {
-				return err
+				return stmt{}, err
 			}
 		}
 		if w.envelopes[m.ID] {
 			var err error
 			if envelope, err = json.Marshal(m.Envelope); err != nil {
-				return err
+				return stmt{}, err
 			}
 		}
 		queued := m.QueueTime()
@@ -271,25 +276,23 @@ func (w *txRows) writeMessages() error {
 		args = append(args, m.ID, m.Status, null(m.Reason), m.Version, m.UpdatedAt.UTC(), nullTime(m.LeaseUntil), nullTime(m.DueAt),
 			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope))
 	}
-	_, err := w.tx.ExecContext(w.ctx, `INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
-		attempts, route, results, envelope) VALUES `+rowsOf(12, len(ids))+` ON DUPLICATE KEY UPDATE status = VALUES(status),
+	return stmt{`INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
+		attempts, route, results, envelope) VALUES ` + rowsOf(12, len(ids)) + ` ON DUPLICATE KEY UPDATE status = VALUES(status),
 		reason = VALUES(reason), version = VALUES(version), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
 		due_at = VALUES(due_at), queue_at = VALUES(queue_at), attempts = VALUES(attempts), route = VALUES(route),
-		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope)`, args...)
-	return err
+		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope)`, args}, nil
 }
 
-func (w *txRows) writeAlarms() error {
+func (w *txRows) writeAlarms() stmt {
 	if len(w.alarms) == 0 {
-		return nil
+		return stmt{}
 	}
 	args := make([]any, 0, 3*len(w.alarms))
 	for _, a := range w.alarms {
 		args = append(args, a.Kind, a.MessageID, a.At.UTC())
 	}
-	_, err := w.tx.ExecContext(w.ctx, "INSERT INTO email_alarms (kind, email_id, due_at) VALUES "+rowsOf(3, len(w.alarms))+
-		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", args...)
-	return err
+	return stmt{"INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.alarms)) +
+		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", args}
 }
 
 // rowsOf makes the VALUES of n rows of k columns.
