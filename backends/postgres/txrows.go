@@ -249,12 +249,12 @@ func lastSeqStmt(ids []string) stmt {
 // eventColumns are events' values, a column each, in the order of
 // eventCols.
 type eventColumns struct {
-	id, message, outcome, state                []string
-	seq                                        []int64
-	attempts                                   []int
-	reason, details, lastErr, acked            []*string
-	at, due, updated                           []time.Time
-	lease                                      []*time.Time
+	id, message, outcome, state     []string
+	seq                             []int64
+	attempts                        []int
+	reason, details, lastErr, acked []*string
+	at, due, updated                []time.Time
+	lease                           []*time.Time
 }
 
 func (c *eventColumns) add(e *backends.Event) {
@@ -304,11 +304,11 @@ func (w *txRows) writeMessages() error {
 		return nil
 	}
 	var (
-		status                          []string
+		status                           []string
 		reason, route, results, envelope []*string
-		version, attempts               []int
-		updated, queued                 []time.Time
-		lease, due                      []*time.Time
+		version, attempts                []int
+		updated, queued                  []time.Time
+		lease, due                       []*time.Time
 	)
 	for _, id := range ids {
 		m := w.msgs[id]
