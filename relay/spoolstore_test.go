@@ -19,6 +19,7 @@ import (
 
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/pec"
@@ -62,6 +63,50 @@ func mysqlOutbox(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return base + name
+}
+
+// postgresOutbox makes a migrated PostgreSQL database for one test,
+// dropped at its end, and returns its DSN.
+func postgresOutbox(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("TEST_POSTINO_POSTGRES_DSN")
+	if base == "" {
+		base = "postgres://root@127.0.0.1:5432/test"
+	}
+	ctx := context.Background()
+	admin, err := postgres.Connect(ctx, base, postgres.Options{MaxConns: 1})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("PostgreSQL is needed (TEST_POSTINO_POSTGRES_DSN): %v", err)
+		}
+		t.Skipf("no PostgreSQL: %v", err)
+	}
+	name := fmt.Sprintf("postino_relay_%d", time.Now().UnixNano())
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	admin.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if admin, err := postgres.Connect(ctx, base, postgres.Options{MaxConns: 1}); err == nil {
+			admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			admin.Close()
+		}
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("TEST_POSTINO_POSTGRES_DSN %s: give a postgres:// URL: %v", base, err)
+	}
+	u.Path = "/" + name
+	pool, err := postgres.Connect(ctx, u.String(), postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := postgres.Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	return u.String()
 }
 
 // fleetConfig is one relay of a fleet on the MySQL outbox dsn, with the
@@ -138,6 +183,10 @@ func TestSpoolStoreOutbox(t *testing.T) {
 		"mysql": func(t *testing.T) func(*relay.Config) {
 			dsn := mysqlOutbox(t)
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
+		},
+		"postgres": func(t *testing.T) func(*relay.Config) {
+			dsn := postgresOutbox(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
 		},
 		"dynamodb": dynamodbOutbox,
 	}
@@ -266,6 +315,25 @@ var outboxStores = map[string]struct {
 			defer db.Close()
 			n := 0
 			if err := db.QueryRow("SELECT COUNT(*) FROM email_receipts WHERE email_id = ?", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
+	},
+	"postgres": {
+		outbox: func(t *testing.T) func(*relay.Config) {
+			dsn := postgresOutbox(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
+		},
+		receipts: func(t *testing.T, c relay.Config, id string) int {
+			ctx := context.Background()
+			pool, err := postgres.Connect(ctx, c.Outbox.Postgres.DSN, postgres.Options{MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			n := 0
+			if err := pool.QueryRow(ctx, "SELECT COUNT(*) FROM email_receipts WHERE email_id = $1", id).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n

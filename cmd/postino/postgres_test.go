@@ -88,3 +88,24 @@ func TestFleetKillPostgres(t *testing.T) {
 	}
 	runFleetKill(t, []string{"--backend", "postgres", "--dsn", migratedPostgres(t)}, nil)
 }
+
+// TestConfigPrintPostgres: config print masks the password of a
+// PostgreSQL DSN, in either of its forms.
+func TestConfigPrintPostgres(t *testing.T) {
+	for _, tt := range []struct{ dsn, want string }{
+		{"postgres://postino:hunter2@db:5432/postino?sslmode=require", "dsn: postgres://postino:*****@db:5432/postino?sslmode=require"},
+		{"postgres://db/postino?user=postino&password=hunter2", "dsn: postgres://db/postino?user=postino&password=*****"},
+		{"host=db user=postino password=hunter2 dbname=postino", "dsn: host=db user=postino password=***** dbname=postino"},
+		{"host=db password='hunter2 \\' x' dbname=postino", "dsn: host=db password=***** dbname=postino"},
+	} {
+		t.Setenv("POSTINO_BACKEND", "postgres")
+		t.Setenv("POSTINO_OUTBOX_POSTGRES_DSN", tt.dsn)
+		out, errOut, code := cli(t, "config", "print")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		if !strings.Contains(out, tt.want) || strings.Contains(out, "hunter2") {
+			t.Errorf("config print of %s: want %q, and no password:\n%s", tt.dsn, tt.want, out)
+		}
+	}
+}
