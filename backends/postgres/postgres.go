@@ -61,6 +61,11 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 	}
 	cfg.MaxConns = int32(opts.MaxConns)
 	cfg.MaxConnLifetime = time.Hour
+	// Each statement is planned for its values, as TestPlans explains it:
+	// a generic plan, which PostgreSQL may pick for a prepared statement
+	// after five runs, cannot see that a status is READY or a time now,
+	// and may read a range the values would have bounded.
+	cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	cfg.AfterConnect = func(_ context.Context, c *pgx.Conn) error {
 		utcTimes(c)
 		return nil

@@ -53,7 +53,7 @@ var priorities = []int{backends.PriorityImmediate, backends.PriorityHigh, backen
 // one probe of idx_claim per priority.
 func claimDueStmt(c backends.Claim) stmt {
 	return stmt{`SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
-		WHERE status = $1 AND claim_held = false AND priority = p AND queue_at <= $2) ORDER BY p`,
+		WHERE status = $1 AND claim_held = false AND priority = p AND queue_at <= $2)`,
 		[]any{c.From, ts(c.Now), priorities}}
 }
 
@@ -185,18 +185,27 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 }
 
 // restoreStmt locks only the working rows whose lease ran out
-// (idx_status_lease).
+// (idx_status_lease), status by status (inStatuses).
 func restoreStmt(expiredBefore time.Time) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status = ANY($1) AND lease_until < $2 LIMIT $3 FOR UPDATE SKIP LOCKED",
-		[]any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
+	return stmt{inStatuses("lease_until < $2 ORDER BY lease_until"), []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
+}
+
+// inStatuses locks up to $3 messages whose status is one of $1 and which
+// where selects, a range of an index that starts with the status, per
+// status: a status = ANY($1) over the whole index lets the planner choose
+// a scan of the table where it expects many rows, and the rows it would
+// read are then those in its way.
+func inStatuses(where string) string {
+	return `SELECT m.* FROM unnest($1::text[]) s, LATERAL (SELECT ` + messageCols + ` FROM emails
+		WHERE status = s AND ` + where + ` LIMIT $3 FOR UPDATE SKIP LOCKED) m LIMIT $3`
 }
 
 // restoreEventsStmt is backends.RestoreEvent, for the expired events at
 // once (idx_state_lease).
 func restoreEventsStmt(now, expiredBefore time.Time) stmt {
-	return stmt{`UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
-		WHERE event_id IN (SELECT event_id FROM email_events WHERE state = 'calling' AND lease_until < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED)`, []any{ts(now), ts(expiredBefore), restoreChunk}}
+	return stmt{`UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
+		FROM (SELECT event_id FROM email_events WHERE state = 'calling' AND lease_until < $2
+			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, []any{ts(now), ts(expiredBefore), restoreChunk}}
 }
 
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
@@ -227,10 +236,8 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 	return out, nil
 }
 
-// purgeStmt locks only the acknowledged rows older than cutoff
-// (idx_status_updated); any of them will do, so no sort across the
-// statuses.
+// purgeStmt locks only the acknowledged rows older than cutoff, the
+// oldest of each status first (idx_status_updated).
 func purgeStmt(cutoff time.Time, limit int) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status = ANY($1) AND updated_at < $2 LIMIT $3 FOR UPDATE SKIP LOCKED",
-		[]any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
+	return stmt{inStatuses("updated_at < $2 ORDER BY updated_at"), []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
 }
