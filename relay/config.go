@@ -843,12 +843,18 @@ func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
 
 func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
 	my := c.Outbox.MySQL
-	if my.DSN != "" {
-		return my.DSN, nil
+	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
+}
+
+// dsnOf is the DSN a store's settings (key) give: dsn, or the secret of
+// dsn_file or dsn_env.
+func dsnOf(key, dsn, file, env string, getenv func(string) string) (string, error) {
+	if dsn != "" {
+		return dsn, nil
 	}
-	dsn, err := secret(my.DSNFile, my.DSNEnv, getenv)
+	dsn, err := secret(file, env, getenv)
 	if err != nil {
-		return "", fmt.Errorf("outbox.mysql DSN: %w", err)
+		return "", fmt.Errorf("%s DSN: %w", key, err)
 	}
 	return dsn, nil
 }
@@ -858,14 +864,7 @@ func (c *Config) PostgresDSN() (string, error) { return c.postgresDSN(os.Getenv)
 
 func (c *Config) postgresDSN(getenv func(string) string) (string, error) {
 	pg := c.Outbox.Postgres
-	if pg.DSN != "" {
-		return pg.DSN, nil
-	}
-	dsn, err := secret(pg.DSNFile, pg.DSNEnv, getenv)
-	if err != nil {
-		return "", fmt.Errorf("outbox.postgres DSN: %w", err)
-	}
-	return dsn, nil
+	return dsnOf("outbox.postgres", pg.DSN, pg.DSNFile, pg.DSNEnv, getenv)
 }
 
 // boltPath is where the embedded outbox lives.

@@ -20,6 +20,7 @@ import (
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/backends/postgres"
+	"github.com/genropy/postino/backends/postgres/pgtest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/pec"
@@ -63,50 +64,6 @@ func mysqlOutbox(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return base + name
-}
-
-// postgresOutbox makes a migrated PostgreSQL database for one test,
-// dropped at its end, and returns its DSN.
-func postgresOutbox(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("TEST_POSTINO_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://root@127.0.0.1:5432/test"
-	}
-	ctx := context.Background()
-	admin, err := postgres.Connect(ctx, base, postgres.Options{MaxConns: 1})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is needed (TEST_POSTINO_POSTGRES_DSN): %v", err)
-		}
-		t.Skipf("no PostgreSQL: %v", err)
-	}
-	name := fmt.Sprintf("postino_relay_%d", time.Now().UnixNano())
-	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
-	admin.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if admin, err := postgres.Connect(ctx, base, postgres.Options{MaxConns: 1}); err == nil {
-			admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			admin.Close()
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("TEST_POSTINO_POSTGRES_DSN %s: give a postgres:// URL: %v", base, err)
-	}
-	u.Path = "/" + name
-	pool, err := postgres.Connect(ctx, u.String(), postgres.Options{MaxConns: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	return u.String()
 }
 
 // fleetConfig is one relay of a fleet on the MySQL outbox dsn, with the
@@ -185,7 +142,7 @@ func TestSpoolStoreOutbox(t *testing.T) {
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
 		},
 		"postgres": func(t *testing.T) func(*relay.Config) {
-			dsn := postgresOutbox(t)
+			dsn := pgtest.Migrated(t)
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
 		},
 		"dynamodb": dynamodbOutbox,
@@ -322,7 +279,7 @@ var outboxStores = map[string]struct {
 	},
 	"postgres": {
 		outbox: func(t *testing.T) func(*relay.Config) {
-			dsn := postgresOutbox(t)
+			dsn := pgtest.Migrated(t)
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
 		},
 		receipts: func(t *testing.T, c relay.Config, id string) int {

@@ -42,20 +42,7 @@ func scanEvent(r pgx.Row) (*backends.Event, error) {
 }
 
 func queryEvents(ctx context.Context, q querier, st stmt) ([]*backends.Event, error) {
-	rows, err := q.Query(ctx, st.query, st.args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*backends.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return queryRows(ctx, q, st, scanEvent)
 }
 
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {

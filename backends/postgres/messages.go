@@ -48,18 +48,23 @@ func scanMessage(r pgx.Row, extra ...any) (*backends.Message, error) {
 }
 
 func queryMessages(ctx context.Context, q querier, st stmt) ([]*backends.Message, error) {
+	return queryRows(ctx, q, st, func(r pgx.Row) (*backends.Message, error) { return scanMessage(r) })
+}
+
+// queryRows runs st and reads its rows with scan.
+func queryRows[T any](ctx context.Context, q querier, st stmt, scan func(pgx.Row) (T, error)) ([]T, error) {
 	rows, err := q.Query(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*backends.Message
+	var out []T
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

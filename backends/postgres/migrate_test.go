@@ -9,13 +9,14 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/postgres"
+	"github.com/genropy/postino/backends/postgres/pgtest"
 )
 
 // TestMigrate: a store refuses an unmigrated database, saying what to run;
 // Migrate brings it up to date, and a second run changes nothing.
 func TestMigrate(t *testing.T) {
 	ctx := context.Background()
-	dsn := emptyDatabase(t)
+	dsn := pgtest.Database(t)
 	_, err := postgres.Open(ctx, dsn, postgres.Options{})
 	if !errors.Is(err, postgres.ErrSchemaBehind) || !strings.Contains(err.Error(), "postino migrate --backend postgres") {
 		t.Fatalf("Open of an unmigrated database: %v", err)
@@ -44,7 +45,7 @@ func TestMigrate(t *testing.T) {
 // TestConcurrentMigrate: relays starting together migrate once.
 func TestConcurrentMigrate(t *testing.T) {
 	ctx := context.Background()
-	dsn := emptyDatabase(t)
+	dsn := pgtest.Database(t)
 	var wg sync.WaitGroup
 	applied := make(chan int, 16)
 	for range 4 {
@@ -81,7 +82,7 @@ func TestConcurrentMigrate(t *testing.T) {
 // the row keeps its values, its history, and is counted.
 func TestMigrateSeedInPlace(t *testing.T) {
 	ctx := context.Background()
-	dsn := emptyDatabase(t)
+	dsn := pgtest.Database(t)
 	pool, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)

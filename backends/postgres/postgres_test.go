@@ -3,80 +3,19 @@ package postgres_test
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/postgres"
+	"github.com/genropy/postino/backends/postgres/pgtest"
 )
 
-// baseDSN is the server the tests use; each test gets a database of its own.
-func baseDSN() string {
-	if dsn := os.Getenv("TEST_POSTINO_POSTGRES_DSN"); dsn != "" {
-		return dsn
-	}
-	return "postgres://root@127.0.0.1:5432/test"
-}
-
-var dbCounter atomic.Int64
-
-// emptyDatabase creates a database, dropped at the end of the test, and
-// returns its DSN. Without a server the test is skipped, or fails under
-// CI=true.
-func emptyDatabase(t testing.TB) string {
-	t.Helper()
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, baseDSN())
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("PostgreSQL is needed (TEST_POSTINO_POSTGRES_DSN, default %s): %v", baseDSN(), err)
-		}
-		t.Skipf("no PostgreSQL at %s: %v", baseDSN(), err)
-	}
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("postino_test_%d_%d", os.Getpid(), dbCounter.Add(1))
-	if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(ctx, baseDSN()); err == nil {
-			c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(baseDSN())
-	if err != nil {
-		t.Fatalf("TEST_POSTINO_POSTGRES_DSN %s: give a postgres:// URL: %v", baseDSN(), err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
-// freshDatabase is emptyDatabase, migrated.
-func freshDatabase(t testing.TB) string {
-	t.Helper()
-	ctx := context.Background()
-	dsn := emptyDatabase(t)
-	pool, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := postgres.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	return dsn
-}
+// freshDatabase is a database of the test's own, migrated.
+func freshDatabase(t testing.TB) string { return pgtest.Migrated(t) }
 
 func openStore(t testing.TB) *postgres.Store {
 	t.Helper()

@@ -2,54 +2,17 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"net/url"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/genropy/postino/backends/postgres/pgtest"
 )
 
-// emptyPostgres makes a PostgreSQL database for one test, on the server of
-// TEST_POSTINO_POSTGRES_DSN (default postgres://root@127.0.0.1:5432/test),
-// and drops it at the end; it returns its DSN.
-func emptyPostgres(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("TEST_POSTINO_POSTGRES_DSN")
-	if base == "" {
-		base = "postgres://root@127.0.0.1:5432/test"
-	}
-	ctx := context.Background()
-	admin, err := pgx.Connect(ctx, base)
-	if err != nil {
-		serviceMissing(t, "PostgreSQL", err)
-	}
-	defer admin.Close(ctx)
-	name := fmt.Sprintf("postino_test_%d_%d", os.Getpid(), time.Now().UnixNano())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if c, err := pgx.Connect(ctx, base); err == nil {
-			c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			c.Close(ctx)
-		}
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatalf("TEST_POSTINO_POSTGRES_DSN %s: give a postgres:// URL: %v", base, err)
-	}
-	u.Path = "/" + name
-	return u.String()
-}
-
-// migratedPostgres is an emptyPostgres with the outbox schema.
+// migratedPostgres is a pgtest.Database with the outbox schema.
 func migratedPostgres(t *testing.T) string {
 	t.Helper()
-	dsn := emptyPostgres(t)
+	dsn := pgtest.Database(t)
 	if _, errOut, code := cli(t, "migrate", "--backend", "postgres", "--dsn", dsn); code != 0 {
 		t.Fatalf("migrate: %s", errOut)
 	}
@@ -61,7 +24,7 @@ func TestSharedPostgres(t *testing.T) {
 		t.Skip("runs three relays")
 	}
 	ctx := context.Background()
-	dsn := emptyPostgres(t)
+	dsn := pgtest.Database(t)
 	// The schema first: serve refuses one that is behind.
 	var out strings.Builder
 	if code := run(ctx, []string{"serve", "--backend", "postgres", "--dsn", dsn, "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--data", t.TempDir()}, io.Discard, &out); code == 0 ||
