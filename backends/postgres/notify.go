@@ -24,13 +24,14 @@ const (
 
 var channels = []string{ChannelAccepted, ChannelReady, ChannelEvents}
 
-// sendNotify notifies the channels of wake inside tx: PostgreSQL delivers
-// the notifications when tx commits, and not at all when it rolls back.
-func sendNotify(ctx context.Context, tx pgx.Tx, wake map[string]bool) error {
+// sendNotify notifies the channels of wake inside tx, with the sender's
+// name as their payload: PostgreSQL delivers the notifications when tx
+// commits, and not at all when it rolls back.
+func sendNotify(ctx context.Context, tx pgx.Tx, sender string, wake map[string]bool) error {
 	if len(wake) == 0 {
 		return nil
 	}
-	_, err := tx.Exec(ctx, "SELECT pg_notify(c, '') FROM unnest($1::text[]) c", slices.Sorted(maps.Keys(wake)))
+	_, err := tx.Exec(ctx, "SELECT pg_notify(c, $2) FROM unnest($1::text[]) c", slices.Sorted(maps.Keys(wake)), sender)
 	return err
 }
 
@@ -38,8 +39,8 @@ func sendNotify(ctx context.Context, tx pgx.Tx, wake map[string]bool) error {
 // connection was lost.
 const listenRetry = time.Second
 
-// Listen calls wake with the channel of each notification a store on this
-// database sends (ChannelAccepted, ChannelReady, ChannelEvents), until ctx
+// Listen calls wake with the channel of each notification another store on
+// this database sends (ChannelAccepted, ChannelReady, ChannelEvents), until ctx
 // ends. It listens on a connection of its own, outside the pool; when the
 // connection is lost it connects again and calls wake for every channel,
 // since notifications sent meanwhile were missed, and says so in log. Polling stays the
@@ -79,6 +80,9 @@ func (s *Store) listen(ctx context.Context, wake func(channel string)) error {
 		if err != nil {
 			return err
 		}
-		wake(n.Channel)
+		// The store's own work woke its relay's workers already.
+		if n.Payload != s.sender {
+			wake(n.Channel)
+		}
 	}
 }

@@ -42,6 +42,10 @@ type Store struct {
 	commits *groupcommit.Committer[*op]
 	// bodyBudget bounds the message bytes of one statement.
 	bodyBudget int
+	// sender names this store in its notifications, so that Listen passes
+	// on only those of other stores (other relays): the relay wakes its
+	// own workers as it hands them work.
+	sender string
 	// afterCommit, set by tests, answers in place of a COMMIT that landed:
 	// a connection lost on the reply makes a commit whose outcome the
 	// store cannot know.
@@ -105,7 +109,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("%w: it is at version %d, this postino needs %d; run: postino migrate --backend postgres --dsn DSN", ErrSchemaBehind, v, want)
 	}
-	st := &Store{pool: pool, bodyBudget: defaultBodyBudget}
+	st := &Store{pool: pool, bodyBudget: defaultBodyBudget, sender: backends.Nonce()}
 	st.commits = groupcommit.New(commitConfig, st.commit)
 	return st, nil
 }

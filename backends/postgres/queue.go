@@ -151,7 +151,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx pgx.Tx) error {
-			w := newTxRows(ctx, tx)
+			w := s.newTxRows(ctx, tx)
 			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
 			tag, err := tx.Exec(ctx, upd.query, upd.args...)

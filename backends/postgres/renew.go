@@ -41,7 +41,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	var renewed []string
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		renewed = nil
-		w := newTxRows(ctx, tx)
+		w := s.newTxRows(ctx, tx)
 		if err := w.lockEvents(r.IDs, false); err != nil {
 			return err
 		}

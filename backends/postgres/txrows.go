@@ -38,12 +38,14 @@ type txRows struct {
 	h         changes
 	// wake holds the channels to notify at the commit: work became due.
 	wake map[string]bool
+	// sender names the store in its notifications (Store.sender).
+	sender string
 }
 
 var _ backends.EventTx = (*txRows)(nil)
 
-func newTxRows(ctx context.Context, tx pgx.Tx) *txRows {
-	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}}
+func (s *Store) newTxRows(ctx context.Context, tx pgx.Tx) *txRows {
+	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}, sender: s.sender}
 }
 
 // sortedIDs returns ids once each, sorted: the order locks are taken in.
@@ -191,7 +193,7 @@ func (w *txRows) write() error {
 	if err := w.h.flush(w.ctx, w.tx); err != nil {
 		return err
 	}
-	return sendNotify(w.ctx, w.tx, w.wake)
+	return sendNotify(w.ctx, w.tx, w.sender, w.wake)
 }
 
 // insertEvents numbers the new events after their messages' last ones
