@@ -48,7 +48,7 @@ func queryEvents(ctx context.Context, q querier, st stmt) ([]*backends.Event, er
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx pgx.Tx) error {
-		w := s.newTxRows(ctx, tx)
+		w := newTxRows(ctx, tx, s.sender)
 		if err := w.lockMessages([]string{e.MessageID}); err != nil {
 			return err
 		}
@@ -100,7 +100,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	var out []*backends.Event
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		out = nil
-		w := s.newTxRows(ctx, tx)
+		w := newTxRows(ctx, tx, s.sender)
 		if err := w.lockEvents(ids, true); err != nil {
 			return err
 		}

@@ -16,9 +16,15 @@ func (s *Store) Link(ctx context.Context, key, messageID string) error {
 		return err
 	}
 	// DO NOTHING keeps the first link of a key.
-	_, err := s.pool.Exec(ctx, "INSERT INTO message_links (link_key, email_id, created_at) VALUES ($1, $2, $3) ON CONFLICT (link_key) DO NOTHING",
+	tag, err := s.pool.Exec(ctx, "INSERT INTO message_links (link_key, email_id, created_at) VALUES ($1, $2, $3) ON CONFLICT (link_key) DO NOTHING",
 		key, messageID, ts(time.Now()))
-	if pgCode(err) == codeForeignKeyViolation {
+	missing := pgCode(err) == codeForeignKeyViolation
+	if err == nil && tag.RowsAffected() == 0 {
+		// The key was linked already, which the foreign key does not check
+		// then: the message must still be there.
+		err = s.pool.QueryRow(ctx, "SELECT NOT EXISTS (SELECT 1 FROM emails WHERE id = $1)", messageID).Scan(&missing)
+	}
+	if missing {
 		return fmt.Errorf("link %s to %s: %w", key, messageID, backends.ErrNotFound)
 	}
 	return err

@@ -151,7 +151,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx pgx.Tx) error {
-			w := s.newTxRows(ctx, tx)
+			w := newTxRows(ctx, tx, s.sender)
 			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
 			tag, err := tx.Exec(ctx, upd.query, upd.args...)

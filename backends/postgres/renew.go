@@ -41,7 +41,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	var renewed []string
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		renewed = nil
-		w := s.newTxRows(ctx, tx)
+		w := newTxRows(ctx, tx, s.sender)
 		if err := w.lockEvents(r.IDs, false); err != nil {
 			return err
 		}

@@ -44,8 +44,9 @@ type txRows struct {
 
 var _ backends.EventTx = (*txRows)(nil)
 
-func (s *Store) newTxRows(ctx context.Context, tx pgx.Tx) *txRows {
-	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}, sender: s.sender}
+// newTxRows holds the rows of tx, which notifies as sender.
+func newTxRows(ctx context.Context, tx pgx.Tx, sender string) *txRows {
+	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}, sender: sender}
 }
 
 // sortedIDs returns ids once each, sorted: the order locks are taken in.

@@ -68,7 +68,7 @@ func (s *Store) commit(group []*op) []error {
 // expected status) are each write's own result and do not fail the
 // transaction.
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, group []*op) error {
-	w := s.newTxRows(ctx, tx)
+	w := newTxRows(ctx, tx, s.sender)
 	var creates []*op
 	var msgIDs, evIDs []string
 	for _, o := range group {

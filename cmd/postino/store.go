@@ -105,7 +105,8 @@ func setDSN(cfg *relay.Config, dsn string) {
 	cfg.Outbox.MySQL = relay.MySQLConfig{DSN: dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: cfg.Outbox.MySQL.MaxConns}
 }
 
-// migratePostgres brings a PostgreSQL outbox's schema up to date.
+// migratePostgres brings a PostgreSQL outbox's schema up to date and takes
+// over the rows of the seed layout, as migrate does on MySQL.
 func migratePostgres(ctx context.Context, stdout io.Writer, cfg relay.Config) error {
 	if pg := cfg.Outbox.Postgres; pg.DSN == "" && pg.DSNFile == "" && pg.DSNEnv == "" {
 		return fmt.Errorf("%w: migrate needs the PostgreSQL DSN: give --dsn postgres://…, set POSTINO_OUTBOX_POSTGRES_DSN, "+
@@ -129,6 +130,11 @@ func migratePostgres(ctx context.Context, stdout io.Writer, cfg relay.Config) er
 		return err
 	}
 	printMigrated(stdout, applied, v)
+	a, err := postgres.Adopt(ctx, pool)
+	if err != nil {
+		return err
+	}
+	printAdoption(stdout, a)
 	return nil
 }
 
