@@ -24,15 +24,13 @@ const (
 
 var channels = []string{ChannelAccepted, ChannelReady, ChannelEvents}
 
-// sendNotify notifies the channels of wake inside tx, with the sender's
-// name as their payload: PostgreSQL delivers the notifications when tx
-// commits, and not at all when it rolls back.
-func sendNotify(ctx context.Context, tx pgx.Tx, sender string, wake map[string]bool) error {
-	if len(wake) == 0 {
-		return nil
+// queueNotify notifies the channels of wake in b, with the sender's name
+// as their payload: PostgreSQL delivers the notifications when the
+// transaction commits, and not at all when it rolls back.
+func queueNotify(b *pgx.Batch, sender string, wake map[string]bool) {
+	if len(wake) > 0 {
+		b.Queue("SELECT pg_notify(c, $2) FROM unnest($1::text[]) c", slices.Sorted(maps.Keys(wake)), sender)
 	}
-	_, err := tx.Exec(ctx, "SELECT pg_notify(c, $2) FROM unnest($1::text[]) c", slices.Sorted(maps.Keys(wake)), sender)
-	return err
 }
 
 // listenRetry is the wait before connecting again after the listening

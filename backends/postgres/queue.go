@@ -224,11 +224,11 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		}
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
-		if _, err := tx.Exec(ctx, "DELETE FROM emails WHERE id = ANY($1)", ids); err != nil {
-			return err
-		}
+		b := &pgx.Batch{}
+		b.Queue("DELETE FROM emails WHERE id = ANY($1)", ids)
+		h.flush(b)
 		out = msgs
-		return h.flush(ctx, tx)
+		return sendBatch(ctx, tx, b)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

@@ -184,23 +184,40 @@ func (w *txRows) Status(id string) (backends.Status, error) {
 
 // write stores what changed: the new events, the changed events, the
 // changed messages, the alarms, then the history and the counts, and
-// notifies the work made due.
+// notifies the work made due; every statement in one round trip (a batch,
+// pipelined), but the read of the events' last numbers before.
 func (w *txRows) write() error {
-	for _, f := range []func() error{w.insertEvents, w.writeEvents, w.writeMessages, w.writeAlarms} {
-		if err := f(); err != nil {
+	b := &pgx.Batch{}
+	if err := w.insertEvents(b); err != nil {
+		return err
+	}
+	for _, f := range []func(*pgx.Batch) error{w.writeEvents, w.writeMessages, w.writeAlarms} {
+		if err := f(b); err != nil {
 			return err
 		}
 	}
-	if err := w.h.flush(w.ctx, w.tx); err != nil {
-		return err
+	w.h.flush(b)
+	queueNotify(b, w.sender, w.wake)
+	err := sendBatch(w.ctx, w.tx, b)
+	if pgCode(err) == codeUniqueViolation { // the only insert that can meet a key: the new events'
+		return fmt.Errorf("event: %w", backends.ErrDuplicate)
 	}
-	return sendNotify(w.ctx, w.tx, w.sender, w.wake)
+	return err
+}
+
+// sendBatch runs the statements of b in one round trip, and returns the
+// first error.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // insertEvents numbers the new events after their messages' last ones
 // (whose rows the transaction holds, so no one else numbers them) and
 // inserts them.
-func (w *txRows) insertEvents() error {
+func (w *txRows) insertEvents(b *pgx.Batch) error {
 	if len(w.newEvents) == 0 {
 		return nil
 	}
@@ -234,13 +251,10 @@ func (w *txRows) insertEvents() error {
 		c.add(e)
 		w.notifyEvent(e)
 	}
-	_, err = w.tx.Exec(w.ctx, `INSERT INTO email_events (`+eventCols+`) SELECT * FROM unnest($1::text[], $2::text[],
+	b.Queue(`INSERT INTO email_events (`+eventCols+`) SELECT * FROM unnest($1::text[], $2::text[],
 		$3::int[], $4::text[], $5::text[], $6::timestamptz[], $7::text[], $8::text[], $9::int[], $10::timestamptz[],
 		$11::timestamptz[], $12::text[], $13::text[], $14::timestamptz[])`, c.args()...)
-	if pgCode(err) == codeUniqueViolation {
-		return fmt.Errorf("event: %w", backends.ErrDuplicate)
-	}
-	return err
+	return nil
 }
 
 // lastSeqStmt reads the last event number of each message of ids
@@ -282,7 +296,7 @@ func nullJSON(v []string) *string {
 }
 
 // writeEvents writes the changed events, which exist and are locked.
-func (w *txRows) writeEvents() error {
+func (w *txRows) writeEvents(b *pgx.Batch) error {
 	ids := sortedIDs(w.dirtyEvs)
 	if len(ids) == 0 {
 		return nil
@@ -291,17 +305,17 @@ func (w *txRows) writeEvents() error {
 	for _, id := range ids {
 		c.add(w.events[id])
 	}
-	_, err := w.tx.Exec(w.ctx, `UPDATE email_events e SET state = u.state, updated_at = u.updated_at, lease_until = u.lease_until,
+	b.Queue(`UPDATE email_events e SET state = u.state, updated_at = u.updated_at, lease_until = u.lease_until,
 		acked = u.acked, attempts = u.attempts, due_at = u.due_at, last_error = u.last_error
 		FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::timestamptz[], $5::text[], $6::int[], $7::timestamptz[], $8::text[])
 			AS u(event_id, state, updated_at, lease_until, acked, attempts, due_at, last_error)
 		WHERE e.event_id = u.event_id`, c.id, c.state, c.updated, c.lease, c.acked, c.attempts, c.due, c.lastErr)
-	return err
+	return nil
 }
 
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them, with one statement.
-func (w *txRows) writeMessages() error {
+func (w *txRows) writeMessages(b *pgx.Batch) error {
 	ids := sortedIDs(w.dirtyMsgs)
 	if len(ids) == 0 {
 		return nil
@@ -336,19 +350,19 @@ func (w *txRows) writeMessages() error {
 		updated, lease, due, queued = append(updated, ts(m.UpdatedAt)), append(lease, nullTime(m.LeaseUntil)), append(due, nullTime(m.DueAt)), append(queued, ts(q))
 		attempts, route, results, envelope = append(attempts, m.Attempts), append(route, null(m.Route)), append(results, nullBytes(res)), append(envelope, nullBytes(env))
 	}
-	_, err := w.tx.Exec(w.ctx, `UPDATE emails e SET status = u.status, reason = u.reason, version = u.version,
+	b.Queue(`UPDATE emails e SET status = u.status, reason = u.reason, version = u.version,
 		updated_at = u.updated_at, lease_until = u.lease_until, due_at = u.due_at, queue_at = u.queue_at, attempts = u.attempts,
 		route = u.route, results = u.results, envelope = COALESCE(u.envelope, e.envelope)
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[],
 			$8::timestamptz[], $9::int[], $10::text[], $11::text[], $12::text[])
 			AS u(id, status, reason, version, updated_at, lease_until, due_at, queue_at, attempts, route, results, envelope)
 		WHERE e.id = u.id`, ids, status, reason, version, updated, lease, due, queued, attempts, route, results, envelope)
-	return err
+	return nil
 }
 
 // writeAlarms sets the alarms the moves set, the last of each message and
 // kind (a statement may change a row once).
-func (w *txRows) writeAlarms() error {
+func (w *txRows) writeAlarms(b *pgx.Batch) error {
 	if len(w.alarms) == 0 {
 		return nil
 	}
@@ -361,10 +375,10 @@ func (w *txRows) writeAlarms() error {
 	for k, t := range last {
 		ids, kinds, at = append(ids, k[0]), append(kinds, k[1]), append(at, ts(t))
 	}
-	_, err := w.tx.Exec(w.ctx, `INSERT INTO email_alarms (kind, email_id, due_at)
+	b.Queue(`INSERT INTO email_alarms (kind, email_id, due_at)
 		SELECT * FROM unnest($1::text[], $2::text[], $3::timestamptz[])
 		ON CONFLICT (email_id, kind) DO UPDATE SET due_at = EXCLUDED.due_at`, kinds, ids, at)
-	return err
+	return nil
 }
 
 // changes gathers what a transaction writes beside the message rows: the
@@ -397,17 +411,15 @@ func (c *changes) count(st backends.Status, d int) {
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-func (c *changes) flush(ctx context.Context, tx pgx.Tx) error {
+// flush queues the history rows and the counters' changes in b.
+func (c *changes) flush(b *pgx.Batch) {
 	if len(c.ids) > 0 {
 		// WITH ORDINALITY keeps the rows' order in the ids they get, which
 		// History reads them by.
-		_, err := tx.Exec(ctx, `INSERT INTO email_statuses (email_id, status, reason, created_at, details)
+		b.Queue(`INSERT INTO email_statuses (email_id, status, reason, created_at, details)
 			SELECT email_id, status, reason, created_at, details
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY
 				AS h(email_id, status, reason, created_at, details, n) ORDER BY n`, c.ids, c.statuses, c.reasons, c.at, c.details)
-		if err != nil {
-			return err
-		}
 		c.ids, c.statuses, c.reasons, c.at, c.details = nil, nil, nil, nil, nil
 	}
 	var statuses []string
@@ -418,15 +430,14 @@ func (c *changes) flush(ctx context.Context, tx pgx.Tx) error {
 		}
 	}
 	if len(statuses) == 0 {
-		return nil
+		return
 	}
 	slices.Sort(statuses)
 	for _, st := range statuses {
 		deltas = append(deltas, int64(c.delta[backends.Status(st)]))
 	}
 	clear(c.delta)
-	_, err := tx.Exec(ctx, `INSERT INTO email_counts (status, shard, n)
+	b.Queue(`INSERT INTO email_counts (status, shard, n)
 		SELECT s, $2::smallint, d FROM unnest($1::text[], $3::bigint[]) AS c(s, d)
 		ON CONFLICT (status, shard) DO UPDATE SET n = email_counts.n + EXCLUDED.n`, statuses, rand.N(countShards), deltas)
-	return err
 }
