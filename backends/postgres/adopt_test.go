@@ -8,38 +8,19 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/postgres"
-	"github.com/genropy/postino/backends/postgres/pgtest"
 )
 
 // TestAdoptSeedRows: after Migrate, every row the seed left in a status of
 // its own is taken over or told, and Adopt says what it found and did.
 func TestAdoptSeedRows(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.Database(t)
-	pool, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := postgres.MigrateTo(ctx, pool, 1); err != nil {
-		t.Fatal(err)
-	}
-	// The seed's tables and rows, as a tool that knows only the seed wrote them.
-	for _, st := range []string{
-		"DROP TABLE schema_migrations",
-		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version) VALUES
-			('legacy-1', 'SENT-ACKNOWLEDGED', '/efs/legacy-1.eml', '/efs/legacy-1.json', 'done', 4),
-			('r-ready', 'READY', '/efs/r-ready.eml', '/efs/r-ready.json', 'ready', 1),
-			('r-proc', 'PROCESSING', '/efs/r-proc.eml', NULL, 'sending', 1),
-			('r-acc', 'ACCEPTED', '/efs/r-acc.eml', '/efs/r-acc.json', '', 1),
-			('r-noeml', 'READY', NULL, '/efs/r-noeml.json', '', 1),
-			('r-sent', 'SENT', '/efs/r-sent.eml', NULL, '250 ok', 1),
-			('r-calling', 'CALLING-FAILED-CALLBACK', '/efs/r-calling.eml', NULL, '550 no such user', 1)`,
-	} {
-		if _, err := pool.Exec(ctx, st); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dsn, pool := seedDatabase(t, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason) VALUES
+		('r-ready', 'READY', '/efs/r-ready.eml', '/efs/r-ready.json', 'ready'),
+		('r-proc', 'PROCESSING', '/efs/r-proc.eml', NULL, 'sending'),
+		('r-acc', 'ACCEPTED', '/efs/r-acc.eml', '/efs/r-acc.json', ''),
+		('r-noeml', 'READY', NULL, '/efs/r-noeml.json', ''),
+		('r-sent', 'SENT', '/efs/r-sent.eml', NULL, '250 ok'),
+		('r-calling', 'CALLING-FAILED-CALLBACK', '/efs/r-calling.eml', NULL, '550 no such user')`)
 	if _, err := postgres.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/backends/postgres/pgtest"
@@ -78,30 +80,40 @@ func TestConcurrentMigrate(t *testing.T) {
 	}
 }
 
-// TestMigrateSeedInPlace migrates the seed's tables with a row in them:
-// the row keeps its values, its history, and is counted.
-func TestMigrateSeedInPlace(t *testing.T) {
+// seedDatabase makes a database with only the seed's tables, as a tool
+// that knows only the seed writes them, holding legacy-1 and its history
+// and then the rows of more; it returns its DSN and a pool on it, closed
+// with the test.
+func seedDatabase(t *testing.T, more ...string) (string, *pgxpool.Pool) {
+	t.Helper()
 	ctx := context.Background()
 	dsn := pgtest.Database(t)
 	pool, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	if _, err := postgres.MigrateTo(ctx, pool, 1); err != nil {
 		t.Fatal(err)
 	}
-	// Only the seed's tables, as a tool that knows the seed writes them.
-	for _, st := range []string{
+	for _, st := range append([]string{
 		"DROP TABLE schema_migrations",
 		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version) VALUES
 			('legacy-1', 'SENT-ACKNOWLEDGED', '/efs/legacy-1.eml', '/efs/legacy-1.json', 'done', 4)`,
 		`INSERT INTO email_statuses (email_id, status, reason) VALUES ('legacy-1', 'ACCEPTED', ''), ('legacy-1', 'SENT', 'ok')`,
-	} {
+	}, more...) {
 		if _, err := pool.Exec(ctx, st); err != nil {
 			t.Fatal(err)
 		}
 	}
+	return dsn, pool
+}
+
+// TestMigrateSeedInPlace migrates the seed's tables with a row in them:
+// the row keeps its values, its history, and is counted.
+func TestMigrateSeedInPlace(t *testing.T) {
+	ctx := context.Background()
+	dsn, pool := seedDatabase(t)
 	if applied, err := postgres.Migrate(ctx, pool); err != nil || len(applied) != postgres.LatestVersion() {
 		t.Fatalf("Migrate = %v, %v", applied, err)
 	}
