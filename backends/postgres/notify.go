@@ -33,6 +33,10 @@ func queueNotify(b *pgx.Batch, sender string, wake map[string]bool) {
 	}
 }
 
+// ListenerName is the application_name of Listen's connection, which
+// pg_stat_activity shows.
+const ListenerName = "postino-listen"
+
 // listenRetry is the wait before connecting again after the listening
 // connection was lost.
 const listenRetry = time.Second
@@ -41,8 +45,9 @@ const listenRetry = time.Second
 // this database sends (ChannelAccepted, ChannelReady, ChannelEvents), until ctx
 // ends. It listens on a connection of its own, outside the pool; when the
 // connection is lost it connects again and calls wake for every channel,
-// since notifications sent meanwhile were missed, and says so in log. Polling stays the
-// fallback: a notification only shortens a worker's wait.
+// since notifications sent meanwhile were missed, and says so in log.
+// Polling stays the fallback: a notification only shortens a worker's
+// wait.
 func (s *Store) Listen(ctx context.Context, log *slog.Logger, wake func(channel string)) {
 	for ctx.Err() == nil {
 		err := s.listen(ctx, wake)
@@ -63,7 +68,9 @@ func (s *Store) Listen(ctx context.Context, log *slog.Logger, wake func(channel 
 
 // listen holds one listening connection until it fails or ctx ends.
 func (s *Store) listen(ctx context.Context, wake func(channel string)) error {
-	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	cfg := s.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = ListenerName
+	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}

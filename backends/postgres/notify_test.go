@@ -94,3 +94,76 @@ func drain(c chan string) {
 		}
 	}
 }
+
+// TestNotifyReconnects: when its connection is lost, Listen wakes every
+// worker (notifications were missed meanwhile), connects again, and passes
+// on the notifications sent from then on.
+func TestNotifyReconnects(t *testing.T) {
+	ctx := context.Background()
+	dsn := freshDatabase(t)
+	writer, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	listener, err := postgres.Open(ctx, dsn, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer listener.Close()
+	woken := make(chan string, 256)
+	lctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		listener.Listen(lctx, slog.New(slog.DiscardHandler), func(ch string) { woken <- ch })
+	}()
+	defer func() { stop(); <-done }()
+	n := 0
+	createUntilWoken := func(what string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			n++
+			if err := writer.Create(ctx, &backends.Message{ID: fmt.Sprintf("r-%d", n), Priority: 2, EmlPath: "x.eml"}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case ch := <-woken:
+				if ch == postgres.ChannelAccepted {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s: no notification within 30s", what)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	createUntilWoken("before the connection is lost")
+
+	// The server ends the listening connection, as a restart or a proxy
+	// would.
+	admin, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	var ended int
+	err = admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name = $1 AND datname = current_database()`, postgres.ListenerName).Scan(&ended)
+	if err != nil || ended != 1 {
+		t.Fatalf("terminated %d listening connections, %v; want 1", ended, err)
+	}
+	seen := map[string]bool{}
+	timeout := time.After(30 * time.Second)
+	for len(seen) < 3 {
+		select {
+		case ch := <-woken:
+			seen[ch] = true
+		case <-timeout:
+			t.Fatalf("after the connection was lost, woke only %v; want every channel", seen)
+		}
+	}
+	drain(woken)
+	createUntilWoken("after the connection was lost")
+}
