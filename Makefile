@@ -1,7 +1,7 @@
 # make test: what CI runs. It installs and starts what the tests need
 # (idempotent), lints and vets, then runs every test with the race detector,
-# the MySQL (the machine's MariaDB) and DynamoDB (DynamoDB Local) suites
-# included.
+# the MySQL (the machine's MariaDB), PostgreSQL (the machine's cluster) and
+# DynamoDB (DynamoDB Local) suites included.
 GO ?= go
 # staticcheck is pinned and run from the module cache, so that its own
 # dependencies stay out of the project's go.mod.
@@ -10,6 +10,7 @@ GOCYCLO ?= github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0
 GOFMT = $(shell $(GO) env GOROOT)/bin/gofmt
 DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
+export TEST_POSTINO_POSTGRES_DSN ?= postgres://root@127.0.0.1:5432/test
 
 .PHONY: test test-deps deps lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-bounces
 

@@ -28,3 +28,16 @@ dynamodb_start() {
       -inMemory -port "$1") >"$2" 2>&1 </dev/null &
   dynamodb_pid=$!
 }
+
+# postgres_start starts the machine's PostgreSQL cluster unless it answers
+# on 127.0.0.1 already. Its errors are shown: a cluster that will not start
+# fails the caller.
+postgres_start() {
+  pg_isready -q -h 127.0.0.1 && return 0
+  local version
+  version=$(ls /etc/postgresql | sort -V | tail -n 1)
+  [ -n "$version" ] || { echo "no PostgreSQL cluster in /etc/postgresql" >&2; return 1; }
+  echo "starting PostgreSQL $version"
+  pg_ctlcluster --skip-systemctl-redirect "$version" main start
+  wait_up 5432 PostgreSQL
+}

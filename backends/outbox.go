@@ -1,6 +1,6 @@
 // Package backends holds the outbox contract: the message rows, their
 // statuses and transitions, the events told to plugins, and the rules every
-// store (bbolt, MySQL, DynamoDB) keeps. A store implements Outbox; a part of
+// store (bbolt, MySQL, PostgreSQL, DynamoDB) keeps. A store implements Outbox; a part of
 // the relay declares, where it uses a store, only the methods it calls. The
 // conformance suite in backendtest checks a store against the contract.
 package backends

@@ -155,11 +155,13 @@ func (a AdminConfig) Token(getenv func(string) string) (string, error) {
 }
 
 type OutboxConfig struct {
-	// Backend is bolt (embedded, the default), mysql or dynamodb; the last
-	// two let several relays share one outbox (and one spool directory).
+	// Backend is bolt (embedded, the default), mysql, postgres or
+	// dynamodb; the last three let several relays share one outbox (and
+	// one spool directory).
 	Backend  string         `yaml:"backend"`
 	Bolt     BoltConfig     `yaml:"bolt"`
 	MySQL    MySQLConfig    `yaml:"mysql"`
+	Postgres PostgresConfig `yaml:"postgres"`
 	DynamoDB DynamoDBConfig `yaml:"dynamodb"`
 }
 
@@ -181,7 +183,8 @@ const (
 
 // SpoolConfig says where messages' bytes are kept.
 type SpoolConfig struct {
-	// Store is local (the default), shared or outbox (MySQL or DynamoDB).
+	// Store is local (the default), shared or outbox (MySQL, PostgreSQL or
+	// DynamoDB).
 	Store string `yaml:"store"`
 	// MinFreeSpace is the free space the spool's file system needs for
 	// the relay to take mail (local and shared); 0 is one and a half
@@ -199,6 +202,16 @@ type MySQLConfig struct {
 	// the DSN may also ask for TLS itself (tls=true).
 	TLSCAFile string `yaml:"tls_ca_file"`
 	MaxConns  int    `yaml:"max_conns"`
+}
+
+type PostgresConfig struct {
+	// DSN is postgres://user:password@host:5432/database (or PostgreSQL's
+	// key=value form; sslmode and sslrootcert ask for TLS); it may come
+	// from a file or a variable instead, as it holds a password.
+	DSN      string `yaml:"dsn"`
+	DSNFile  string `yaml:"dsn_file"`
+	DSNEnv   string `yaml:"dsn_env"`
+	MaxConns int    `yaml:"max_conns"`
 }
 
 type DynamoDBConfig struct {
@@ -670,8 +683,13 @@ func (o *OutboxConfig) check() error {
 		if n := btoi(my.DSN != "") + btoi(my.DSNFile != "") + btoi(my.DSNEnv != ""); n != 1 {
 			return errors.New("outbox.mysql needs exactly one of dsn (--dsn), dsn_file and dsn_env")
 		}
+	case "postgres":
+		pg := o.Postgres
+		if n := btoi(pg.DSN != "") + btoi(pg.DSNFile != "") + btoi(pg.DSNEnv != ""); n != 1 {
+			return errors.New("outbox.postgres needs exactly one of dsn (--dsn), dsn_file and dsn_env")
+		}
 	default:
-		return fmt.Errorf("outbox.backend %q: use bolt, mysql or dynamodb", o.Backend)
+		return fmt.Errorf("outbox.backend %q: use bolt, mysql, postgres or dynamodb", o.Backend)
 	}
 	return nil
 }
@@ -682,7 +700,7 @@ func (c *Config) checkSpool() error {
 	case SpoolOutbox:
 		if c.Outbox.Backend == "bolt" {
 			return errors.New("spool.store outbox keeps messages in a store the fleet shares, and bbolt is this relay's own file: " +
-				"use spool.store local with bolt, or outbox.backend mysql or dynamodb")
+				"use spool.store local with bolt, or outbox.backend mysql, postgres or dynamodb")
 		}
 	default:
 		return fmt.Errorf("spool.store %q: use local, shared or outbox", c.Spool.Store)
@@ -825,14 +843,28 @@ func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
 
 func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
 	my := c.Outbox.MySQL
-	if my.DSN != "" {
-		return my.DSN, nil
+	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
+}
+
+// dsnOf is the DSN a store's settings (key) give: dsn, or the secret of
+// dsn_file or dsn_env.
+func dsnOf(key, dsn, file, env string, getenv func(string) string) (string, error) {
+	if dsn != "" {
+		return dsn, nil
 	}
-	dsn, err := secret(my.DSNFile, my.DSNEnv, getenv)
+	dsn, err := secret(file, env, getenv)
 	if err != nil {
-		return "", fmt.Errorf("outbox.mysql DSN: %w", err)
+		return "", fmt.Errorf("%s DSN: %w", key, err)
 	}
 	return dsn, nil
+}
+
+// PostgresDSN reads the DSN from where the configuration says.
+func (c *Config) PostgresDSN() (string, error) { return c.postgresDSN(os.Getenv) }
+
+func (c *Config) postgresDSN(getenv func(string) string) (string, error) {
+	pg := c.Outbox.Postgres
+	return dsnOf("outbox.postgres", pg.DSN, pg.DSNFile, pg.DSNEnv, getenv)
 }
 
 // boltPath is where the embedded outbox lives.

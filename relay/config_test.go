@@ -219,6 +219,7 @@ var checkErrors = []struct {
 	{"two admin tokens", func(c *Config) { c.Admin.TokenFile, c.Admin.TokenEnv = "f", "T" }, "token_env"},
 	{"admin without token", func(c *Config) { c.Admin.Listen = "0.0.0.0:8525" }, "admin.token_file"},
 	{"mysql without dsn", func(c *Config) { c.Outbox.Backend = "mysql" }, "outbox.mysql"},
+	{"postgres without dsn", func(c *Config) { c.Outbox.Backend = "postgres" }, "outbox.postgres needs exactly one of dsn"},
 	{"backend", func(c *Config) { c.Outbox.Backend = "sqlite" }, "outbox.backend"},
 	{"spool store", func(c *Config) { c.Spool.Store = "s3" }, "spool.store"},
 	{"spool store outbox with bolt", func(c *Config) { c.Spool.Store = SpoolOutbox }, "bbolt"},

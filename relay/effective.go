@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
@@ -42,6 +43,10 @@ func (c Config) Effective(getenv func(string) string) Config {
 	case "mysql":
 		if c.Outbox.MySQL.MaxConns <= 0 {
 			c.Outbox.MySQL.MaxConns = mysql.DefaultMaxConns
+		}
+	case "postgres":
+		if c.Outbox.Postgres.MaxConns <= 0 {
+			c.Outbox.Postgres.MaxConns = postgres.DefaultMaxConns
 		}
 	case "dynamodb":
 		if c.Outbox.DynamoDB.Table == "" {

@@ -18,8 +18,8 @@ const masked = "*****"
 var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|credential)`)
 
 // YAML is the configuration as serve runs it (Effective), as a file would
-// give it, every default included, with the secrets it holds itself masked: the password of the
-// MySQL DSN and the plugin variables named like secrets. (Passwords and
+// give it, every default included, with the secrets it holds itself masked: the passwords of the
+// MySQL and PostgreSQL DSNs and the plugin variables named like secrets. (Passwords and
 // tokens given by file or variable are never in it, only where they are.)
 // A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
@@ -34,6 +34,7 @@ func (c Config) YAML() ([]byte, error) {
 			c.Outbox.MySQL.DSN = masked
 		}
 	}
+	c.Outbox.Postgres.DSN = pgPassword.ReplaceAllString(maskURL(c.Outbox.Postgres.DSN), "${1}"+masked)
 	c.Plugins = slices.Clone(c.Plugins)
 	for i, p := range c.Plugins {
 		p.Env = maps.Clone(p.Env)
@@ -62,6 +63,10 @@ func (c Config) YAML() ([]byte, error) {
 // urlPassword is the user:password@ part of a URL, wherever it is in a
 // text (a value, or a --flag=URL argument).
 var urlPassword = regexp.MustCompile(`([a-zA-Z][a-zA-Z0-9+.-]*://[^\s/:@]*):[^\s/@]*@`)
+
+// pgPassword is the password of a PostgreSQL DSN in its key=value form
+// (password=secret, or quoted), or among a URL's parameters.
+var pgPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)`)
 
 // maskURL masks the passwords of the URLs in v.
 func maskURL(v string) string {

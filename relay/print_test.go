@@ -50,6 +50,7 @@ plugins:
 		{"example", filepath.Join("..", "contrib", "postino.example.yaml")},
 		{"routes, mailboxes, PEC, plugins", writeFile(t, full)},
 		{"mysql", writeFile(t, "outbox:\n  backend: mysql\n  mysql:\n    dsn_env: POSTINO_TEST_DSN\n")},
+		{"postgres", writeFile(t, "outbox:\n  backend: postgres\n  postgres:\n    dsn_env: POSTINO_TEST_DSN\nspool:\n  store: outbox\n")},
 		{"dynamodb", writeFile(t, "outbox:\n  backend: dynamodb\nspool:\n  store: outbox\n")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -134,7 +135,7 @@ func defaultedZeros(c Config) []string {
 	}
 	walk(reflect.ValueOf(c), "")
 	var unused []string
-	for _, b := range []string{"bolt", "mysql", "dynamodb"} {
+	for _, b := range []string{"bolt", "mysql", "postgres", "dynamodb"} {
 		if b != c.Outbox.Backend {
 			unused = append(unused, "outbox."+b+".")
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/internal/journal"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
@@ -250,6 +251,16 @@ func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) 
 			return nil, false, err
 		}
 		return s, false, nil
+	case "postgres":
+		dsn, err := c.postgresDSN(os.Getenv)
+		if err != nil {
+			return nil, false, err
+		}
+		s, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: c.Outbox.Postgres.MaxConns})
+		if err != nil {
+			return nil, false, err
+		}
+		return s, false, nil
 	case "dynamodb":
 		d := c.Outbox.DynamoDB
 		s, err := dynamodb.Open(ctx, dynamodb.Options{Table: d.Table, Endpoint: d.Endpoint, Region: d.Region, TTL: d.TTL.D()})
@@ -263,6 +274,25 @@ func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) 
 		return nil, false, err
 	}
 	return s, true, nil
+}
+
+// listener is a store that tells when another relay sharing it made work
+// due (PostgreSQL's LISTEN/NOTIFY), so that the workers start at once
+// rather than at their next poll.
+type listener interface {
+	Listen(ctx context.Context, log *slog.Logger, wake func(channel string))
+}
+
+// wake wakes the worker whose work a store's notification says is due.
+func (r *Relay) wake(channel string) {
+	switch channel {
+	case postgres.ChannelAccepted:
+		r.worker.Wake()
+	case postgres.ChannelReady:
+		r.engine.Wake()
+	case postgres.ChannelEvents:
+		r.dispatcher.Wake()
+	}
 }
 
 // SMTPAddr is the address the SMTP listener is bound to.
@@ -288,6 +318,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { r.worker.Run(workCtx) })
+	if l, ok := r.outbox.(listener); ok {
+		wg.Go(func() { l.Listen(workCtx, r.log, r.wake) })
+	}
 	wg.Go(func() { r.housekeeping(workCtx) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {

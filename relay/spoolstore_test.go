@@ -19,6 +19,8 @@ import (
 
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
+	"github.com/genropy/postino/backends/postgres/pgtest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/pec"
@@ -138,6 +140,10 @@ func TestSpoolStoreOutbox(t *testing.T) {
 		"mysql": func(t *testing.T) func(*relay.Config) {
 			dsn := mysqlOutbox(t)
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
+		},
+		"postgres": func(t *testing.T) func(*relay.Config) {
+			dsn := pgtest.Migrated(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
 		},
 		"dynamodb": dynamodbOutbox,
 	}
@@ -266,6 +272,25 @@ var outboxStores = map[string]struct {
 			defer db.Close()
 			n := 0
 			if err := db.QueryRow("SELECT COUNT(*) FROM email_receipts WHERE email_id = ?", id).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
+		},
+	},
+	"postgres": {
+		outbox: func(t *testing.T) func(*relay.Config) {
+			dsn := pgtest.Migrated(t)
+			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
+		},
+		receipts: func(t *testing.T, c relay.Config, id string) int {
+			ctx := context.Background()
+			pool, err := postgres.Connect(ctx, c.Outbox.Postgres.DSN, postgres.Options{MaxConns: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			n := 0
+			if err := pool.QueryRow(ctx, "SELECT COUNT(*) FROM email_receipts WHERE email_id = $1", id).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			return n

@@ -32,7 +32,7 @@ const clientFlags = " [--admin ADDR] [--config FILE]"
 func commands() []command {
 	return []command{
 		{"serve", "[--config FILE] [--listen ADDR] [--admin ADDR] [--data DIR] [--smarthost HOST:PORT] " +
-			"[--smarthost-tls none|starttls|tls] [--backend bolt|mysql|dynamodb] [--dsn DSN] [--table NAME] " +
+			"[--smarthost-tls none|starttls|tls] [--backend bolt|mysql|postgres|dynamodb] [--dsn DSN] [--table NAME] " +
 			"[--spool-store local|shared|outbox] [--plugin PATH]... [--dkim DOMAIN=SELECTOR:KEYFILE]...",
 			"run the relay: SMTP intake, delivery, mailbox pollers, plugins and the admin API", serve},
 		{"queue list", "[--status STATUS] [--limit N] [--json]" + clientFlags, "list the messages of the outbox, newest first", queueList},
@@ -46,7 +46,7 @@ func commands() []command {
 		{"events list", "[--state failing|pending|calling|acked|parked] [--limit N] [--json]" + clientFlags,
 			"list the events told to plugins: by default the failing ones, with their tries", eventsList},
 		{"events replay", "ID [--json]" + clientFlags, "send a parked event to the plugins again", eventsReplay},
-		{"migrate", "[--backend mysql|bolt|dynamodb] [--dsn DSN] [--config FILE]", "bring a MySQL outbox's schema up to date", migrate},
+		{"migrate", "[--backend mysql|postgres|bolt|dynamodb] [--dsn DSN] [--config FILE]", "bring a MySQL or PostgreSQL outbox's schema up to date", migrate},
 		{"dynamodb create-table", "--table NAME [--endpoint URL] [--region REGION] [--seed-index]",
 			"make the DynamoDB outbox table, or add what it lacks", dynamodbCreateTable},
 		{"dkim keygen", "--domain D --selector S --out DIR [--algorithm rsa|ed25519] [--bits N]",

@@ -133,7 +133,8 @@ func TestUsageErrorText(t *testing.T) {
 		{[]string{"version", "x"}, `postino: version takes no arguments, only flags ("x" is not one)`, "usage: postino version"},
 		{[]string{"migrate"}, "postino: migrate needs the MySQL DSN: give --dsn DSN, set POSTINO_OUTBOX_MYSQL_DSN, " +
 			"or set outbox.mysql.dsn, dsn_file or dsn_env in the --config file", "usage: postino migrate"},
-		{[]string{"migrate", "--backend", "postgres"}, `postino: migrate --backend "postgres": use mysql`, "usage: postino migrate"},
+		{[]string{"migrate", "--backend", "postgres"}, "postino: migrate needs the PostgreSQL DSN: give --dsn postgres://…, set POSTINO_OUTBOX_POSTGRES_DSN", "usage: postino migrate"},
+		{[]string{"migrate", "--backend", "sqlite"}, `postino: migrate --backend "sqlite": use mysql or postgres`, "usage: postino migrate"},
 		{[]string{"dkim", "keygen", "--domain", "example.com"}, "postino: dkim keygen needs --selector and --out", "usage: postino dkim keygen"},
 		{[]string{"pec", "parse", "--at", "yesterday", file}, `postino: --at "yesterday" is neither an RFC 3339 time`, "usage: postino pec parse"},
 		{[]string{"pec", "parse"}, "postino: pec parse needs at least one FILE to read", "usage: postino pec parse FILE..."},

@@ -23,8 +23,9 @@ func serve(ctx context.Context, inv *invocation) error {
 	data := fs.String("data", "", "data `directory` for the spool and outbox.db (POSTINO_DATA)")
 	smarthost := fs.String("smarthost", "", "deliver through this smarthost, `host:port`, instead of to MX hosts (POSTINO_SMARTHOST)")
 	smarthostTLS := fs.String("smarthost-tls", "", "TLS `mode` with the smarthost: none, starttls or tls (POSTINO_SMARTHOST_TLS)")
-	backend := fs.String("backend", "", "outbox `store`: bolt (default), mysql or dynamodb (POSTINO_BACKEND)")
-	dsn := fs.String("dsn", "", "MySQL `DSN`; implies --backend mysql (POSTINO_OUTBOX_MYSQL_DSN)")
+	backend := fs.String("backend", "", "outbox `store`: bolt (default), mysql, postgres or dynamodb (POSTINO_BACKEND)")
+	dsn := fs.String("dsn", "", "MySQL or PostgreSQL `DSN`; implies --backend mysql, or postgres for a postgres:// URL "+
+		"(POSTINO_OUTBOX_MYSQL_DSN, POSTINO_OUTBOX_POSTGRES_DSN)")
 	spoolStore := fs.String("spool-store", "", "where message bytes live, the spool `store`: local (default), shared or outbox (POSTINO_SPOOL_STORE)")
 	table := fs.String("table", "", "DynamoDB `table`; implies --backend dynamodb (EMAIL_OUTBOX_TABLE)")
 	var pluginPaths []string
@@ -60,10 +61,10 @@ func serve(ctx context.Context, inv *invocation) error {
 		}
 	}
 	if *dsn != "" {
-		cfg.Outbox.MySQL = relay.MySQLConfig{DSN: *dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: cfg.Outbox.MySQL.MaxConns}
 		if *backend == "" {
-			cfg.Outbox.Backend = "mysql"
+			cfg.Outbox.Backend = dsnBackend(*dsn)
 		}
+		setDSN(&cfg, *dsn)
 	}
 	if *table != "" && *backend == "" {
 		cfg.Outbox.Backend = "dynamodb"

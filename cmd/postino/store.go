@@ -12,35 +12,50 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay"
 )
 
-// migrate brings a MySQL outbox's schema up to date; running it again
-// changes nothing.
+// migrate brings a MySQL or PostgreSQL outbox's schema up to date; running
+// it again changes nothing.
 func migrate(ctx context.Context, inv *invocation) error {
 	stdout := inv.stdout
 	fs := inv.flags()
-	configPath := configFlag(fs, " whose outbox.mysql names the database")
-	backend := fs.String("backend", "mysql", "outbox `store`: mysql (bolt and dynamodb need no migration)")
-	dsn := fs.String("dsn", "", "MySQL `DSN` (or outbox.mysql.dsn, dsn_file, dsn_env)")
+	configPath := configFlag(fs, " whose outbox.mysql or outbox.postgres names the database")
+	backend := fs.String("backend", "", "outbox `store`: mysql (default) or postgres (bolt and dynamodb need no migration)")
+	dsn := fs.String("dsn", "", "MySQL or PostgreSQL `DSN` (or outbox.mysql.dsn, outbox.postgres.dsn, dsn_file, dsn_env); "+
+		"a postgres:// URL implies --backend postgres")
 	if _, err := inv.parseArgs(fs); err != nil {
 		return err
-	}
-	switch *backend {
-	case "mysql":
-	case "bolt", "dynamodb":
-		fmt.Fprintf(stdout, "the %s outbox needs no migration%s\n", *backend,
-			map[string]string{"dynamodb": " (postino dynamodb create-table adds missing indexes)", "bolt": ""}[*backend])
-		return nil
-	default:
-		return fmt.Errorf("%w: migrate --backend %q: use mysql (bolt and dynamodb need no migration)", errUsage, *backend)
 	}
 	cfg, err := relay.LoadConfig(*configPath, os.Environ())
 	if err != nil {
 		return err
 	}
+	b := *backend
+	if b == "" && *dsn != "" {
+		b = dsnBackend(*dsn)
+	}
+	if b == "" && cfg.Outbox.Backend != "postgres" {
+		b = "mysql"
+	}
+	if b != "" {
+		cfg.Outbox.Backend = b
+	}
 	if *dsn != "" {
-		cfg.Outbox.MySQL = relay.MySQLConfig{DSN: *dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile}
+		setDSN(&cfg, *dsn)
+	}
+	switch cfg.Outbox.Backend {
+	case "mysql", "postgres":
+	case "bolt", "dynamodb":
+		fmt.Fprintf(stdout, "the %s outbox needs no migration%s\n", cfg.Outbox.Backend,
+			map[string]string{"dynamodb": " (postino dynamodb create-table adds missing indexes)", "bolt": ""}[cfg.Outbox.Backend])
+		return nil
+	default:
+		return fmt.Errorf("%w: migrate --backend %q: use mysql or postgres (bolt and dynamodb need no migration)", errUsage, cfg.Outbox.Backend)
+	}
+	if cfg.Outbox.Backend == "postgres" {
+		return migratePostgres(ctx, stdout, cfg)
 	}
 	if my := cfg.Outbox.MySQL; my.DSN == "" && my.DSNFile == "" && my.DSNEnv == "" {
 		return fmt.Errorf("%w: migrate needs the MySQL DSN: give --dsn DSN, set POSTINO_OUTBOX_MYSQL_DSN, "+
@@ -63,17 +78,73 @@ func migrate(ctx context.Context, inv *invocation) error {
 	if err != nil {
 		return err
 	}
-	if len(applied) == 0 {
-		fmt.Fprintf(stdout, "schema already at version %d: nothing to do\n", v)
-	} else {
-		fmt.Fprintf(stdout, "applied migrations %v; schema at version %d\n", applied, v)
-	}
+	printMigrated(stdout, applied, v)
 	a, err := mysql.Adopt(ctx, db)
 	if err != nil {
 		return err
 	}
 	printAdoption(stdout, a)
 	return nil
+}
+
+// dsnBackend is the store a --dsn given without --backend names: postgres
+// for a postgres:// URL, mysql otherwise.
+func dsnBackend(dsn string) string {
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		return "postgres"
+	}
+	return "mysql"
+}
+
+// setDSN puts the --dsn of serve or migrate where cfg's backend reads it.
+func setDSN(cfg *relay.Config, dsn string) {
+	if cfg.Outbox.Backend == "postgres" {
+		cfg.Outbox.Postgres = relay.PostgresConfig{DSN: dsn, MaxConns: cfg.Outbox.Postgres.MaxConns}
+		return
+	}
+	cfg.Outbox.MySQL = relay.MySQLConfig{DSN: dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: cfg.Outbox.MySQL.MaxConns}
+}
+
+// migratePostgres brings a PostgreSQL outbox's schema up to date and takes
+// over the rows of the seed layout, as migrate does on MySQL.
+func migratePostgres(ctx context.Context, stdout io.Writer, cfg relay.Config) error {
+	if pg := cfg.Outbox.Postgres; pg.DSN == "" && pg.DSNFile == "" && pg.DSNEnv == "" {
+		return fmt.Errorf("%w: migrate needs the PostgreSQL DSN: give --dsn postgres://…, set POSTINO_OUTBOX_POSTGRES_DSN, "+
+			"or set outbox.postgres.dsn, dsn_file or dsn_env in the --config file", errUsage)
+	}
+	conn, err := cfg.PostgresDSN()
+	if err != nil {
+		return err
+	}
+	pool, err := postgres.Connect(ctx, conn, postgres.Options{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	applied, err := postgres.Migrate(ctx, pool)
+	if err != nil {
+		return err
+	}
+	v, err := postgres.SchemaVersion(ctx, pool)
+	if err != nil {
+		return err
+	}
+	printMigrated(stdout, applied, v)
+	a, err := postgres.Adopt(ctx, pool)
+	if err != nil {
+		return err
+	}
+	printAdoption(stdout, a)
+	return nil
+}
+
+// printMigrated says what migrate did.
+func printMigrated(w io.Writer, applied []int, version int) {
+	if len(applied) == 0 {
+		fmt.Fprintf(w, "schema already at version %d: nothing to do\n", version)
+	} else {
+		fmt.Fprintf(w, "applied migrations %v; schema at version %d\n", applied, version)
+	}
 }
 
 // printAdoption says what migrate or dynamodb create-table found of the

@@ -8,7 +8,7 @@
 # and checks that every message reached the sink exactly once (by the
 # X-Genro-Mail-ID the relay adds).
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
+#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
@@ -17,18 +17,23 @@
 # Innodb_os_log_written (bytes to the data files and to the redo log), and
 # mariadbd's CPU time. They are the whole server's: other clients of the
 # server count too.
+# -b postgres uses a fresh database on the server of TEST_POSTINO_POSTGRES_DSN
+# (postgres://root@127.0.0.1:5432/test by default; a URL), and prints the
+# database's commits, rows inserted and updated (pg_stat_database), the WAL
+# written (pg_stat_wal, the whole server's) and the CPU time of the server's
+# processes, per message.
 # -b dynamodb uses a fresh table on the DynamoDB Local of
 # TEST_POSTINO_DYNAMODB_ENDPOINT (make deps starts one), behind a counting
 # proxy (contrib/bench/ddbcount), and prints the round trips per message.
 # Those figures are taken once every message is READY (accept only) or
 # delivered (-d).
 #
-# -r 2 runs two relays on the one MySQL database or DynamoDB table, the
+# -r 2 runs two relays on the one MySQL or PostgreSQL database or DynamoDB table, the
 # sessions and messages split between them. They share one data directory:
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
 # share the spool (README, Outbox stores). -S outbox keeps the messages'
-# bytes in the outbox instead (spool.store, MySQL or DynamoDB): each relay then has
+# bytes in the outbox instead (spool.store, MySQL, PostgreSQL or DynamoDB): each relay then has
 # a data directory of its own.
 #
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
@@ -51,16 +56,16 @@ while getopts "db:S:r:s:m:l:" opt; do
     s) sessions=$OPTARG ;;
     m) messages=$OPTARG ;;
     l) length=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
   esac
 done
 if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
-  echo "-r $relays needs a shared outbox: -b mysql or -b dynamodb (bbolt is one process's)" >&2
+  echo "-r $relays needs a shared outbox: -b mysql, -b postgres or -b dynamodb (bbolt is one process's)" >&2
   exit 2
 fi
 
 if [ "$spoolstore" = outbox ] && [ "$backend" = bolt ]; then
-  echo "-S outbox keeps the bytes in an outbox the relays share: -b mysql or -b dynamodb" >&2
+  echo "-S outbox keeps the bytes in an outbox the relays share: -b mysql, -b postgres or -b dynamodb" >&2
   exit 2
 fi
 
@@ -121,6 +126,14 @@ case $backend in
     store=(--backend mysql --dsn "$base$db")
     mariadbd_pid=$(pgrep -xo mariadbd || pgrep -xo mysqld)
     ;;
+  postgres)
+    base=${TEST_POSTINO_POSTGRES_DSN:-postgres://root@127.0.0.1:5432/test}
+    db=postino_bench_$$
+    psql -q "$base" -c "CREATE DATABASE $db"
+    cleanup="psql -q '$base' -c 'DROP DATABASE $db WITH (FORCE)'"
+    "$work/postino" migrate --backend postgres --dsn "${base%/*}/$db" >/dev/null
+    store=(--backend postgres --dsn "${base%/*}/$db")
+    ;;
   dynamodb)
     endpoint=${TEST_POSTINO_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}
     export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-postino} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-postino} AWS_REGION=${AWS_REGION:-us-east-1}
@@ -171,6 +184,14 @@ server_status() {
     mysql)
       mysql -uroot -h127.0.0.1 -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Questions', 'Com_commit', 'Innodb_row_lock_waits', 'Innodb_deadlocks', 'Innodb_data_written', 'Innodb_os_log_written')"
       awk '{print "mariadbd_cpu_ticks", $14 + $15}' "/proc/$mariadbd_pid/stat"
+      ;;
+    postgres)
+      psql -At -F ' ' "$base" -c "SELECT 'xact_commit', xact_commit FROM pg_stat_database WHERE datname = '$db'
+        UNION ALL SELECT 'tup_inserted', tup_inserted FROM pg_stat_database WHERE datname = '$db'
+        UNION ALL SELECT 'tup_updated', tup_updated FROM pg_stat_database WHERE datname = '$db'
+        UNION ALL SELECT 'wal_bytes', wal_bytes::bigint FROM pg_stat_wal"
+      # Every server process's CPU, the relays' connections among them.
+      for p in $(pgrep -x postgres); do cat "/proc/$p/stat" 2>/dev/null; done | awk '{ t += $14 + $15 } END { print "postgres_cpu_ticks", t }'
       ;;
     dynamodb)
       curl -sf "$AWS_ENDPOINT_URL/_ddbcount" | python3 -c 'import json, sys; [print(k, v) for k, v in sorted(json.load(sys.stdin).items())]'
@@ -260,6 +281,7 @@ if [ -n "$after" ]; then
     NR == FNR { was[$1] = $2; next }
     { d = $2 - was[$1] }
     $1 == "mariadbd_cpu_ticks" { printf "mariadbd CPU: %.1f s = %.0f us per message\n", d / hz, d / hz / n * 1e6; next }
-    b == "mysql" { printf "%s: %d = %.2f per message\n", $1, d, d / n; next }
+    $1 == "postgres_cpu_ticks" { printf "PostgreSQL CPU: %.1f s = %.0f us per message\n", d / hz, d / hz / n * 1e6; next }
+    b == "mysql" || b == "postgres" { printf "%s: %d = %.2f per message\n", $1, d, d / n; next }
     d > 0 { printf "DynamoDB %s: %d = %.2f round trips per message\n", $1, d, d / n }' <(echo "$before") <(echo "$after")
 fi

@@ -6,7 +6,7 @@
 // and measures start-up, one new message end to end, /v1/stats and the
 // first and a late page of the listings, each beside its target.
 //
-//	go run ./contrib/bench/depth -store bolt|mysql|dynamodb -n 1000000
+//	go run ./contrib/bench/depth -store bolt|mysql|postgres|dynamodb -n 1000000
 //
 // make bench-depth runs it (DEPTH_STORE, DEPTH_N). smtp-sink comes with
 // Debian's postfix package.
@@ -39,6 +39,7 @@ type options struct {
 	postino    string
 	sink       string
 	dsn        string
+	pgDSN      string
 	endpoint   string
 	work       string
 	cpuProfile string
@@ -46,7 +47,7 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.store, "store", "bolt", "outbox `store`: bolt, mysql or dynamodb")
+	flag.StringVar(&o.store, "store", "bolt", "outbox `store`: bolt, mysql, postgres or dynamodb")
 	flag.IntVar(&o.n, "n", 0, "messages to fill the outbox with (default 1000000; 100000 for dynamodb)")
 	flag.IntVar(&o.held, "held", -1, "messages of the suspended batch at the head of the queue (default 5000, at most a fifth of -n)")
 	flag.IntVar(&o.workers, "workers", 0, "concurrent creates while filling (default 512; 32 for dynamodb)")
@@ -59,6 +60,7 @@ func main() {
 	flag.StringVar(&o.postino, "postino", "", "relay `binary` (default: go build ./cmd/postino into the work directory)")
 	flag.StringVar(&o.sink, "sink", "", "smtp-sink `path` (default: from PATH or /usr/sbin)")
 	flag.StringVar(&o.dsn, "dsn", envOr("TEST_POSTINO_MYSQL_DSN", "root@tcp(127.0.0.1:3306)/"), "MySQL server `DSN` without a database; a fresh database is made on it")
+	flag.StringVar(&o.pgDSN, "pg-dsn", envOr("TEST_POSTINO_POSTGRES_DSN", "postgres://root@127.0.0.1:5432/test"), "PostgreSQL server `URL`; a fresh database is made on it")
 	flag.StringVar(&o.endpoint, "endpoint", envOr("TEST_POSTINO_DYNAMODB_ENDPOINT", "http://127.0.0.1:8000"), "DynamoDB `URL`; a fresh table is made on it")
 	flag.StringVar(&o.work, "work", os.TempDir(), "`directory` under which the work directory is made")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the claims to `file`")

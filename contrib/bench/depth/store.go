@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/backends/postgres"
 )
 
 // store is a fresh outbox, opened here for the fill and the claims, and the
@@ -52,10 +54,12 @@ func newStore(ctx context.Context, o options, work string) (*store, error) {
 		s.outbox, err = s.open(ctx)
 	case "mysql":
 		err = s.openMySQL(ctx, o.dsn)
+	case "postgres":
+		err = s.openPostgres(ctx, o.pgDSN)
 	case "dynamodb":
 		err = s.openDynamoDB(ctx, o.endpoint)
 	default:
-		return nil, fmt.Errorf("unknown store %q: give bolt, mysql or dynamodb", o.store)
+		return nil, fmt.Errorf("unknown store %q: give bolt, mysql, postgres or dynamodb", o.store)
 	}
 	if err != nil {
 		return nil, err
@@ -97,6 +101,48 @@ func (s *store) openMySQL(ctx context.Context, server string) error {
 	}
 	s.open = func(ctx context.Context) (backends.Outbox, error) {
 		return mysql.Open(ctx, dsn, mysql.Options{MaxConns: 32})
+	}
+	if s.outbox, err = s.open(ctx); err != nil {
+		return err
+	}
+	s.relayArgs = []string{"--dsn", dsn}
+	return nil
+}
+
+// openPostgres makes a fresh database on the server of dsn and brings its
+// schema up to date, as postino migrate does.
+func (s *store) openPostgres(ctx context.Context, server string) error {
+	name := fmt.Sprintf("postino_depth_%d", os.Getpid())
+	u, err := url.Parse(server)
+	if err != nil || u.Scheme == "" {
+		return fmt.Errorf("-pg-dsn %s: give a postgres:// URL (%v)", server, err)
+	}
+	exec := func(ctx context.Context, query string) error {
+		root, err := postgres.Connect(ctx, server, postgres.Options{MaxConns: 1})
+		if err != nil {
+			return err
+		}
+		defer root.Close()
+		_, err = root.Exec(ctx, query)
+		return err
+	}
+	if err := exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	s.drop = func() error { return exec(context.Background(), "DROP DATABASE "+name+" WITH (FORCE)") }
+	u.Path = "/" + name
+	dsn := u.String()
+	db, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	_, err = postgres.Migrate(ctx, db)
+	db.Close()
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", name, err)
+	}
+	s.open = func(ctx context.Context) (backends.Outbox, error) {
+		return postgres.Open(ctx, dsn, postgres.Options{MaxConns: 32})
 	}
 	if s.outbox, err = s.open(ctx); err != nil {
 		return err

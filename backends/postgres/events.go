@@ -1,0 +1,172 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/genropy/postino/backends"
+)
+
+const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
+
+func scanEvent(r pgx.Row) (*backends.Event, error) {
+	var (
+		e                               backends.Event
+		reason, details, lastErr, acked *string
+		lease                           *time.Time
+		seq                             int32
+	)
+	err := r.Scan(&e.ID, &e.MessageID, &seq, &e.Outcome, &reason, &e.At, &details, &e.State, &e.Attempts,
+		&e.DueAt, &lease, &lastErr, &acked, &e.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	e.Seq = int64(seq)
+	e.Reason, e.LastError, e.LeaseUntil = str(reason), str(lastErr), tm(lease)
+	if d := str(details); d != "" {
+		e.Details = json.RawMessage(d)
+	}
+	if a := str(acked); a != "" {
+		if err := json.Unmarshal([]byte(a), &e.Acked); err != nil {
+			return nil, fmt.Errorf("event %s: stored acknowledgements are unreadable: %w", e.ID, err)
+		}
+	}
+	return &e, nil
+}
+
+func queryEvents(ctx context.Context, q querier, st stmt) ([]*backends.Event, error) {
+	return queryRows(ctx, q, st, scanEvent)
+}
+
+func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
+	now := time.Now().UTC()
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		w := newTxRows(ctx, tx, s.sender)
+		if err := w.lockMessages([]string{e.MessageID}); err != nil {
+			return err
+		}
+		if _, ok := w.msgs[e.MessageID]; !ok {
+			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
+		}
+		if err := e.Prepare(e.MessageID, now); err != nil {
+			return err
+		}
+		w.newEvents = append(w.newEvents, e)
+		return w.write()
+	})
+	if err != nil {
+		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
+	}
+	return nil
+}
+
+func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
+	out, err := queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE email_id = $1 ORDER BY seq", []any{messageID}})
+	if err == nil && len(out) == 0 {
+		_, err = s.Get(ctx, messageID)
+	}
+	return out, err
+}
+
+func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
+	return queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE state = $1 ORDER BY updated_at, event_id LIMIT $2",
+		[]any{state, limit}})
+}
+
+func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	// First the candidates, without locks and outside the transaction, so
+	// that finding none costs one read: an event first in line stays so,
+	// since an acknowledged event never goes back. Then lock those still
+	// pending; another relay may have taken some.
+	pick := eventPickStmt(c)
+	rows, err := s.pool.Query(ctx, pick.query, pick.args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim events: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	var out []*backends.Event
+	err = s.tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		w := newTxRows(ctx, tx, s.sender)
+		if err := w.lockEvents(ids, true); err != nil {
+			return err
+		}
+		var events []*backends.Event
+		var owners []string
+		for _, e := range w.events {
+			if e.State == backends.EventPending {
+				events = append(events, e)
+				owners = append(owners, e.MessageID)
+			}
+		}
+		slices.SortFunc(events, func(a, b *backends.Event) int {
+			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
+		})
+		if err := w.lockMessages(owners); err != nil {
+			return err
+		}
+		taken := map[string]bool{}
+		for _, e := range events {
+			if taken[e.MessageID] {
+				continue
+			}
+			taken[e.MessageID] = true
+			claimed, err := backends.ClaimEvent(w, e, c)
+			if err != nil {
+				return err
+			}
+			out = append(out, claimed)
+		}
+		return w.write()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim events: %w", err)
+	}
+	return out, nil
+}
+
+// eventPickStmt reads the due pending events first in line for their
+// message, in claim order (idx_state_due_seq; the earlier events of each
+// through idx_email_seq).
+func eventPickStmt(c backends.EventClaim) stmt {
+	return stmt{`SELECT e.event_id FROM email_events e
+		WHERE e.state = 'pending' AND e.due_at <= $1 AND NOT EXISTS (
+			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
+		ORDER BY e.due_at, e.seq LIMIT $2`, []any{ts(c.Now), c.Limit}}
+}
+
+// eventLockStmt reads and locks events by id, in id order; skip passes
+// over those another transaction holds.
+func eventLockStmt(ids []string, skip bool) stmt {
+	q := "SELECT " + eventCols + " FROM email_events WHERE event_id = ANY($1) ORDER BY event_id FOR UPDATE"
+	if skip {
+		q += " SKIP LOCKED"
+	}
+	return stmt{q, []any{ids}}
+}
+
+// UpdateEvent goes through the group commit, with the updates and
+// transitions of other callers.
+func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
+	if err := u.Prepare(time.Now().UTC()); err != nil {
+		return nil, err
+	}
+	o := &op{ev: &u}
+	if err := s.submit(ctx, o); err != nil {
+		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
+	}
+	return o.event, nil
+}

@@ -1,0 +1,48 @@
+package postgres
+
+import "sync"
+
+// MigrateTo lets tests make a database of an older schema.
+var MigrateTo = migrateTo
+
+// The hot statements, for TestPlans.
+var (
+	ClaimDueStmt      = claimDueStmt
+	ClaimStmt         = claimStmt
+	MessageLockStmt   = messageLockStmt
+	ListStatusStmt    = listStatusStmt
+	ListAllStmt       = listAllStmt
+	RestoreStmt       = restoreStmt
+	RestoreEventsStmt = restoreEventsStmt
+	PurgeStmt         = purgeStmt
+	DueAlarmsStmt     = dueAlarmsStmt
+	EventPickStmt     = eventPickStmt
+	EventLockStmt     = eventLockStmt
+	LastSeqStmt       = lastSeqStmt
+	HoldBatchStmt     = holdBatchStmt
+	CountsStmt        = stmt{query: countsQuery}
+)
+
+// ListCursor is where a listing stopped.
+type ListCursor = cursor
+
+// Parts returns the statement's text and arguments.
+func (s stmt) Parts() (string, []any) { return s.query, s.args }
+
+// SetBodyBudget makes the statements of message bytes small, so that a
+// test sees them split without sending megabytes.
+func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }
+
+// FailNextCommit makes the next COMMIT that lands answer err, as a
+// connection lost on its reply would.
+func FailNextCommit(s *Store, err error) {
+	var once sync.Once
+	s.afterCommit = func() error {
+		fail := false
+		once.Do(func() { fail = true })
+		if fail {
+			return err
+		}
+		return nil
+	}
+}

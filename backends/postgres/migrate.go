@@ -1,0 +1,127 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// migration is one numbered file of statements.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("migration %s is not named NNNN_name.sql", e.Name())
+		}
+		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// LatestVersion is the schema version this binary needs.
+func LatestVersion() int {
+	ms, err := migrations()
+	if err != nil || len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// SchemaVersion is the version of the schema in the database; 0 when none
+// was applied.
+func SchemaVersion(ctx context.Context, q querier) (int, error) {
+	var v *int
+	err := q.QueryRow(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&v)
+	if pgCode(err) == codeUndefinedTable {
+		return 0, nil
+	}
+	if err != nil || v == nil {
+		return 0, err
+	}
+	return *v, nil
+}
+
+// migrateLock is the advisory lock that keeps relays starting together
+// from migrating at once.
+const migrateLock = 0x706f7374696e6f // "postino"
+
+// Migrate applies the migrations the database lacks, each in a transaction
+// of its own with its row in schema_migrations (PostgreSQL's DDL is
+// transactional: a migration is applied whole or not at all), under an
+// advisory lock. It returns the versions applied.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
+	return migrateTo(ctx, pool, LatestVersion())
+}
+
+// migrateTo applies the migrations the database lacks up to version last.
+func migrateTo(ctx context.Context, pool *pgxpool.Pool, last int) ([]int, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrateLock)); err != nil {
+		return nil, fmt.Errorf("another postino is migrating this database (could not take its lock): %w", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrateLock))
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version INT PRIMARY KEY,
+		name VARCHAR(200) NOT NULL,
+		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
+		return nil, err
+	}
+	current, err := SchemaVersion(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	for _, m := range ms {
+		if m.version <= current || m.version > last {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// The simple protocol runs a file of several statements.
+			if err := tx.Conn().PgConn().Exec(ctx, m.sql).Close(); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return applied, fmt.Errorf("migration %s: %w", m.name, err)
+		}
+		applied = append(applied, m.version)
+	}
+	return applied, nil
+}

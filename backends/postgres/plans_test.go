@@ -1,0 +1,278 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/postgres"
+)
+
+var writePlans = flag.Bool("plans", false, "write PLANS.md from TestPlans")
+
+// fillOutbox fills db with 100,000 messages (enough that a scan, or a range
+// too wide, shows in the rows read) as a busy outbox holds them, by
+// statements of the server's own: half acknowledged over thirty days, a
+// fifth READY and not due yet, a tenth READY in a suspended batch, a tenth
+// READY and due, the rest being worked on, a few of them past their
+// lease; events and alarms, most of them done or not due.
+func fillOutbox(t *testing.T, db *pgxpool.Pool, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	for _, st := range []string{
+		"INSERT INTO email_batches (code, suspended_at) VALUES ('camp', @now)",
+		`INSERT INTO emails (id, status, eml_file_path, priority, batch_code, held, created_at, updated_at, due_at, queue_at, lease_until)
+		SELECT 'm-' || lpad(i::text, 6, '0'),
+			CASE WHEN i % 10 < 5 THEN 'SENT-ACKNOWLEDGED' WHEN i % 10 < 9 THEN 'READY'
+				WHEN i % 100 < 39 THEN 'ACCEPTED' WHEN i % 100 < 69 THEN 'PROCESSING' ELSE 'CALLING-SENT-CALLBACK' END,
+			'x.eml', i % 4, CASE WHEN i % 10 = 7 THEN 'camp' END, i % 10 = 7,
+			@now - make_interval(secs => i), @now - make_interval(days => i % 30, secs => i),
+			CASE WHEN i % 10 IN (5, 6) THEN @now + make_interval(secs => i) ELSE @now - make_interval(secs => i) END,
+			CASE WHEN i % 10 < 5 THEN @now - make_interval(days => i % 30, secs => i)
+				WHEN i % 10 IN (5, 6) THEN @now + make_interval(secs => i) ELSE @now - make_interval(secs => i) END,
+			CASE WHEN i % 10 = 9 AND i % 100 >= 39 THEN
+				CASE WHEN i % 1000 = 999 THEN @now - interval '1 minute' ELSE @now + interval '1 minute' END END
+		FROM generate_series(0, 99999) i`,
+		`INSERT INTO email_events (event_id, email_id, seq, outcome, at, state, due_at, updated_at, lease_until)
+		SELECT 'e-' || lpad(i::text, 6, '0'), 'm-' || lpad(i::text, 6, '0'), 1, 'SENT', @now,
+			CASE WHEN i % 10 = 0 THEN 'acked' WHEN i % 100 = 1 THEN 'pending' WHEN i % 100 = 3 THEN 'calling' ELSE 'acked' END,
+			CASE WHEN i % 1000 = 1 THEN @now - interval '1 second' ELSE @now + make_interval(secs => i) END, @now - make_interval(days => i % 30),
+			CASE WHEN i % 1000 = 3 THEN @now - interval '1 minute' WHEN i % 100 = 3 THEN @now + interval '1 minute' END
+		FROM generate_series(0, 99999) i WHERE i % 10 < 5`,
+		`INSERT INTO email_alarms (kind, email_id, due_at)
+		SELECT 'pec-receipts', 'm-' || lpad(i::text, 6, '0'),
+			CASE WHEN i % 1000 = 0 THEN @now - interval '1 second' ELSE @now + make_interval(secs => i) END
+		FROM generate_series(0, 99999) i WHERE i % 10 < 5`,
+		"INSERT INTO email_counts (status, shard, n) SELECT status, 0, COUNT(*) FROM emails GROUP BY status",
+		"ANALYZE",
+	} {
+		if _, err := db.Exec(ctx, strings.ReplaceAll(st, "@now", "'"+now.Format(time.RFC3339Nano)+"'::timestamptz")); err != nil {
+			t.Fatalf("%s: %v", st, err)
+		}
+	}
+}
+
+// plan is a hot statement and what its plan must be.
+type plan struct {
+	name string
+	st   interface{ Parts() (string, []any) }
+	// use names the index of every table access with the columns its
+	// condition must bound; a scan of a table is "seq:table".
+	use map[string][]string
+	// maxRows bounds the rows the statement reads, over every access.
+	maxRows int
+}
+
+// access is one table access of a plan.
+type access struct {
+	node, table, index, cond, filter string
+	rows, read                       float64
+}
+
+// TestPlans runs every hot statement under EXPLAIN ANALYZE on a filled
+// outbox, in a transaction rolled back, and fails on a scan of a table, a
+// sort, an index other than the one meant or a condition on fewer of its
+// columns, and on reading more rows than the answer needs. With -plans it
+// writes PLANS.md.
+func TestPlans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills an outbox of 100,000 messages")
+	}
+	ctx := context.Background()
+	db, err := postgres.Connect(ctx, freshDatabase(t), postgres.Options{MaxConns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	fillOutbox(t, db, now)
+
+	const limit = 50
+	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
+	ids := []string{"m-000008", "m-000018", "m-000028"}
+	late := func(status backends.Status, order string) *postgres.ListCursor {
+		var c postgres.ListCursor
+		var p int16
+		err := db.QueryRow(ctx, "SELECT priority, queue_at, created_at, id FROM emails WHERE status = $1 AND claim_held = false ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
+			Scan(&p, &c.At, &c.Created, &c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Priority = int(p)
+		return &c
+	}
+	lateReady := late(backends.StatusReady, "priority, queue_at, created_at, id")
+	lateAll := late(backends.StatusSentAcknowledged, "created_at DESC, id DESC")
+	ready := backends.ListQuery{Status: backends.StatusReady, Limit: limit}
+	acked := backends.ListQuery{Status: backends.StatusSentAcknowledged, Limit: limit}
+	claimIdx := []string{"status", "claim_held"}
+	plans := []plan{
+		{"claim: due priorities", postgres.ClaimDueStmt(claim), map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at"}}, 4},
+		{"claim: lock", postgres.ClaimStmt(claim, backends.PriorityNormal, limit, ids),
+			map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at"}}, limit},
+		{"transitions: lock", postgres.MessageLockStmt(ids), map[string][]string{"emails_pkey": {"id"}}, len(ids)},
+		{"list READY: first page", postgres.ListStatusStmt(ready, nil, false), map[string][]string{"idx_claim": claimIdx}, limit + 1},
+		{"list READY: held, first page", postgres.ListStatusStmt(ready, nil, true), map[string][]string{"idx_claim": claimIdx}, limit + 1},
+		{"list READY: page 400", postgres.ListStatusStmt(ready, lateReady, false),
+			map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at", "created_at", "id"}}, limit + 1},
+		{"list SENT-ACKNOWLEDGED: first page", postgres.ListStatusStmt(acked, nil, false), map[string][]string{"idx_claim": claimIdx}, limit + 1},
+		{"list all: first page", postgres.ListAllStmt(backends.ListQuery{Limit: limit}, nil), map[string][]string{"idx_created": nil}, limit + 1},
+		{"list all: page 600", postgres.ListAllStmt(backends.ListQuery{Limit: limit}, lateAll), map[string][]string{"idx_created": {"created_at", "id"}}, limit + 1},
+		{"restore: messages", postgres.RestoreStmt(now), map[string][]string{"idx_status_lease": {"status", "lease_until"}}, 100},
+		{"restore: events", postgres.RestoreEventsStmt(now, now), map[string][]string{"idx_state_lease": {"state", "lease_until"}, "email_events_pkey": {"event_id"}}, 2 * 100},
+		{"purge", postgres.PurgeStmt(now.Add(-20*24*time.Hour), limit), map[string][]string{"idx_status_updated": {"status", "updated_at"}}, limit},
+		{"counts", postgres.CountsStmt, map[string][]string{"seq:email_counts": nil}, 16 * len(backends.Statuses())},
+		{"alarms due", postgres.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string][]string{"idx_alarm_due": {"kind", "due_at"}}, limit},
+		{"event claim: pick", postgres.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
+			map[string][]string{"idx_state_due_seq": {"state", "due_at"}, "idx_email_seq": {"email_id", "seq"}}, 3 * limit},
+		{"event claim: lock", postgres.EventLockStmt([]string{"e-000001", "e-000101"}, true), map[string][]string{"email_events_pkey": {"event_id"}}, 2},
+		{"new events: last numbers", postgres.LastSeqStmt([]string{"m-000001", "m-000002", "m-000003"}), map[string][]string{"idx_email_seq": {"email_id"}}, 6},
+		{"suspend a batch", postgres.HoldBatchStmt("camp", true), map[string][]string{"idx_batch": {"batch_code"}}, 10000},
+		{"event updates: lock", postgres.EventLockStmt([]string{"e-000003", "e-000103"}, false), map[string][]string{"email_events_pkey": {"event_id"}}, 2},
+	}
+	var doc strings.Builder
+	for _, p := range plans {
+		query, args := p.st.Parts()
+		var js []byte
+		// Run, rolled back: writes and locks are measured too.
+		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+query, args...).Scan(&js); err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
+			t.Fatalf("%s: %v", p.name, err)
+		}
+		accesses, sorted := readPlan(t, js)
+		checkPlan(t, p, accesses, sorted)
+		if os.Getenv("PLANS_DEBUG") == p.name {
+			t.Log(string(js))
+		}
+		writePlan(&doc, p, query, accesses)
+	}
+	if *writePlans {
+		if err := os.WriteFile("PLANS.md", []byte(plansHeader+doc.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+var errRollback = fmt.Errorf("rolled back")
+
+// readPlan lists the table accesses of an EXPLAIN in JSON, and whether it
+// sorts.
+func readPlan(t *testing.T, js []byte) ([]access, bool) {
+	var tree any
+	if err := json.Unmarshal(js, &tree); err != nil {
+		t.Fatal(err)
+	}
+	var out []access
+	sorted := false
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			node, _ := v["Node Type"].(string)
+			if node == "Sort" || node == "Incremental Sort" {
+				sorted = true
+			}
+			table, _ := v["Relation Name"].(string)
+			index, _ := v["Index Name"].(string)
+			if strings.HasSuffix(node, "Scan") && (table != "" || index != "") && node != "Bitmap Heap Scan" {
+				a := access{node: node, table: table, index: index}
+				a.cond, _ = v["Index Cond"].(string)
+				a.filter, _ = v["Filter"].(string)
+				a.rows, _ = v["Plan Rows"].(float64)
+				loops, _ := v["Actual Loops"].(float64)
+				rows, _ := v["Actual Rows"].(float64)
+				removed, _ := v["Rows Removed by Filter"].(float64)
+				a.read = loops * (rows + removed)
+				out = append(out, a)
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(tree)
+	return out, sorted
+}
+
+func (a access) key() string {
+	if a.index == "" {
+		return "seq:" + a.table
+	}
+	return a.index
+}
+
+func checkPlan(t *testing.T, p plan, accesses []access, sorted bool) {
+	t.Helper()
+	if len(accesses) == 0 {
+		t.Errorf("%s: no table access in the plan", p.name)
+	}
+	if sorted {
+		t.Errorf("%s: the plan sorts", p.name)
+	}
+	read := 0.0
+	used := map[string]bool{}
+	for _, a := range accesses {
+		cols, ok := p.use[a.key()]
+		if !ok {
+			t.Errorf("%s: %s read by %s %q, want one of %v", p.name, a.table, a.node, a.index, p.use)
+		}
+		used[a.key()] = true
+		for _, c := range cols {
+			if !strings.Contains(a.cond, c) {
+				t.Errorf("%s: the condition on %s, %q, does not bound %s", p.name, a.index, a.cond, c)
+			}
+		}
+		read += a.read
+	}
+	for k := range p.use {
+		if !used[k] {
+			t.Errorf("%s: %s unused", p.name, k)
+		}
+	}
+	if read > float64(p.maxRows) {
+		t.Errorf("%s: read %.0f rows, want at most %d", p.name, read, p.maxRows)
+	}
+}
+
+const plansHeader = `# PostgreSQL plans of the hot statements
+
+Written by ` + "`go test ./backends/postgres -run TestPlans -plans`" + ` on an outbox of 100,000
+messages (half acknowledged over thirty days, a fifth READY and not due, a tenth
+READY in a suspended batch, a tenth READY and due, the rest being worked on) with
+their events and alarms, after ANALYZE; pages and claims of 50. Each statement
+runs under EXPLAIN ANALYZE in a transaction rolled back (writes and locks too), as
+the store runs it: planned for its values (plan_cache_mode force_custom_plan).
+TestPlans fails on a scan of a table (but the counters'), a sort, another index or
+a condition that bounds fewer of its columns than below, and on reading more rows
+than the answer needs. "rows" is the planner's estimate; "read" the rows the scan
+returned and filtered out, over its loops.
+
+`
+
+func writePlan(doc *strings.Builder, p plan, query string, accesses []access) {
+	fmt.Fprintf(doc, "## %s\n\n```sql\n%s\n```\n\n| table | access | index | index condition | filter | rows | read |\n|---|---|---|---|---|---|---|\n",
+		p.name, strings.Join(strings.Fields(query), " "))
+	for _, a := range accesses {
+		fmt.Fprintf(doc, "| %s | %s | %s | %s | %s | %.0f | %.0f |\n", a.table, a.node, a.index,
+			strings.ReplaceAll(a.cond, "|", `\|`), strings.ReplaceAll(a.filter, "|", `\|`), a.rows, a.read)
+	}
+	doc.WriteString("\n")
+}

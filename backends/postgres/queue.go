@@ -1,0 +1,243 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/genropy/postino/backends"
+)
+
+func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
+	if err := t.Prepare(time.Now().UTC()); err != nil {
+		return err
+	}
+	if err := s.submit(ctx, &op{t: &t}); err != nil {
+		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
+	}
+	return nil
+}
+
+// Claim goes through the group commit, with the writes of other callers:
+// a look at which priorities hold due messages runs before, outside any
+// transaction, so that finding nothing costs one read.
+func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	if c.Limit <= 0 {
+		return nil, nil
+	}
+	due := claimDueStmt(c)
+	rows, err := s.pool.Query(ctx, due.query, due.args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	prios, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil || len(prios) == 0 {
+		return nil, err
+	}
+	o := &op{claim: &c, prios: prios}
+	if err := s.submit(ctx, o); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	return o.claimed, nil
+}
+
+// priorities are the values of emails.priority, in claim order.
+var priorities = []int{backends.PriorityImmediate, backends.PriorityHigh, backends.PriorityNormal, backends.PriorityLow}
+
+// claimDueStmt reads which priorities hold a message the claim may take:
+// one probe of idx_claim per priority.
+func claimDueStmt(c backends.Claim) stmt {
+	return stmt{`SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
+		WHERE status = $1 AND claim_held = false AND priority = p AND queue_at <= $2)`,
+		[]any{c.From, ts(c.Now), priorities}}
+}
+
+// claimStmt locks the first n messages of one priority a claim may take, in
+// claim order, walking idx_claim and skipping the rows other transactions
+// hold (SKIP LOCKED) and those this one holds for other writes (mine).
+func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
+	return stmt{"SELECT " + messageCols + ` FROM emails
+		WHERE status = $1 AND claim_held = false AND priority = $2 AND queue_at <= $3 AND id <> ALL($4)
+		ORDER BY queue_at, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`,
+		[]any{c.From, priority, ts(c.Now), mine, n}}
+}
+
+// claimAll runs the claims of a group: those that take from one status
+// together, as one claim of all their messages due by the earliest of
+// their times, shared out in claim order; each message moves with its own
+// claim's lease and reason.
+func (w *txRows) claimAll(ops []*op) error {
+	var froms []backends.Status
+	byFrom := map[backends.Status][]*op{}
+	for _, o := range ops {
+		if _, ok := byFrom[o.claim.From]; !ok {
+			froms = append(froms, o.claim.From)
+		}
+		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
+	}
+	for _, from := range froms {
+		same := byFrom[from]
+		all := *same[0].claim
+		due := map[int]bool{}
+		for i, o := range same {
+			if i > 0 {
+				all.Limit += o.claim.Limit
+				if o.claim.Now.Before(all.Now) {
+					all.Now = o.claim.Now
+				}
+			}
+			for _, p := range o.prios {
+				due[p] = true
+			}
+		}
+		msgs, err := w.lockClaimable(all, due)
+		if err != nil {
+			return err
+		}
+		for _, o := range same {
+			n := min(o.claim.Limit, len(msgs))
+			o.claimed, msgs = msgs[:n:n], msgs[n:]
+			for _, m := range o.claimed {
+				if err := w.Move(o.claim.Move(m.ID)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// lockClaimable locks up to c.Limit messages of the due priorities, in
+// claim order: a statement per priority, until the claim is full.
+func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.Message, error) {
+	mine := make([]string, 0, len(w.msgs))
+	for id := range w.msgs {
+		mine = append(mine, id)
+	}
+	var out []*backends.Message
+	for _, p := range priorities {
+		if !due[p] || len(out) == c.Limit {
+			continue
+		}
+		msgs, err := queryMessages(w.ctx, w.tx, claimStmt(c, p, c.Limit-len(out), mine))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msgs...)
+	}
+	w.adopt(out)
+	return out, nil
+}
+
+const restoreChunk = 500
+
+// strs makes statuses the values of a text[].
+func strs(ss []backends.Status) []string {
+	out := make([]string, len(ss))
+	for i, st := range ss {
+		out[i] = string(st)
+	}
+	return out
+}
+
+func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
+	total := 0
+	for {
+		n := 0
+		now := time.Now().UTC()
+		err := s.tx(ctx, func(tx pgx.Tx) error {
+			w := newTxRows(ctx, tx, s.sender)
+			// Events first: every transaction locks events before messages.
+			upd := restoreEventsStmt(now, expiredBefore)
+			tag, err := tx.Exec(ctx, upd.query, upd.args...)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() > 0 {
+				w.notify(ChannelEvents)
+			}
+			msgs, err := queryMessages(ctx, tx, restoreStmt(expiredBefore))
+			if err != nil {
+				return err
+			}
+			w.adopt(msgs)
+			for _, m := range msgs {
+				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
+					return err
+				}
+			}
+			n = len(msgs) + int(tag.RowsAffected())
+			return w.write()
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("restore: %w", err)
+		}
+		if n == 0 {
+			return total, nil
+		}
+	}
+}
+
+// restoreStmt locks only the working rows whose lease ran out
+// (idx_status_lease), status by status (inStatuses).
+func restoreStmt(expiredBefore time.Time) stmt {
+	return stmt{inStatuses("lease_until < $2 ORDER BY lease_until"), []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
+}
+
+// inStatuses locks up to $3 messages whose status is one of $1 and which
+// where selects, a range of an index that starts with the status, per
+// status: a status = ANY($1) over the whole index lets the planner choose
+// a scan of the table where it expects many rows, and the rows it would
+// read are then those in its way.
+func inStatuses(where string) string {
+	return `SELECT m.* FROM unnest($1::text[]) s, LATERAL (SELECT ` + messageCols + ` FROM emails
+		WHERE status = s AND ` + where + ` LIMIT $3 FOR UPDATE SKIP LOCKED) m LIMIT $3`
+}
+
+// restoreEventsStmt is backends.RestoreEvent, for the expired events at
+// once (idx_state_lease).
+func restoreEventsStmt(now, expiredBefore time.Time) stmt {
+	return stmt{`UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
+		FROM (SELECT event_id FROM email_events WHERE state = 'calling' AND lease_until < $2
+			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, []any{ts(now), ts(expiredBefore), restoreChunk}}
+}
+
+func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
+	var out []*backends.Message
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		out = nil
+		msgs, err := queryMessages(ctx, tx, purgeStmt(cutoff, limit))
+		if err != nil || len(msgs) == 0 {
+			return err
+		}
+		ids := make([]string, len(msgs))
+		var h changes
+		for i, m := range msgs {
+			ids[i] = m.ID
+			h.count(m.Status, -1)
+		}
+		// History, events, links, alarms, bodies and receipts go with the
+		// rows (ON DELETE CASCADE).
+		b := &pgx.Batch{}
+		b.Queue("DELETE FROM emails WHERE id = ANY($1)", ids)
+		h.flush(b)
+		out = msgs
+		return sendBatch(ctx, tx, b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("purge: %w", err)
+	}
+	return out, nil
+}
+
+// purgeStmt locks only the acknowledged rows older than cutoff, the
+// oldest of each status first (idx_status_updated).
+func purgeStmt(cutoff time.Time, limit int) stmt {
+	return stmt{inStatuses("updated_at < $2 ORDER BY updated_at"), []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
+}
