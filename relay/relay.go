@@ -31,6 +31,7 @@ import (
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/submissions"
 	"github.com/genropy/postino/spool"
 )
 
@@ -62,7 +63,9 @@ type Relay struct {
 	dispatcher *plugins.Dispatcher
 	signer     *dkim.Signer
 	pollers    []*mailbox.Poller
-	throughput *throughput
+	// submissions read the apps' submissions tables into intake.
+	submissions []*submissions.Reader
+	throughput  *throughput
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -170,6 +173,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
+	if r.submissions, err = cfg.openSubmissions(context.Background(), r.intake, os.Getenv, log); err != nil {
+		return nil, err
+	}
 
 	r.admin = &http.Server{
 		Handler: admin.NewHandler(r.outbox, admin.Options{
@@ -288,6 +294,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	workCtx, stopWork := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { r.worker.Run(workCtx) })
+	for _, rd := range r.submissions {
+		wg.Go(func() { rd.Run(workCtx) })
+	}
 	wg.Go(func() { r.housekeeping(workCtx) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
@@ -350,6 +359,7 @@ func (r *Relay) close() {
 	if r.spool != nil {
 		r.spool.Close()
 	}
+	closeAll(r.submissions)
 	if r.outcomes != nil {
 		r.outcomes.Close()
 	}

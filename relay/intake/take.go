@@ -73,7 +73,7 @@ func (s *Server) CheckEnvelope(env Envelope, size int64) error {
 		return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 5, 1}, Message: "No recipients: give at least one"}
 	}
 	if s.cfg.MaxRecipients > 0 && len(env.To) > s.cfg.MaxRecipients {
-		return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{5, 5, 3},
+		return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 5, 3},
 			Message: fmt.Sprintf("%d recipients, over the %d this relay accepts in one message", len(env.To), s.cfg.MaxRecipients)}
 	}
 	for _, to := range env.To {
@@ -82,6 +82,18 @@ func (s *Server) CheckEnvelope(env Envelope, size int64) error {
 		}
 	}
 	return nil
+}
+
+// Refusal says whether err, a reply of Take or CheckEnvelope, refuses the
+// message for good (5xx: a fault of the message), and why.
+func Refusal(err error) (string, bool) {
+	if _, local := errors.AsType[*localFailure](err); local {
+		return "", false
+	}
+	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code/100 == 5 {
+		return reply.Message, true
+	}
+	return "", false
 }
 
 // Take reads, checks and records one message handed over as env says, and
