@@ -191,14 +191,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	// No TCP keepalive: the read timeout ends idle sessions, and the
-	// keepalive options cost four system calls per connection.
-	lc := net.ListenConfig{KeepAlive: -1}
-	if r.smtpLn, err = lc.Listen(context.Background(), "tcp", cfg.SMTP.Listen); err != nil {
-		return nil, fmt.Errorf("smtp.listen: %w", err)
-	}
-	if r.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-		return nil, fmt.Errorf("admin.listen: %w", err)
+	if err := r.listen(); err != nil {
+		return nil, err
 	}
 	// Last: the mailbox leases name the relay by its SMTP address.
 	mm := mailbox.NewMetrics(reg)
@@ -209,6 +203,20 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// listen binds the SMTP and admin listeners.
+func (r *Relay) listen() (err error) {
+	// No TCP keepalive: the read timeout ends idle sessions, and the
+	// keepalive options cost four system calls per connection.
+	lc := net.ListenConfig{KeepAlive: -1}
+	if r.smtpLn, err = lc.Listen(context.Background(), "tcp", r.cfg.SMTP.Listen); err != nil {
+		return fmt.Errorf("smtp.listen: %w", err)
+	}
+	if r.adminLn, err = net.Listen("tcp", r.cfg.Admin.Listen); err != nil {
+		return fmt.Errorf("admin.listen: %w", err)
+	}
+	return nil
 }
 
 // keptInOutbox returns the outbox when it keeps messages' bytes and their

@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -268,7 +269,7 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 	err := s.outbox.Create(ctx, m)
 	if errors.Is(err, backends.ErrDuplicate) {
 		f.Abort()
-		s.log.Info("duplicate submission answered with the queued message", "id", m.ID, "client", m.Envelope.ClientAddr)
+		s.log.Info("duplicate submission answered with the queued message", "id", m.ID, "client", cmp.Or(m.Envelope.ClientAddr, m.Envelope.Helo))
 		return nil
 	}
 	if err != nil {
@@ -283,7 +284,7 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 		return tempFailure("Cannot record the message in the outbox", err)
 	}
 	s.log.Info("accepted", "id", m.ID, "message_id", m.MessageID, "from", m.Envelope.Sender,
-		"rcpts", len(m.Envelope.Recipients), "size", f.Size(), "client", m.Envelope.ClientAddr, "user", m.Envelope.AuthUser)
+		"rcpts", len(m.Envelope.Recipients), "size", f.Size(), "client", cmp.Or(m.Envelope.ClientAddr, m.Envelope.Helo), "user", m.Envelope.AuthUser)
 	if s.accepted != nil {
 		s.accepted()
 	}

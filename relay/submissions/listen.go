@@ -13,9 +13,12 @@ import (
 func (r *Reader) listen(ctx context.Context) {
 	backoff := time.Duration(0)
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
+		listened, err := r.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			backoff = 0 // a connection that worked, then failed: try again soon
 		}
 		backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 		r.log.Warn("submissions: LISTEN failed; polling every "+r.cfg.Poll.String()+" until it is back", "error", err, "retry_in", backoff)
@@ -26,21 +29,22 @@ func (r *Reader) listen(ctx context.Context) {
 	}
 }
 
-// listenOnce listens on one connection until it fails or ctx ends.
-func (r *Reader) listenOnce(ctx context.Context) error {
+// listenOnce listens on one connection until it fails or ctx ends;
+// listened says whether LISTEN took effect.
+func (r *Reader) listenOnce(ctx context.Context) (listened bool, err error) {
 	conn, err := pgx.Connect(ctx, r.cfg.DSN)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{r.cfg.Table}.Sanitize()); err != nil {
-		return err
+		return false, err
 	}
 	// What was committed before LISTEN took effect woke nobody.
 	r.Wake()
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
-			return err
+			return true, err
 		}
 		r.Wake()
 	}

@@ -114,29 +114,26 @@ func (r *Reader) Run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
-		switch {
-		case err != nil:
+		if err != nil {
+			// A failure waits its backoff, whatever wakes the reader.
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
 			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", backoff)
-		case n > 0 && ctx.Err() == nil:
-			backoff = 0
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
 			continue
-		default:
-			backoff = 0
 		}
-		var retry <-chan time.Time // nil, so never, unless backing off
-		if backoff > 0 {
-			retry = time.After(backoff)
+		backoff = 0
+		if n > 0 && ctx.Err() == nil {
+			continue
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
-			if backoff > 0 {
-				continue // a failure waits its backoff, not the next NOTIFY
-			}
 		case <-ticker.C:
-		case <-retry:
 		}
 	}
 }

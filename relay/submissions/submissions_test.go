@@ -34,7 +34,7 @@ type app struct {
 	db     *sql.DB
 }
 
-func newApp(t *testing.T, driver string) *app {
+func newApp(t testing.TB, driver string) *app {
 	t.Helper()
 	dsn := sqltest.Database(t, driver)
 	ctx := context.Background()
@@ -146,7 +146,15 @@ func (a *app) count(t testing.TB, table string) int {
 
 // startRelay runs a relay reading the app's table and delivering to a
 // test upstream.
-func startRelay(t *testing.T, a *app, up *smtptest.Server) *admin.Client {
+func startRelay(t testing.TB, a *app, up *smtptest.Server) *admin.Client {
+	t.Helper()
+	_, c := startRelayPoll(t, a, up, 100*time.Millisecond)
+	return c
+}
+
+// startRelayPoll is startRelay reading the table every poll, and
+// returns the relay's SMTP address too.
+func startRelayPoll(t testing.TB, a *app, up *smtptest.Server, poll time.Duration) (string, *admin.Client) {
 	t.Helper()
 	cfg := relay.DefaultConfig()
 	cfg.Routes.Default.Smarthost = up.Addr
@@ -156,9 +164,9 @@ func startRelay(t *testing.T, a *app, up *smtptest.Server) *admin.Client {
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Intake.Poll = relay.Duration(50 * time.Millisecond)
 	cfg.Delivery.Poll = relay.Duration(50 * time.Millisecond)
-	cfg.Submissions = []relay.SubmissionsConfig{{Driver: a.driver, DSN: a.dsn, Poll: relay.Duration(100 * time.Millisecond)}}
+	cfg.Submissions = []relay.SubmissionsConfig{{Driver: a.driver, DSN: a.dsn, Poll: relay.Duration(poll)}}
 	r, _ := relaytest.Start(t, cfg)
-	return &admin.Client{Base: r.AdminAddr().String()}
+	return r.SMTPAddr().String(), &admin.Client{Base: r.AdminAddr().String()}
 }
 
 func waitFor(t testing.TB, d time.Duration, what func() string, ok func() bool) {
