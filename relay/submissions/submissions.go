@@ -4,10 +4,11 @@
 // with Postino as its reader.
 //
 // A reader claims rows with SELECT … FOR UPDATE SKIP LOCKED, so that
-// several relays may read one table; it deletes a row in the claiming
-// transaction, which commits only once the outbox holds the message (or
-// its refusal). A crash in between leaves the row, which is taken again:
-// its id, the message's X-Genro-Mail-ID, makes the second take a no-op.
+// several relays may read one table; it deletes them in the claiming
+// transaction, which commits only once the outbox holds their messages (or
+// their refusals). A crash in between leaves the rows, which are taken
+// again: a row's id, the message's X-Genro-Mail-ID, makes the second take
+// a no-op.
 package submissions
 
 import (
@@ -101,14 +102,25 @@ func (r *Reader) Wake() {
 	}
 }
 
-// Run takes submissions until ctx ends; the batch in hand when it ends is
-// finished first.
+// Run takes submissions until ctx ends; the batches in hand when it ends
+// are finished first.
 func (r *Reader) Run(ctx context.Context) {
-	var listener sync.WaitGroup
-	defer listener.Wait()
+	var wg sync.WaitGroup
 	if r.cfg.Driver == "postgres" {
-		listener.Go(func() { r.listen(ctx) })
+		wg.Go(func() { r.listen(ctx) })
 	}
+	// Two claimers: while one takes its batch into the outbox, the other
+	// claims the next (SKIP LOCKED keeps them apart), so that the outbox
+	// is never idle between batches.
+	for range 2 {
+		wg.Go(func() { r.claimLoop(ctx) })
+	}
+	wg.Wait()
+}
+
+// claimLoop takes batches while there are rows, then waits for a wake-up
+// or the poll.
+func (r *Reader) claimLoop(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.Poll)
 	defer ticker.Stop()
 	backoff := time.Duration(0)
@@ -138,10 +150,14 @@ func (r *Reader) Run(ctx context.Context) {
 	}
 }
 
-// takeBatch claims a batch of rows, takes each into the outbox, and deletes
-// those the outbox holds, in one transaction. It returns how many it took;
-// a row the relay could not take now (the outbox, the spool) stays for the
-// next claim, and makes the error.
+// takeBatch claims a batch of rows, deletes them, takes each into the
+// outbox, and commits, and returns how many it took. The delete comes
+// before the takes, so that the statement the database may refuse (a
+// deadlock with another claimer, which rolls the transaction back) is
+// refused before anything is in the outbox. When the relay cannot take a
+// row now (the outbox, the spool), the transaction is rolled back: the
+// rows come back for the next claim, and those taken already are answered
+// as done then, by their ids.
 func (r *Reader) takeBatch(ctx context.Context) (int, error) {
 	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
@@ -152,9 +168,16 @@ func (r *Reader) takeBatch(ctx context.Context) (int, error) {
 	if err != nil || len(rows) == 0 {
 		return 0, err
 	}
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		ids[i] = row.id
+	}
+	q, args := r.dialect.remove(r.cfg.Table, ids)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return 0, fmt.Errorf("delete the submissions claimed: %w", err)
+	}
 	var (
 		mu    sync.Mutex
-		done  []string
 		first error
 		slots = make(chan struct{}, r.cfg.Concurrency)
 		wg    sync.WaitGroup
@@ -163,27 +186,21 @@ func (r *Reader) takeBatch(ctx context.Context) (int, error) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			err := r.take(ctx, row)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
+			if err := r.take(ctx, row); err != nil {
+				mu.Lock()
 				first = cmp.Or(first, err)
-				return
+				mu.Unlock()
 			}
-			done = append(done, row.id)
 		})
 	}
 	wg.Wait()
-	if len(done) > 0 {
-		q, args := r.dialect.remove(r.cfg.Table, done)
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return 0, fmt.Errorf("delete the submissions taken: %w", err)
-		}
-		if err := tx.Commit(); err != nil {
-			return 0, fmt.Errorf("commit the submissions taken: %w", err)
-		}
+	if first != nil {
+		return 0, first
 	}
-	return len(done), first
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit the submissions taken: %w", err)
+	}
+	return len(rows), nil
 }
 
 // claim reads and locks a batch of rows.
