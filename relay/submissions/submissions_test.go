@@ -211,101 +211,98 @@ func plain(id string) []byte {
 	return []byte("From: App <app@example.com>\r\nTo: user@example.net\r\nSubject: memo " + id + "\r\n\r\nA memo was created.\r\n")
 }
 
-// TestCommit: the submission an app's transaction commits with its memo
-// is delivered once, and leaves the table.
-func TestCommit(t *testing.T) {
+// forEachDriver runs test on each database, with an app's database, a test
+// upstream, and a relay reading the app's table and delivering there.
+func forEachDriver(t *testing.T, test func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client)) {
 	for _, driver := range drivers {
 		t.Run(driver, func(t *testing.T) {
 			a := newApp(t, driver)
 			up := smtptest.Start(t, smtptest.Options{})
-			c := startRelay(t, a, up)
-			a.commit(t, submission{ID: "memo-1", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("memo-1"),
-				Priority: 1, Batch: "memos"})
-			m := status(t, c, "memo-1", "SENT-ACKNOWLEDGED")
-			if m.Priority != 1 || m.Batch != "memos" {
-				t.Errorf("priority %d, batch %q; want the columns' 1 and memos", m.Priority, m.Batch)
-			}
-			if got := delivered(up); got["memo-1"] != 1 || len(got) != 1 {
-				t.Errorf("delivered %v; want memo-1 once", got)
-			}
-			if n := a.count(t, "postino_submissions"); n != 0 {
-				t.Errorf("%d submissions left; want none", n)
-			}
-			if n := a.count(t, "memos"); n != 1 {
-				t.Errorf("%d memos; want the one committed", n)
-			}
+			test(t, a, up, startRelay(t, a, up))
 		})
 	}
+}
+
+// TestCommit: the submission an app's transaction commits with its memo
+// is delivered once, and leaves the table.
+func TestCommit(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		a.commit(t, submission{ID: "memo-1", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("memo-1"),
+			Priority: 1, Batch: "memos"})
+		m := status(t, c, "memo-1", "SENT-ACKNOWLEDGED")
+		if m.Priority != 1 || m.Batch != "memos" {
+			t.Errorf("priority %d, batch %q; want the columns' 1 and memos", m.Priority, m.Batch)
+		}
+		if got := delivered(up); got["memo-1"] != 1 || len(got) != 1 {
+			t.Errorf("delivered %v; want memo-1 once", got)
+		}
+		if n := a.count(t, "postino_submissions"); n != 0 {
+			t.Errorf("%d submissions left; want none", n)
+		}
+		if n := a.count(t, "memos"); n != 1 {
+			t.Errorf("%d memos; want the one committed", n)
+		}
+	})
 }
 
 // TestRollback: a submission rolled back with its memo is never seen; the
 // one committed after it is delivered alone.
 func TestRollback(t *testing.T) {
-	for _, driver := range drivers {
-		t.Run(driver, func(t *testing.T) {
-			a := newApp(t, driver)
-			up := smtptest.Start(t, smtptest.Options{})
-			c := startRelay(t, a, up)
-			tx, err := a.db.Begin()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := a.insert(t, tx, submission{ID: "rolled-back", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("rolled-back")}); err != nil {
-				t.Fatal(err)
-			}
-			if err := tx.Rollback(); err != nil {
-				t.Fatal(err)
-			}
-			a.commit(t, submission{ID: "after", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("after")})
-			status(t, c, "after", "SENT-ACKNOWLEDGED")
-			if got := delivered(up); len(got) != 1 || got["after"] != 1 {
-				t.Errorf("delivered %v; want only the committed message", got)
-			}
-			if _, err := c.Get(context.Background(), "rolled-back"); err == nil {
-				t.Error("the outbox holds the rolled-back submission")
-			}
-		})
-	}
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		tx, err := a.db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.insert(t, tx, submission{ID: "rolled-back", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("rolled-back")}); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		a.commit(t, submission{ID: "after", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("after")})
+		status(t, c, "after", "SENT-ACKNOWLEDGED")
+		if got := delivered(up); len(got) != 1 || got["after"] != 1 {
+			t.Errorf("delivered %v; want only the committed message", got)
+		}
+		if _, err := c.Get(context.Background(), "rolled-back"); err == nil {
+			t.Error("the outbox holds the rolled-back submission")
+		}
+	})
 }
 
 // TestParts: a submission given as parts becomes a MIME message:
 // multipart/mixed around multipart/alternative and the attachment, with
 // the subject, extra headers, From, To, Date and Message-ID.
 func TestParts(t *testing.T) {
-	for _, driver := range drivers {
-		t.Run(driver, func(t *testing.T) {
-			a := newApp(t, driver)
-			up := smtptest.Start(t, smtptest.Options{})
-			c := startRelay(t, a, up)
-			pdf := []byte("%PDF-1.4 not really\x00\xff")
-			a.commit(t, submission{ID: "parts-1", From: "app@example.com", To: []string{"user@example.net", "other@example.org"},
-				Subject: "Memo créé", Text: "Un mémo.\n", HTML: "<p>Un <b>mémo</b>.</p>",
-				Headers:     map[string]string{"Reply-To": "desk@example.com", "X-App": "memo"},
-				Attachments: []map[string]string{{"filename": "memo.pdf", "content_type": "application/pdf", "content": base64.StdEncoding.EncodeToString(pdf)}}})
-			status(t, c, "parts-1", "SENT-ACKNOWLEDGED")
-			msgs := up.Messages()
-			if len(msgs) != 1 {
-				t.Fatalf("%d messages delivered; want 1", len(msgs))
-			}
-			checkParts(t, msgs[0].Data, pdf)
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		pdf := []byte("%PDF-1.4 not really\x00\xff")
+		a.commit(t, submission{ID: "parts-1", From: "app@example.com", To: []string{"user@example.net", "other@example.org"},
+			Subject: "Memo créé", Text: "Un mémo.\n", HTML: "<p>Un <b>mémo</b>.</p>",
+			Headers:     map[string]string{"Reply-To": "desk@example.com", "X-App": "memo"},
+			Attachments: []map[string]string{{"filename": "memo.pdf", "content_type": "application/pdf", "content": base64.StdEncoding.EncodeToString(pdf)}}})
+		status(t, c, "parts-1", "SENT-ACKNOWLEDGED")
+		msgs := up.Messages()
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages delivered; want 1", len(msgs))
+		}
+		checkParts(t, msgs[0].Data, pdf)
 
-			// Text alone is one text/plain part.
-			a.commit(t, submission{ID: "parts-2", From: "app@example.com", To: []string{"user@example.net"}, Subject: "Short", Text: "Just text."})
-			status(t, c, "parts-2", "SENT-ACKNOWLEDGED")
-			for _, m := range up.Messages() {
-				if m.Header("X-Genro-Mail-ID") != "parts-2" {
-					continue
-				}
-				r, err := mail.CreateReader(bytes.NewReader(m.Data))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ct, _, _ := r.Header.ContentType(); ct != "text/plain" {
-					t.Errorf("text alone is %s; want text/plain", ct)
-				}
+		// Text alone is one text/plain part.
+		a.commit(t, submission{ID: "parts-2", From: "app@example.com", To: []string{"user@example.net"}, Subject: "Short", Text: "Just text."})
+		status(t, c, "parts-2", "SENT-ACKNOWLEDGED")
+		for _, m := range up.Messages() {
+			if m.Header("X-Genro-Mail-ID") != "parts-2" {
+				continue
 			}
-		})
-	}
+			r, err := mail.CreateReader(bytes.NewReader(m.Data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ct, _, _ := r.Header.ContentType(); ct != "text/plain" {
+				t.Errorf("text alone is %s; want text/plain", ct)
+			}
+		}
+	})
 }
 
 func checkParts(t *testing.T, data, pdf []byte) {
@@ -369,44 +366,43 @@ func checkParts(t *testing.T, data, pdf []byte) {
 // TestInvalid: a submission that fails the checks becomes an INVALID
 // message with its reason and an INVALID event, and leaves the table.
 func TestInvalid(t *testing.T) {
-	for _, driver := range drivers {
-		t.Run(driver, func(t *testing.T) {
-			a := newApp(t, driver)
-			up := smtptest.Start(t, smtptest.Options{})
-			c := startRelay(t, a, up)
-			cases := []struct {
-				sub    submission
-				reason string
-			}{
-				{submission{ID: "no-from", From: "app@example.com", To: []string{"user@example.net"},
-					Message: []byte("Subject: none\r\n\r\nbody\r\n")}, "no From header"},
-				{submission{ID: "bad-base64", From: "app@example.com", To: []string{"user@example.net"}, Text: "x",
-					Attachments: []map[string]string{{"filename": "a.bin", "content": "!!!"}}}, "not base64"},
-				{submission{ID: "bad-batch", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("bad-batch"),
-					Batch: "no spaces"}, "batch code"},
-				{submission{ID: "bad-rcpt", From: "app@example.com", To: []string{"not an address"}, Message: plain("bad-rcpt")}, "address"},
-				{submission{ID: "no-body", From: "app@example.com", To: []string{"user@example.net"}}, "no message"},
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		cases := []struct {
+			sub    submission
+			reason string
+		}{
+			{submission{ID: "no-from", From: "app@example.com", To: []string{"user@example.net"},
+				Message: []byte("Subject: none\r\n\r\nbody\r\n")}, "no From header"},
+			{submission{ID: "bad-base64", From: "app@example.com", To: []string{"user@example.net"}, Text: "x",
+				Attachments: []map[string]string{{"filename": "a.bin", "content": "!!!"}}}, "not base64"},
+			{submission{ID: "bad-batch", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("bad-batch"),
+				Batch: "no spaces"}, "batch code"},
+			{submission{ID: "bad-rcpt", From: "app@example.com", To: []string{"not an address"}, Message: plain("bad-rcpt")}, "address"},
+			{submission{ID: "no-body", From: "app@example.com", To: []string{"user@example.net"}}, "no message"},
+			{submission{ID: "control-twice", From: "app@example.com", To: []string{"user@example.net"},
+				Message: append([]byte("X-Postino-Priority: 1\r\n"), plain("control-twice")...)}, "X-Postino-Priority, which the submission sets"},
+			{submission{ID: "other-id", From: "app@example.com", To: []string{"user@example.net"},
+				Message: append([]byte("X-Genro-Mail-ID: another\r\n"), plain("other-id")...)}, "not the submission's id"},
+		}
+		for _, tc := range cases {
+			a.commit(t, tc.sub)
+		}
+		for _, tc := range cases {
+			m := status(t, c, tc.sub.ID, "INVALID-ACKNOWLEDGED")
+			if !strings.Contains(m.Reason, tc.reason) {
+				t.Errorf("%s: reason %q; want it to say %q", tc.sub.ID, m.Reason, tc.reason)
 			}
-			for _, tc := range cases {
-				a.commit(t, tc.sub)
+			if len(m.Events) == 0 || m.Events[0].Outcome != "INVALID" {
+				t.Errorf("%s: events %+v; want an INVALID event", tc.sub.ID, m.Events)
 			}
-			for _, tc := range cases {
-				m := status(t, c, tc.sub.ID, "INVALID-ACKNOWLEDGED")
-				if !strings.Contains(m.Reason, tc.reason) {
-					t.Errorf("%s: reason %q; want it to say %q", tc.sub.ID, m.Reason, tc.reason)
-				}
-				if len(m.Events) == 0 || m.Events[0].Outcome != "INVALID" {
-					t.Errorf("%s: events %+v; want an INVALID event", tc.sub.ID, m.Events)
-				}
-			}
-			if n := a.count(t, "postino_submissions"); n != 0 {
-				t.Errorf("%d submissions left; want none", n)
-			}
-			if n := len(up.Messages()); n != 0 {
-				t.Errorf("%d messages delivered; want none", n)
-			}
-		})
-	}
+		}
+		if n := a.count(t, "postino_submissions"); n != 0 {
+			t.Errorf("%d submissions left; want none", n)
+		}
+		if n := len(up.Messages()); n != 0 {
+			t.Errorf("%d messages delivered; want none", n)
+		}
+	})
 }
 
 // TestConcurrentApps: 10,000 submissions committed by 8 concurrent app
@@ -417,42 +413,57 @@ func TestConcurrentApps(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10,000 messages")
 	}
-	for _, driver := range drivers {
-		t.Run(driver, func(t *testing.T) {
-			a := newApp(t, driver)
-			up := smtptest.Start(t, smtptest.Options{})
-			startRelay(t, a, up)
-			startRelay(t, a, up)
-			const writers, perTx, txs = 8, 125, 10
-			total := writers * perTx * txs
-			var wg sync.WaitGroup
-			for w := range writers {
-				wg.Go(func() {
-					for x := range txs {
-						subs := make([]submission, perTx)
-						for i := range subs {
-							id := fmt.Sprintf("c-%d-%02d-%03d", w, x, i)
-							subs[i] = submission{ID: id, From: "app@example.com", To: []string{"user@example.net"}, Message: plain(id)}
-						}
-						a.commit(t, subs...)
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, _ *admin.Client) {
+		startRelay(t, a, up)
+		const writers, perTx, txs = 8, 125, 10
+		total := writers * perTx * txs
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Go(func() {
+				for x := range txs {
+					subs := make([]submission, perTx)
+					for i := range subs {
+						id := fmt.Sprintf("c-%d-%02d-%03d", w, x, i)
+						subs[i] = submission{ID: id, From: "app@example.com", To: []string{"user@example.net"}, Message: plain(id)}
 					}
-				})
-			}
-			wg.Wait()
-			waitFor(t, 5*time.Minute, func() string { return fmt.Sprintf("%d of %d delivered", len(up.Messages()), total) },
-				func() bool { return len(up.Messages()) >= total })
-			got := delivered(up)
-			if len(got) != total {
-				t.Errorf("%d distinct ids delivered; want %d", len(got), total)
-			}
-			for id, n := range got {
-				if n != 1 {
-					t.Errorf("%s delivered %d times", id, n)
+					a.commit(t, subs...)
 				}
+			})
+		}
+		wg.Wait()
+		waitFor(t, 5*time.Minute, func() string { return fmt.Sprintf("%d of %d delivered", len(up.Messages()), total) },
+			func() bool { return len(up.Messages()) >= total })
+		got := delivered(up)
+		if len(got) != total {
+			t.Errorf("%d distinct ids delivered; want %d", len(got), total)
+		}
+		for id, n := range got {
+			if n != 1 {
+				t.Errorf("%s delivered %d times", id, n)
 			}
-			if n := a.count(t, "postino_submissions"); n != 0 {
-				t.Errorf("%d submissions left; want none", n)
-			}
-		})
-	}
+		}
+		if n := a.count(t, "postino_submissions"); n != 0 {
+			t.Errorf("%d submissions left; want none", n)
+		}
+	})
+}
+
+// TestSendAfter: send_after holds the message in READY until then, as
+// X-Postino-Send-After does (on MySQL, a DATETIME in UTC).
+func TestSendAfter(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		q := `INSERT INTO postino_submissions (id, mail_from, rcpt_to, message, send_after)
+VALUES ('later', 'app@example.com', ARRAY['user@example.net'], $1, now() + interval '1 hour')`
+		if a.driver == "mysql" {
+			q = `INSERT INTO postino_submissions (id, mail_from, rcpt_to, message, send_after)
+VALUES ('later', 'app@example.com', '["user@example.net"]', ?, UTC_TIMESTAMP() + INTERVAL 1 HOUR)`
+		}
+		if _, err := a.db.Exec(q, plain("later")); err != nil {
+			t.Fatal(err)
+		}
+		m := status(t, c, "later", "READY")
+		if d := time.Until(m.DueAt); d < 59*time.Minute || d > 61*time.Minute {
+			t.Errorf("due at %s, in %s; want in an hour", m.DueAt, d)
+		}
+	})
 }
