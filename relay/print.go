@@ -18,20 +18,23 @@ const masked = "*****"
 var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|credential)`)
 
 // YAML is the configuration as serve runs it (Effective), as a file would
-// give it, every default included, with the secrets it holds itself masked: the password of the
-// MySQL DSN and the plugin variables named like secrets. (Passwords and
+// give it, every default included, with the secrets it holds itself masked: the passwords of the
+// DSNs (outbox, submissions) and the plugin variables named like secrets. (Passwords and
 // tokens given by file or variable are never in it, only where they are.)
 // A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
 	c = c.Effective(os.Getenv)
 	if c.Outbox.MySQL.DSN != "" {
-		if d, err := mysql.ParseDSN(c.Outbox.MySQL.DSN); err == nil {
-			if d.Passwd != "" {
-				d.Passwd = masked
-			}
-			c.Outbox.MySQL.DSN = d.FormatDSN()
-		} else {
-			c.Outbox.MySQL.DSN = masked
+		c.Outbox.MySQL.DSN = maskMySQLDSN(c.Outbox.MySQL.DSN)
+	}
+	c.Submissions = slices.Clone(c.Submissions)
+	for i, s := range c.Submissions {
+		switch {
+		case s.DSN == "":
+		case s.Driver == "mysql":
+			c.Submissions[i].DSN = maskMySQLDSN(s.DSN)
+		default:
+			c.Submissions[i].DSN = keywordPassword.ReplaceAllString(maskURL(s.DSN), "${1}"+masked)
 		}
 	}
 	c.Plugins = slices.Clone(c.Plugins)
@@ -58,6 +61,23 @@ func (c Config) YAML() ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// maskMySQLDSN masks the password of a MySQL DSN, or the whole DSN when
+// it cannot be read.
+func maskMySQLDSN(dsn string) string {
+	d, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return masked
+	}
+	if d.Passwd != "" {
+		d.Passwd = masked
+	}
+	return d.FormatDSN()
+}
+
+// keywordPassword is the password of a PostgreSQL DSN in keyword form
+// (host=db password=secret).
+var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // urlPassword is the user:password@ part of a URL, wherever it is in a
 // text (a value, or a --flag=URL argument).
