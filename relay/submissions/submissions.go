@@ -63,6 +63,10 @@ type Reader struct {
 	intake  Intake
 	log     *slog.Logger
 	wake    chan struct{}
+
+	mu sync.Mutex
+	// state is why the last batch failed, nil after one that did not.
+	state error
 }
 
 // Open connects to the database of cfg; Run reads it.
@@ -93,6 +97,23 @@ func Open(ctx context.Context, cfg Config, in Intake, log *slog.Logger) (*Reader
 
 // Close closes the connections to the database.
 func (r *Reader) Close() error { return r.db.Close() }
+
+// Name says where the reader reads.
+func (r *Reader) Name() string { return r.cfg.Name }
+
+// Ready says why the last batch could not be taken, or nil: the relay is
+// degraded meanwhile, since the app's mail waits in its table.
+func (r *Reader) Ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+func (r *Reader) setState(err error) {
+	r.mu.Lock()
+	r.state = err
+	r.mu.Unlock()
+}
 
 // Wake tells the reader that rows may be waiting.
 func (r *Reader) Wake() {
@@ -126,6 +147,7 @@ func (r *Reader) claimLoop(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
+		r.setState(err)
 		if err != nil {
 			// A failure waits its backoff, whatever wakes the reader.
 			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)

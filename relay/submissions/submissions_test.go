@@ -467,3 +467,29 @@ VALUES ('later', 'app@example.com', '["user@example.net"]', ?, UTC_TIMESTAMP() +
 		}
 	})
 }
+
+// TestDegraded: while the table cannot be read the relay says so in
+// /readyz (degraded: it still takes SMTP mail), and it reads the table
+// again once it is back.
+func TestDegraded(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		if _, err := a.db.Exec("DROP TABLE postino_submissions"); err != nil {
+			t.Fatal(err)
+		}
+		check := "submissions " + a.driver + ":postino_submissions"
+		var r admin.Readiness
+		waitFor(t, time.Minute, func() string { return fmt.Sprintf("readiness %+v; want %s failing", r, check) }, func() bool {
+			r, _ = c.Ready(context.Background())
+			return r.Status == "degraded" && strings.Contains(r.Checks[check], "postino_submissions")
+		})
+		if err := submissions.Migrate(context.Background(), a.driver, a.dsn, submissions.DefaultTable); err != nil {
+			t.Fatal(err)
+		}
+		a.commit(t, submission{ID: "back", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("back")})
+		status(t, c, "back", "SENT-ACKNOWLEDGED")
+		waitFor(t, time.Minute, func() string { return fmt.Sprintf("readiness %+v; want %s ok", r, check) }, func() bool {
+			r, _ = c.Ready(context.Background())
+			return r.Checks[check] == "ok"
+		})
+	})
+}
