@@ -50,7 +50,7 @@ func (c *Config) checkSubmissions() error {
 
 // openSubmissions connects to the submissions tables of the configuration,
 // which the relay's intake takes mail from.
-func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
+func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *submissions.Metrics, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
 	var out []*submissions.Reader
 	for i, s := range c.Submissions {
 		dsn := s.DSN
@@ -61,7 +61,7 @@ func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, getenv 
 				return nil, fmt.Errorf("submissions[%d] DSN: %w", i, err)
 			}
 		}
-		rd, err := submissions.Open(ctx, submissions.Config{Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, log)
+		rd, err := submissions.Open(ctx, submissions.Config{Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
 		if err != nil {
 			closeAll(out)
 			return nil, fmt.Errorf("submissions[%d]: %w", i, err)

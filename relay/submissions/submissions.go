@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/emersion/go-smtp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/relay/intake"
 )
@@ -63,6 +64,8 @@ type Reader struct {
 	intake  Intake
 	log     *slog.Logger
 	wake    chan struct{}
+	// queued and refused count the rows taken.
+	queued, refused prometheus.Counter
 
 	mu sync.Mutex
 	// state is why the last batch failed, nil after one that did not.
@@ -70,7 +73,7 @@ type Reader struct {
 }
 
 // Open connects to the database of cfg; Run reads it.
-func Open(ctx context.Context, cfg Config, in Intake, log *slog.Logger) (*Reader, error) {
+func Open(ctx context.Context, cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) {
 	if cfg.Table == "" {
 		cfg.Table = DefaultTable
 	}
@@ -92,7 +95,8 @@ func Open(ctx context.Context, cfg Config, in Intake, log *slog.Logger) (*Reader
 		db.Close()
 		return nil, fmt.Errorf("submissions %s: cannot reach the database: %w", cfg.Name, err)
 	}
-	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), wake: make(chan struct{}, 1)}, nil
+	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), wake: make(chan struct{}, 1),
+		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused")}, nil
 }
 
 // Close closes the connections to the database.
@@ -287,6 +291,7 @@ func (r *Reader) take(ctx context.Context, row *row) error {
 		_, err = r.intake.Take(ctx, env, bytes.NewReader(raw))
 	}
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
+		r.queued.Inc()
 		return nil
 	}
 	if reason, refused := intake.Refusal(err); refused {
@@ -303,5 +308,6 @@ func (r *Reader) refuse(ctx context.Context, env intake.Envelope, row *row, raw 
 		return fmt.Errorf("submission %s: record its refusal (%s): %w", row.id, reason, err)
 	}
 	r.log.Warn("submission refused: its message is INVALID", "submission", row.id, "id", id, "reason", reason)
+	r.refused.Inc()
 	return nil
 }

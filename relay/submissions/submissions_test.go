@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -245,6 +246,21 @@ func TestCommit(t *testing.T) {
 	})
 }
 
+// metrics reads the relay's /metrics.
+func metrics(t *testing.T, c *admin.Client) string {
+	t.Helper()
+	resp, err := http.Get("http://" + c.Base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 // TestRollback: a submission rolled back with its memo is never seen; the
 // one committed after it is delivered alone.
 func TestRollback(t *testing.T) {
@@ -401,6 +417,10 @@ func TestInvalid(t *testing.T) {
 		}
 		if n := len(up.Messages()); n != 0 {
 			t.Errorf("%d messages delivered; want none", n)
+		}
+		want := fmt.Sprintf(`postino_submissions_taken_total{result="refused",table="%s:postino_submissions"} %d`, a.driver, len(cases))
+		if m := metrics(t, c); !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %s", want)
 		}
 	})
 }
