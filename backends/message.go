@@ -81,6 +81,10 @@ type Envelope struct {
 	Size     int64 `json:"size"`
 	// Control holds the X-Postino-* header values as the app wrote them.
 	Control map[string]string `json:"control,omitempty"`
+	// Refused is why intake refused a message whose sender no reply could
+	// tell (a row of a submissions table): the intake worker makes it
+	// INVALID with this reason.
+	Refused string `json:"refused,omitempty"`
 }
 
 // RecipientResults returns the message's results, with every envelope

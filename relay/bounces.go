@@ -49,6 +49,9 @@ func (r *Relay) degraded() map[string]error {
 	for _, p := range r.pollers {
 		out["mailbox "+p.Name()] = p.Ready()
 	}
+	for _, rd := range r.submissions {
+		out["submissions "+rd.Name()] = rd.Ready()
+	}
 	out["message files"] = r.unreadableFiles(time.Now())
 	return out
 }

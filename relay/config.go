@@ -30,20 +30,23 @@ type Config struct {
 	DataDir string `yaml:"data_dir"`
 	// Hostname names the relay in SMTP and in generated Message-IDs;
 	// empty means the machine's host name.
-	Hostname  string         `yaml:"hostname"`
-	SMTP      SMTPConfig     `yaml:"smtp"`
-	Admin     AdminConfig    `yaml:"admin"`
-	Outbox    OutboxConfig   `yaml:"outbox"`
-	Spool     SpoolConfig    `yaml:"spool"`
-	Intake    IntakeConfig   `yaml:"intake"`
-	Delivery  DeliveryConfig `yaml:"delivery"`
-	Routes    RoutesConfig   `yaml:"routes"`
-	DKIM      DKIMConfig     `yaml:"dkim"`
-	Bounces   BouncesConfig  `yaml:"bounces"`
-	PEC       PECConfig      `yaml:"pec"`
-	Plugins   []PluginConfig `yaml:"plugins"`
-	Retention Duration       `yaml:"retention"`
-	Log       LogConfig      `yaml:"log"`
+	Hostname string         `yaml:"hostname"`
+	SMTP     SMTPConfig     `yaml:"smtp"`
+	Admin    AdminConfig    `yaml:"admin"`
+	Outbox   OutboxConfig   `yaml:"outbox"`
+	Spool    SpoolConfig    `yaml:"spool"`
+	Intake   IntakeConfig   `yaml:"intake"`
+	Delivery DeliveryConfig `yaml:"delivery"`
+	Routes   RoutesConfig   `yaml:"routes"`
+	DKIM     DKIMConfig     `yaml:"dkim"`
+	Bounces  BouncesConfig  `yaml:"bounces"`
+	PEC      PECConfig      `yaml:"pec"`
+	Plugins  []PluginConfig `yaml:"plugins"`
+	// Submissions are the tables apps write their mail to in their own
+	// transactions (relay/submissions).
+	Submissions []SubmissionsConfig `yaml:"submissions"`
+	Retention   Duration            `yaml:"retention"`
+	Log         LogConfig           `yaml:"log"`
 
 	// Resolver answers the DNS questions of MX delivery; nil is the
 	// system's. Tests set their own.
@@ -581,7 +584,7 @@ func (c *Config) Check() error {
 		}
 	}
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
-		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkRetention, c.checkTTL, c.Log.check} {
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.checkTTL, c.Log.check} {
 		if err := check(); err != nil {
 			return err
 		}

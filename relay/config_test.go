@@ -248,6 +248,15 @@ var checkErrors = []struct {
 		p.Retry.Max = Duration(time.Millisecond)
 		c.Plugins = []PluginConfig{p}
 	}, "retry.max"},
+	{"submissions driver", func(c *Config) { c.Submissions = []SubmissionsConfig{{Driver: "oracle", DSN: "x"}} }, "submissions[0]: submissions driver"},
+	{"submissions table", func(c *Config) {
+		c.Submissions = []SubmissionsConfig{{Driver: "postgres", DSN: "x", Table: "Mail-Out"}}
+	}, "submissions table \"Mail-Out\""},
+	{"submissions without dsn", func(c *Config) { c.Submissions = []SubmissionsConfig{{Driver: "mysql"}} }, "submissions[0] needs exactly one of dsn"},
+	{"submissions two dsns", func(c *Config) {
+		c.Submissions = []SubmissionsConfig{{Driver: "postgres", DSN: "x"}, {Driver: "mysql", DSN: "x", DSNEnv: "APP_DSN"}}
+	}, "submissions[1] needs exactly one of dsn"},
+	{"submissions poll", func(c *Config) { c.Submissions = []SubmissionsConfig{{Driver: "mysql", DSN: "x", Poll: -1}} }, "submissions[0].poll"},
 	{"retention", func(c *Config) { c.Retention = 0 }, "retention"},
 	{"dynamodb ttl within max age", func(c *Config) {
 		c.Outbox.Backend = "dynamodb"

@@ -19,19 +19,22 @@ var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|c
 
 // YAML is the configuration as serve runs it (Effective), as a file would
 // give it, every default included, with the secrets it holds itself masked: the passwords of the
-// MySQL and PostgreSQL DSNs and the plugin variables named like secrets. (Passwords and
+// DSNs (outbox, submissions) and the plugin variables named like secrets. (Passwords and
 // tokens given by file or variable are never in it, only where they are.)
 // A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
 	c = c.Effective(os.Getenv)
 	if c.Outbox.MySQL.DSN != "" {
-		if d, err := mysql.ParseDSN(c.Outbox.MySQL.DSN); err == nil {
-			if d.Passwd != "" {
-				d.Passwd = masked
-			}
-			c.Outbox.MySQL.DSN = d.FormatDSN()
-		} else {
-			c.Outbox.MySQL.DSN = masked
+		c.Outbox.MySQL.DSN = maskMySQLDSN(c.Outbox.MySQL.DSN)
+	}
+	c.Submissions = slices.Clone(c.Submissions)
+	for i, s := range c.Submissions {
+		switch {
+		case s.DSN == "":
+		case s.Driver == "mysql":
+			c.Submissions[i].DSN = maskMySQLDSN(s.DSN)
+		default:
+			c.Submissions[i].DSN = keywordPassword.ReplaceAllString(maskURL(s.DSN), "${1}"+masked)
 		}
 	}
 	c.Outbox.Postgres.DSN = pgPassword.ReplaceAllString(maskURL(c.Outbox.Postgres.DSN), "${1}"+masked)
@@ -59,6 +62,23 @@ func (c Config) YAML() ([]byte, error) {
 	}
 	return b.Bytes(), nil
 }
+
+// maskMySQLDSN masks the password of a MySQL DSN, or the whole DSN when
+// it cannot be read.
+func maskMySQLDSN(dsn string) string {
+	d, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return masked
+	}
+	if d.Passwd != "" {
+		d.Passwd = masked
+	}
+	return d.FormatDSN()
+}
+
+// keywordPassword is the password of a PostgreSQL DSN in keyword form
+// (host=db password=secret).
+var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 // urlPassword is the user:password@ part of a URL, wherever it is in a
 // text (a value, or a --flag=URL argument).

@@ -32,6 +32,7 @@ import (
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/submissions"
 	"github.com/genropy/postino/spool"
 )
 
@@ -63,7 +64,9 @@ type Relay struct {
 	dispatcher *plugins.Dispatcher
 	signer     *dkim.Signer
 	pollers    []*mailbox.Poller
-	throughput *throughput
+	// submissions read the apps' submissions tables into intake.
+	submissions []*submissions.Reader
+	throughput  *throughput
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -171,6 +174,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine.Wake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Wake)
+	if r.submissions, err = cfg.openSubmissions(context.Background(), r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
+		return nil, err
+	}
 
 	r.admin = &http.Server{
 		Handler: admin.NewHandler(r.outbox, admin.Options{
@@ -186,14 +192,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
 	}
-	// No TCP keepalive: the read timeout ends idle sessions, and the
-	// keepalive options cost four system calls per connection.
-	lc := net.ListenConfig{KeepAlive: -1}
-	if r.smtpLn, err = lc.Listen(context.Background(), "tcp", cfg.SMTP.Listen); err != nil {
-		return nil, fmt.Errorf("smtp.listen: %w", err)
-	}
-	if r.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
-		return nil, fmt.Errorf("admin.listen: %w", err)
+	if err := r.listen(); err != nil {
+		return nil, err
 	}
 	// Last: the mailbox leases name the relay by its SMTP address.
 	mm := mailbox.NewMetrics(reg)
@@ -204,6 +204,20 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// listen binds the SMTP and admin listeners.
+func (r *Relay) listen() (err error) {
+	// No TCP keepalive: the read timeout ends idle sessions, and the
+	// keepalive options cost four system calls per connection.
+	lc := net.ListenConfig{KeepAlive: -1}
+	if r.smtpLn, err = lc.Listen(context.Background(), "tcp", r.cfg.SMTP.Listen); err != nil {
+		return fmt.Errorf("smtp.listen: %w", err)
+	}
+	if r.adminLn, err = net.Listen("tcp", r.cfg.Admin.Listen); err != nil {
+		return fmt.Errorf("admin.listen: %w", err)
+	}
+	return nil
 }
 
 // keptInOutbox returns the outbox when it keeps messages' bytes and their
@@ -321,6 +335,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if l, ok := r.outbox.(listener); ok {
 		wg.Go(func() { l.Listen(workCtx, r.log, r.wake) })
 	}
+	for _, rd := range r.submissions {
+		wg.Go(func() { rd.Run(workCtx) })
+	}
 	wg.Go(func() { r.housekeeping(workCtx) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
@@ -383,6 +400,7 @@ func (r *Relay) close() {
 	if r.spool != nil {
 		r.spool.Close()
 	}
+	closeAll(r.submissions)
 	if r.outcomes != nil {
 		r.outcomes.Close()
 	}

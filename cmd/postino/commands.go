@@ -47,6 +47,8 @@ func commands() []command {
 			"list the events told to plugins: by default the failing ones, with their tries", eventsList},
 		{"events replay", "ID [--json]" + clientFlags, "send a parked event to the plugins again", eventsReplay},
 		{"migrate", "[--backend mysql|postgres|bolt|dynamodb] [--dsn DSN] [--config FILE]", "bring a MySQL or PostgreSQL outbox's schema up to date", migrate},
+		{"submissions schema", "postgres|mysql [--table NAME]", "print the DDL of the table apps write their mail to in their own transactions", submissionsSchema},
+		{"submissions migrate", "--driver postgres|mysql --dsn DSN [--table NAME]", "create the submissions table in an app's database", submissionsMigrate},
 		{"dynamodb create-table", "--table NAME [--endpoint URL] [--region REGION] [--seed-index]",
 			"make the DynamoDB outbox table, or add what it lacks", dynamodbCreateTable},
 		{"dkim keygen", "--domain D --selector S --out DIR [--algorithm rsa|ed25519] [--bits N]",

@@ -200,18 +200,20 @@ func TestConfigPrint(t *testing.T) {
 	t.Setenv("POSTINO_SMARTHOST", "mail.example.com:587")
 	t.Setenv("POSTINO_BACKEND", "mysql")
 	t.Setenv("POSTINO_OUTBOX_MYSQL_DSN", "postino:hunter2@tcp(db:3306)/postino")
+	t.Setenv("POSTINO_SUBMISSIONS", `[{"driver": "postgres", "dsn": "postgres://app:t0ps3cret@db/app"}, {"driver": "postgres", "dsn": "host=db password='s3 cr3t' dbname=app"}, {"driver": "mysql", "dsn": "app:m1sql@tcp(db:3306)/app"}]`)
 	t.Setenv("POSTINO_PLUGINS", `[{"path": "/usr/lib/postino/webhook", "args": ["--relay=https://hook:p4ss@relay.example/in"], "env": {"POSTINO_WEBHOOK_URL": "https://app/hook", "POSTINO_WEBHOOK_SECRET": "s3cr3t", "POSTINO_FORWARD": "https://user:pw0rd@app/forward"}}]`)
 	out, errOut, code := cli(t, "config", "print")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{"smarthost: mail.example.com:587", "backend: mysql", "dsn: postino:*****@tcp(db:3306)/postino",
-		"POSTINO_WEBHOOK_SECRET: '*****'", "POSTINO_WEBHOOK_URL: https://app/hook", "POSTINO_FORWARD: https://user:*****@app/forward", "retention: 168h0m0s", "listen: 127.0.0.1:2525"} {
+		"POSTINO_WEBHOOK_SECRET: '*****'", "POSTINO_WEBHOOK_URL: https://app/hook", "POSTINO_FORWARD: https://user:*****@app/forward", "retention: 168h0m0s", "listen: 127.0.0.1:2525",
+		"dsn: postgres://app:*****@db/app", "dsn: host=db password=***** dbname=app", "dsn: app:*****@tcp(db:3306)/app"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("config print lacks %q:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"hunter2", "s3cr3t", "pw0rd", "p4ss"} {
+	for _, secret := range []string{"hunter2", "s3cr3t", "pw0rd", "p4ss", "t0ps3cret", "m1sql"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("config print shows the secret %q", secret)
 		}

@@ -172,7 +172,7 @@ func TestMigrateNamesTheVariable(t *testing.T) {
 }
 
 // noConfig are the commands that read no configuration file.
-var noConfig = []string{"dynamodb create-table", "dkim keygen", "version"}
+var noConfig = []string{"dynamodb create-table", "dkim keygen", "submissions schema", "submissions migrate", "version"}
 
 // TestConfigFlag checks that every command that reads the configuration
 // takes --config and reads that file: a file with a wrong setting stops it

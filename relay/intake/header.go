@@ -208,7 +208,11 @@ func addField(h *textproto.Header, name, value string) {
 // receivedField is the trace field of RFC 5321 section 4.4.
 func receivedField(helo, clientIP, host, with, id string, rcpts []string, t time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "from %s ([%s])\r\n\tby %s (Postino) with %s id %s", helo, clientIP, host, with, id)
+	fmt.Fprintf(&b, "from %s", helo)
+	if clientIP != "" {
+		fmt.Fprintf(&b, " ([%s])", clientIP)
+	}
+	fmt.Fprintf(&b, "\r\n\tby %s (Postino) with %s id %s", host, with, id)
 	if len(rcpts) == 1 {
 		fmt.Fprintf(&b, "\r\n\tfor <%s>", rcpts[0])
 	}

@@ -37,11 +37,11 @@ func ParsePECReceipt(v string) (string, error) {
 	return "", fmt.Errorf("%q: use completa, breve or sintetica", v)
 }
 
-// pecAccount is the PEC account the session sends from, if any: its
-// envelope sender, or the user it authenticated as.
-func (s *session) pecAccount() (PECAccount, bool) {
-	for _, who := range []string{s.from, s.authUser} {
-		if a, ok := s.srv.cfg.PEC[strings.ToLower(who)]; ok && who != "" {
+// pecAccount is the PEC account env sends from, if any: its sender, or
+// the user it authenticated as.
+func (s *Server) pecAccount(env Envelope) (PECAccount, bool) {
+	for _, who := range []string{env.From, env.AuthUser} {
+		if a, ok := s.cfg.PEC[strings.ToLower(who)]; ok && who != "" {
 			return a, true
 		}
 	}
@@ -57,16 +57,16 @@ func pecRefusal(format string, args ...any) error {
 // provider later: MAIL FROM and From are the account, the Message-ID
 // (the key of every receipt) is the message's own, and X-TipoRicevuta says
 // which receipts to send.
-func (s *session) checkPEC(ctx context.Context, h *textproto.Header, ctrl control, ident identity) error {
-	acct, ok := s.pecAccount()
+func (s *Server) checkPEC(ctx context.Context, env Envelope, h *textproto.Header, ctrl control, ident identity) error {
+	acct, ok := s.pecAccount(env)
 	if !ok {
 		if _, asked := ctrl.raw[HeaderPECReceipt]; asked {
-			return contentError("%s is for messages sent from a PEC account, and %s is none", HeaderPECReceipt, orNull(s.from))
+			return contentError("%s is for messages sent from a PEC account, and %s is none", HeaderPECReceipt, orNull(env.From))
 		}
 		return nil
 	}
-	if !strings.EqualFold(s.from, acct.Address) {
-		return pecRefusal("PEC account %s sends only with MAIL FROM:<%s>, not <%s>; the provider would refuse it", acct.Address, acct.Address, s.from)
+	if !strings.EqualFold(env.From, acct.Address) {
+		return pecRefusal("PEC account %s sends only with MAIL FROM:<%s>, not <%s>; the provider would refuse it", acct.Address, acct.Address, env.From)
 	}
 	mh := mail.Header{}
 	mh.Header.Header = *h
@@ -84,7 +84,7 @@ func (s *session) checkPEC(ctx context.Context, h *textproto.Header, ctrl contro
 	h.Del(headerTipo)
 	addField(h, headerTipo, receipt)
 	if ident.messageID != "" {
-		others, err := s.srv.outbox.ByMessageID(ctx, ident.messageID)
+		others, err := s.outbox.ByMessageID(ctx, ident.messageID)
 		if err != nil {
 			return tempFailure("Outbox unavailable", err)
 		}

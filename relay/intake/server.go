@@ -288,7 +288,7 @@ func (s *session) Logout() error { return nil }
 func (s *session) Data(r io.Reader) error {
 	start := time.Now()
 	s.lim.beginData(start)
-	id, err := s.data(r, start.UTC())
+	id, err := s.srv.Take(context.Background(), s.envelope(), r)
 	var cause error
 	if f, ok := errors.AsType[*localFailure](err); ok {
 		err, cause = f.reply, f.cause
@@ -324,6 +324,13 @@ func (s *session) Data(r io.Reader) error {
 	return err
 }
 
+// envelope is the transaction's envelope, for Take.
+func (s *session) envelope() Envelope {
+	return Envelope{From: s.from, To: s.rcpts, UTF8: s.opts.UTF8,
+		ClientIP: s.clientIP.String(), ClientAddr: s.conn.Conn().RemoteAddr().String(), Helo: s.conn.Hostname(),
+		AuthUser: s.authUser, TLS: s.tls, Protocol: s.protocol(), Broken: s.lim.broken}
+}
+
 // queued is the reply that hands the message over: go-smtp sends the code and
 // text of an SMTPError as they are, 250 included.
 func queued(id string) error {
@@ -346,53 +353,6 @@ func tempFailure(what string, cause error) error {
 		reply: &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: what + ", try again later"}}
 }
 
-// data reads, checks and stores one message. It returns the message id when
-// it knows it, and the reply.
-func (s *session) data(r io.Reader, now time.Time) (string, error) {
-	rd := s.srv.getReader(r)
-	defer s.srv.putReader(rd)
-
-	h, err := textproto.ReadHeader(rd.br)
-	if err != nil {
-		return "", readError(err, "the header section is malformed: %v")
-	}
-	ctrl, err := readControl(&h, now)
-	if err != nil {
-		return "", err
-	}
-	ident, err := readIdentity(&h)
-	if err != nil {
-		return ident.id, err
-	}
-
-	lookup, cancel := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
-	defer cancel()
-	if ident.id == "" {
-		ident.id = newID()
-		addField(&h, HeaderMailID, ident.id)
-	} else if reply, done := s.resubmitted(lookup, ident.id, rd.br); done {
-		return ident.id, reply
-	}
-	if err := s.checkPEC(lookup, &h, ctrl, ident); err != nil {
-		return ident.id, err
-	}
-	s.addTrace(&h, &ident, now)
-	f, err := s.spoolMessage(ident.id, h, rd.br, now)
-	if err != nil {
-		return ident.id, err
-	}
-	if rd.sc.longLines {
-		if f, err = s.srv.recodeDraft(ident.id, f, now); err != nil {
-			return ident.id, err
-		}
-	}
-	// The body took as long as the client took to send it: the outbox's
-	// own time starts once the file is safe.
-	commit, cancelCommit := context.WithTimeout(context.Background(), s.srv.cfg.CommitTimeout)
-	defer cancelCommit()
-	return ident.id, s.record(commit, f, ident, ctrl, rd.sc.eightBit, now)
-}
-
 // getReader takes a reader from the pool, or makes one, and sets it to
 // read r.
 func (s *Server) getReader(r io.Reader) *reader {
@@ -411,38 +371,6 @@ func (s *Server) putReader(rd *reader) {
 	rd.sc.reset(nil, false, 0)
 	rd.br.Reset(nil)
 	s.readers.Put(rd)
-}
-
-// resubmitted answers an app that hands over again a message the outbox
-// holds under id: the rest of the message is read and dropped, and the
-// reply says it is queued. done is false when the outbox has no such
-// message, and the message is new.
-func (s *session) resubmitted(ctx context.Context, id string, body io.Reader) (reply error, done bool) {
-	switch _, err := s.srv.outbox.Get(ctx, id); {
-	case err == nil:
-		if _, err := io.Copy(io.Discard, body); err != nil {
-			return readError(err, "%v"), true
-		}
-		s.srv.log.Info("duplicate submission answered with the queued message", "id", id, "client", s.clientIP)
-		return queued(id), true
-	case !errors.Is(err, backends.ErrNotFound):
-		return tempFailure("Outbox unavailable", err), true
-	}
-	return nil, false
-}
-
-// addTrace adds the fields the relay stamps on a message: a Message-ID and
-// a Date when the app gave none (ident gets the Message-ID), and Received.
-func (s *session) addTrace(h *textproto.Header, ident *identity, now time.Time) {
-	cfg := &s.srv.cfg
-	if ident.messageID == "" {
-		ident.messageID = newID() + "@" + cfg.Hostname
-		addField(h, "Message-ID", "<"+ident.messageID+">")
-	}
-	if !h.Has("Date") {
-		addField(h, "Date", now.Format(time.RFC1123Z))
-	}
-	addField(h, "Received", receivedField(s.conn.Hostname(), s.clientIP.String(), cfg.Hostname, s.protocol(), ident.id, s.rcpts, now))
 }
 
 // draft is a message's bytes being written: a spool file, or memory that
@@ -481,8 +409,8 @@ func (s *Server) createDraft(id string, now time.Time) (draft, error) {
 // spoolMessage writes the header h and the rest of the message, read from
 // body, to its draft and commits it. A write that fails is a temporary
 // failure; a read that fails is the client's, replied as readError says.
-func (s *session) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
-	f, err := s.srv.writeDraft(id, now, func(w io.Writer) error {
+func (s *Server) spoolMessage(id string, h textproto.Header, body io.Reader, now time.Time) (draft, error) {
+	f, err := s.writeDraft(id, now, func(w io.Writer) error {
 		if err := textproto.WriteHeader(w, h); err != nil {
 			return err
 		}
@@ -519,78 +447,6 @@ func (s *Server) writeDraft(id string, now time.Time, write func(io.Writer) erro
 		return nil, err
 	}
 	return f, nil
-}
-
-// needsUTF8 reports whether the message must go on with SMTPUTF8: the
-// client said it, and something may need it (an address, or 8-bit text
-// that could be in a header). Apps whose library says SMTPUTF8 whenever the
-// server offers it (Go's net/smtp does) send plain ASCII mail that way;
-// passing it on without SMTPUTF8 is what RFC 6531 lets a relay do, and it
-// then reaches upstreams that do not offer the extension.
-func (s *session) needsUTF8(eightBit bool) bool {
-	return s.opts.UTF8 && (eightBit || !asciiAddresses(s.from, s.rcpts))
-}
-
-// record records the spooled message f in the outbox and returns the
-// reply: queued, also when the outbox has the message already (an app's
-// retry that raced with the first submission).
-func (s *session) record(ctx context.Context, f draft, ident identity, ctrl control, eightBit bool, now time.Time) error {
-	m := &backends.Message{
-		ID:        ident.id,
-		MessageID: ident.messageID,
-		Priority:  ctrl.priority,
-		Batch:     ctrl.batch,
-		DueAt:     ctrl.sendAfter,
-		EmlPath:   f.Path(),
-		Reason:    fmt.Sprintf("accepted from %s", s.clientIP),
-		CreatedAt: now,
-		Envelope: backends.Envelope{
-			Sender:     s.from,
-			Recipients: append([]string(nil), s.rcpts...),
-			ClientAddr: s.conn.Conn().RemoteAddr().String(),
-			Helo:       s.conn.Hostname(),
-			AuthUser:   s.authUser,
-			TLS:        s.tls,
-			ReceivedAt: now,
-			SMTPUTF8:   s.needsUTF8(eightBit),
-			EightBit:   eightBit,
-			Size:       f.Size(),
-			Control:    ctrl.raw,
-		},
-	}
-	if d, ok := f.(*memDraft); ok {
-		m.Body = d.Bytes()
-	}
-	if s.lim.broken() {
-		// The data may be cut short (BDAT), or the limits cut it: Data
-		// replies with the cut, or to a client gone.
-		f.Abort()
-		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 4, 2},
-			Message: "The connection failed during the data; nothing was kept, send the message again"}
-	}
-	err := s.srv.outbox.Create(ctx, m)
-	if errors.Is(err, backends.ErrDuplicate) {
-		f.Abort()
-		s.srv.log.Info("duplicate submission answered with the queued message", "id", ident.id, "client", s.clientIP)
-		return queued(ident.id)
-	}
-	if err != nil {
-		if errors.Is(err, backends.ErrOutcomeUnknown) {
-			// The row may have landed, naming these bytes: they stay. If
-			// it did not, the start-up sweep finds no row and removes them.
-			s.srv.log.Warn("the outbox's commit may have landed: the message's bytes are kept", "id", ident.id, "path", f.Path(), "error", err)
-		} else {
-			f.Abort()
-		}
-		s.srv.noSpace(err)
-		return tempFailure("Cannot record the message in the outbox", err)
-	}
-	s.srv.log.Info("accepted", "id", ident.id, "message_id", ident.messageID, "from", s.from,
-		"rcpts", len(s.rcpts), "size", f.Size(), "client", s.clientIP, "user", s.authUser)
-	if s.srv.accepted != nil {
-		s.srv.accepted()
-	}
-	return queued(ident.id)
 }
 
 // protocol is the WITH clause of the Received field (RFC 3848, RFC 6531).

@@ -211,9 +211,14 @@ func (w *Worker) record(m *backends.Message, t backends.Transition, leases []tim
 	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt)
 }
 
-// adoptAndCheck gives a row taken over from the seed layout, which has no
+// adoptAndCheck refuses a message intake refused; it gives a row taken over from the seed layout, which has no
 // envelope in the row, the envelope its files say, then checks it.
 func (w *Worker) adoptAndCheck(m *backends.Message, t *backends.Transition) (string, error) {
+	if m.Envelope.Refused != "" {
+		// Intake refused it, with no reply to tell its sender: INVALID
+		// is how the app hears why (Server.Refuse).
+		return "", errors.New(m.Envelope.Refused)
+	}
 	if len(m.Envelope.Recipients) == 0 {
 		env, err := w.seedEnvelope(m)
 		if err != nil {

@@ -1,0 +1,78 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/genropy/postino/relay/intake"
+	"github.com/genropy/postino/relay/submissions"
+)
+
+// SubmissionsConfig is one submissions table: where an app writes its mail
+// in its own transactions, for the relay to take (relay/submissions).
+type SubmissionsConfig struct {
+	// Driver is postgres or mysql.
+	Driver string `yaml:"driver"`
+	// The DSN comes from exactly one of these: postgres://user@host/db, or
+	// user:password@tcp(host:3306)/db.
+	DSN     string `yaml:"dsn"`
+	DSNFile string `yaml:"dsn_file"`
+	DSNEnv  string `yaml:"dsn_env"`
+	// Table defaults to postino_submissions.
+	Table string `yaml:"table"`
+	// Poll is how often the table is read when no NOTIFY wakes the relay
+	// (MySQL, or a lost LISTEN connection); default 1s.
+	Poll Duration `yaml:"poll"`
+}
+
+func (s *SubmissionsConfig) table() string {
+	if s.Table == "" {
+		return submissions.DefaultTable
+	}
+	return s.Table
+}
+
+func (c *Config) checkSubmissions() error {
+	for i, s := range c.Submissions {
+		if _, err := submissions.Schema(s.Driver, s.table()); err != nil {
+			return fmt.Errorf("submissions[%d]: %w", i, err)
+		}
+		if n := btoi(s.DSN != "") + btoi(s.DSNFile != "") + btoi(s.DSNEnv != ""); n != 1 {
+			return fmt.Errorf("submissions[%d] needs exactly one of dsn, dsn_file and dsn_env", i)
+		}
+		if s.Poll < 0 {
+			return fmt.Errorf("submissions[%d].poll %s is negative; leave it out for 1s", i, s.Poll.D())
+		}
+	}
+	return nil
+}
+
+// openSubmissions connects to the submissions tables of the configuration,
+// which the relay's intake takes mail from.
+func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *submissions.Metrics, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
+	var out []*submissions.Reader
+	for i, s := range c.Submissions {
+		dsn := s.DSN
+		if dsn == "" {
+			var err error
+			if dsn, err = secret(s.DSNFile, s.DSNEnv, getenv); err != nil {
+				closeAll(out)
+				return nil, fmt.Errorf("submissions[%d] DSN: %w", i, err)
+			}
+		}
+		rd, err := submissions.Open(ctx, submissions.Config{Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
+		if err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("submissions[%d]: %w", i, err)
+		}
+		out = append(out, rd)
+	}
+	return out, nil
+}
+
+func closeAll(readers []*submissions.Reader) {
+	for _, rd := range readers {
+		rd.Close()
+	}
+}

@@ -1,0 +1,313 @@
+// Package submissions reads the mail an app writes into a table of its own
+// database, in its own transaction, and takes each message into the outbox
+// as SMTP intake would (intake.Server.Take): the transactional outbox,
+// with Postino as its reader.
+//
+// A reader claims rows with SELECT … FOR UPDATE SKIP LOCKED, so that
+// several relays may read one table; it deletes them in the claiming
+// transaction, which commits only once the outbox holds their messages (or
+// their refusals). A crash in between leaves the rows, which are taken
+// again: a row's id, the message's X-Genro-Mail-ID, makes the second take
+// a no-op.
+package submissions
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/emersion/go-smtp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/relay/intake"
+)
+
+// Intake is what a reader needs of the SMTP side: the same checks, and the
+// same way into the outbox.
+type Intake interface {
+	CheckEnvelope(env intake.Envelope, size int64) error
+	Take(ctx context.Context, env intake.Envelope, r io.Reader) (string, error)
+	Refuse(ctx context.Context, env intake.Envelope, raw []byte, reason string) (string, error)
+}
+
+// Config is one submissions table.
+type Config struct {
+	// Driver is postgres or mysql.
+	Driver string
+	DSN    string
+	// Table defaults to DefaultTable.
+	Table string
+	// Poll is how often the table is read when nothing wakes the reader
+	// (on PostgreSQL, NOTIFY wakes it at each COMMIT).
+	Poll time.Duration
+	// Batch is how many rows one claim takes, Concurrency how many of
+	// them are taken at once.
+	Batch       int
+	Concurrency int
+	// Name says where a message was read, in its history and Received
+	// field; default driver:table.
+	Name string
+}
+
+// Reader takes the submissions of one table.
+type Reader struct {
+	cfg     Config
+	dialect dialect
+	db      *sql.DB
+	intake  Intake
+	log     *slog.Logger
+	wake    chan struct{}
+	// queued and refused count the rows taken.
+	queued, refused prometheus.Counter
+
+	mu sync.Mutex
+	// state is why the last batch failed, nil after one that did not.
+	state error
+}
+
+// Open connects to the database of cfg; Run reads it.
+func Open(ctx context.Context, cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.Name == "" {
+		cfg.Name = cfg.Driver + ":" + cfg.Table
+	}
+	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
+	cfg.Batch = cmp.Or(cfg.Batch, 256)
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, 32)
+	d, err := lookup(cfg.Driver, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open(d.driver, cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("submissions %s: %w", cfg.Name, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("submissions %s: cannot reach the database: %w", cfg.Name, err)
+	}
+	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), wake: make(chan struct{}, 1),
+		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused")}, nil
+}
+
+// Close closes the connections to the database.
+func (r *Reader) Close() error { return r.db.Close() }
+
+// Name says where the reader reads.
+func (r *Reader) Name() string { return r.cfg.Name }
+
+// Ready says why the last batch could not be taken, or nil: the relay is
+// degraded meanwhile, since the app's mail waits in its table.
+func (r *Reader) Ready() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+func (r *Reader) setState(err error) {
+	r.mu.Lock()
+	r.state = err
+	r.mu.Unlock()
+}
+
+// Wake tells the reader that rows may be waiting.
+func (r *Reader) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run takes submissions until ctx ends; the batches in hand when it ends
+// are finished first.
+func (r *Reader) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	if r.cfg.Driver == "postgres" {
+		wg.Go(func() { r.listen(ctx) })
+	}
+	// Two claimers: while one takes its batch into the outbox, the other
+	// claims the next (SKIP LOCKED keeps them apart), so that the outbox
+	// is never idle between batches.
+	for range 2 {
+		wg.Go(func() { r.claimLoop(ctx) })
+	}
+	wg.Wait()
+}
+
+// claimLoop takes batches while there are rows, then waits for a wake-up
+// or the poll.
+func (r *Reader) claimLoop(ctx context.Context) {
+	ticker := time.NewTicker(r.cfg.Poll)
+	defer ticker.Stop()
+	backoff := time.Duration(0)
+	for {
+		n, err := r.takeBatch(context.WithoutCancel(ctx))
+		r.setState(err)
+		if err != nil {
+			// A failure waits its backoff, whatever wakes the reader.
+			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
+			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		if n > 0 && ctx.Err() == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-ticker.C:
+		}
+	}
+}
+
+// takeBatch claims a batch of rows, deletes them, takes each into the
+// outbox, and commits, and returns how many it took. The delete comes
+// before the takes, so that the statement the database may refuse (a
+// deadlock with another claimer, which rolls the transaction back) is
+// refused before anything is in the outbox. When the relay cannot take a
+// row now (the outbox, the spool), the transaction is rolled back: the
+// rows come back for the next claim, and those taken already are answered
+// as done then, by their ids.
+func (r *Reader) takeBatch(ctx context.Context) (int, error) {
+	tx, err := r.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	rows, err := r.claim(ctx, tx)
+	if err != nil || len(rows) == 0 {
+		return 0, err
+	}
+	ids := make([]string, len(rows))
+	for i, row := range rows {
+		ids[i] = row.id
+	}
+	q, args := r.dialect.remove(r.cfg.Table, ids)
+	if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		return 0, fmt.Errorf("delete the submissions claimed: %w", err)
+	}
+	var (
+		mu    sync.Mutex
+		first error
+		slots = make(chan struct{}, r.cfg.Concurrency)
+		wg    sync.WaitGroup
+	)
+	for _, row := range rows {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := r.take(ctx, row); err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return 0, first
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("commit the submissions taken: %w", err)
+	}
+	return len(rows), nil
+}
+
+// claim reads and locks a batch of rows.
+func (r *Reader) claim(ctx context.Context, tx *sql.Tx) ([]*row, error) {
+	q, args := r.dialect.claim(r.cfg.Table), []any{r.cfg.Batch}
+	if r.dialect.lock != nil {
+		ids, err := r.pick(ctx, tx)
+		if err != nil || len(ids) == 0 {
+			return nil, err
+		}
+		q, args = r.dialect.lock(r.cfg.Table, ids)
+	}
+	rs, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim submissions: %w", err)
+	}
+	defer rs.Close()
+	var out []*row
+	for rs.Next() {
+		var row row
+		if err := row.scan(rs); err != nil {
+			return nil, fmt.Errorf("read a submission: %w", err)
+		}
+		out = append(out, &row)
+	}
+	return out, rs.Err()
+}
+
+// pick returns the ids of the rows the claim of a two-step dialect skips
+// none of.
+func (r *Reader) pick(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	rs, err := tx.QueryContext(ctx, r.dialect.claim(r.cfg.Table), r.cfg.Batch)
+	if err != nil {
+		return nil, fmt.Errorf("claim submissions: %w", err)
+	}
+	defer rs.Close()
+	var ids []string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			return nil, fmt.Errorf("read a submission's id: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	return ids, rs.Err()
+}
+
+// take takes one row into the outbox: as a message, or as a refusal when
+// it fails the checks. It returns an error when the row must stay.
+func (r *Reader) take(ctx context.Context, row *row) error {
+	env, err := row.envelope(r.cfg.Name)
+	var raw []byte
+	if err == nil {
+		raw, err = row.bytes()
+	}
+	if err != nil {
+		// The row itself is malformed: no message to check.
+		return r.refuse(ctx, env, row, raw, err.Error())
+	}
+	err = r.intake.CheckEnvelope(env, int64(len(raw)))
+	if err == nil {
+		_, err = r.intake.Take(ctx, env, bytes.NewReader(raw))
+	}
+	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
+		r.queued.Inc()
+		return nil
+	}
+	if reason, refused := intake.Refusal(err); refused {
+		return r.refuse(ctx, env, row, raw, reason)
+	}
+	return fmt.Errorf("submission %s: %w", row.id, err)
+}
+
+// refuse records row as refused, so that the app hears why.
+func (r *Reader) refuse(ctx context.Context, env intake.Envelope, row *row, raw []byte, reason string) error {
+	env.ID = row.id
+	id, err := r.intake.Refuse(ctx, env, raw, reason)
+	if err != nil {
+		return fmt.Errorf("submission %s: record its refusal (%s): %w", row.id, reason, err)
+	}
+	r.log.Warn("submission refused: its message is INVALID", "submission", row.id, "id", id, "reason", reason)
+	r.refused.Inc()
+	return nil
+}
