@@ -80,13 +80,13 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adop
 	}
 	defer tx.Rollback()
 	w := newTxRows(ctx, tx)
-	if err := w.lockMessages(ids); err != nil {
+	if err := w.LockMessages(ids); err != nil {
 		return err
 	}
 	var done []backends.Adopted // counted once the page commits
 	now := time.Now().UTC()
 	for _, id := range ids {
-		m, ok := w.msgs[id]
+		m, ok := w.Messages[id]
 		if !ok || m.Envelope.Recipients != nil {
 			continue // gone, or taken meanwhile
 		}

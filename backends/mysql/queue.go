@@ -24,64 +24,31 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	return nil
 }
 
-// changes gathers what a transaction writes beside the message rows: the
-// history rows, in one statement, and the moves between statuses, merged
-// per status into the counters (email_counts) in one more. flush writes
-// them last, so that every transaction takes the counters' locks after its
-// message rows', in the order of the statuses, and two never wait on each
-// other in a cycle.
-type changes struct {
-	args  []any
-	n     int
-	delta map[backends.Status]int
-}
-
-func (c *changes) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
-	c.args = append(c.args, id, st, null(reason), at.UTC(), nullBytes(details))
-	c.n++
-}
-
-// count adds d messages to status st.
-func (c *changes) count(st backends.Status, d int) {
-	if c.delta == nil {
-		c.delta = map[backends.Status]int{}
-	}
-	c.delta[st] += d
-}
-
 // countShards is the number of counter rows of a status: a transaction
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
-	return execAll(ctx, tx, c.stmts())
-}
-
-// stmts returns the history insert and the counters' update, and forgets
-// them.
-func (c *changes) stmts() []stmt {
+// changesStmts returns the history insert and the counters' update of c,
+// and forgets them.
+func changesStmts(c *backends.Changes) []stmt {
+	history, statuses, deltas := c.Take()
 	var out []stmt
-	if c.n > 0 {
-		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
-			rowsOf(5, c.n), c.args})
-		c.args, c.n = nil, 0
-	}
-	statuses := make([]backends.Status, 0, len(c.delta))
-	for st, d := range c.delta {
-		if d != 0 {
-			statuses = append(statuses, st)
+	if len(history) > 0 {
+		args := make([]any, 0, 5*len(history))
+		for _, h := range history {
+			args = append(args, h.MessageID, h.Status, null(h.Reason), h.At.UTC(), nullBytes(h.Details))
 		}
+		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
+			rowsOf(5, len(history)), args})
 	}
 	if len(statuses) == 0 {
 		return out
 	}
-	slices.Sort(statuses)
 	shard := rand.N(countShards)
 	args := make([]any, 0, 3*len(statuses))
-	for _, st := range statuses {
-		args = append(args, st, shard, c.delta[st])
+	for i, st := range statuses {
+		args = append(args, st, shard, deltas[i])
 	}
-	clear(c.delta)
 	return append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
 		rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
 }
@@ -207,7 +174,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 	// write. A new pick still reads them all (nothing moves until the
 	// end), and skips them.
 	seen := map[string]bool{}
-	for id := range w.msgs {
+	for id := range w.Messages {
 		seen[id] = false
 	}
 	picked := c.Limit // how many the outside pick asked for
@@ -246,7 +213,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
-	w.adopt(out)
+	w.Adopt(out)
 	return out, nil
 }
 
@@ -326,11 +293,11 @@ func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([
 
 const restoreChunk = 500
 
-// anyOf makes the statuses arguments of an IN list.
-func anyOf(ss []backends.Status) []any {
-	out := make([]any, len(ss))
-	for i, st := range ss {
-		out[i] = st
+// anyOf makes values the arguments of an IN list.
+func anyOf[T any](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
 	}
 	return out
 }
@@ -355,7 +322,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 				return err
 			}
 			w := newTxRows(ctx, tx)
-			w.adopt(msgs)
+			w.Adopt(msgs)
 			for _, m := range msgs {
 				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
 					return err
@@ -407,10 +374,10 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		ids := make([]any, len(msgs))
-		var h changes
+		var h backends.Changes
 		for i, m := range msgs {
 			ids[i] = m.ID
-			h.count(m.Status, -1)
+			h.Count(m.Status, -1)
 		}
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
@@ -418,7 +385,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		out = msgs
-		return h.flush(ctx, tx)
+		return execAll(ctx, tx, changesStmts(&h))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

@@ -82,16 +82,16 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 			evIDs = append(evIDs, o.ev.ID)
 		}
 	}
-	if err := w.lockEvents(evIDs, false); err != nil {
+	if err := w.LockEvents(evIDs, false); err != nil {
 		return err
 	}
-	for _, e := range w.events {
+	for _, e := range w.Events {
 		msgIDs = append(msgIDs, e.MessageID)
 	}
-	if err := s.insertMessages(ctx, tx, creates, &w.h); err != nil {
+	if err := s.insertMessages(ctx, tx, creates, &w.Changes); err != nil {
 		return err
 	}
-	if err := w.lockMessages(msgIDs); err != nil {
+	if err := w.LockMessages(msgIDs); err != nil {
 		return err
 	}
 	for _, o := range group {
@@ -126,7 +126,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 // when the store keeps them. An id already taken keeps its row (ON
 // DUPLICATE KEY changes nothing); reading the spool paths back tells which
 // rows are ours, since each submission has its own file or BodyRef.
-func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *changes) error {
+func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *backends.Changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
@@ -166,8 +166,8 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 		if m.Body != nil {
 			bodies = append(bodies, m)
 		}
-		h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
-		h.count(m.Status, 1)
+		h.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+		h.Count(m.Status, 1)
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}

@@ -81,12 +81,12 @@ func adoptAll(ctx context.Context, pool *pgxpool.Pool, where string, a *backends
 
 func adoptPageOf(ctx context.Context, tx pgx.Tx, ids []string, done *[]backends.Adopted) error {
 	w := newTxRows(ctx, tx, "")
-	if err := w.lockMessages(ids); err != nil {
+	if err := w.LockMessages(ids); err != nil {
 		return err
 	}
 	now := time.Now().UTC()
 	for _, id := range ids {
-		m, ok := w.msgs[id]
+		m, ok := w.Messages[id]
 		if !ok || m.Envelope.Recipients != nil {
 			continue // gone, or taken meanwhile
 		}

@@ -49,16 +49,16 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		w := newTxRows(ctx, tx, s.sender)
-		if err := w.lockMessages([]string{e.MessageID}); err != nil {
+		if err := w.LockMessages([]string{e.MessageID}); err != nil {
 			return err
 		}
-		if _, ok := w.msgs[e.MessageID]; !ok {
+		if _, ok := w.Messages[e.MessageID]; !ok {
 			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
 		}
 		if err := e.Prepare(e.MessageID, now); err != nil {
 			return err
 		}
-		w.newEvents = append(w.newEvents, e)
+		w.NewEvents = append(w.NewEvents, e)
 		return w.write()
 	})
 	if err != nil {
@@ -101,12 +101,12 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		out = nil
 		w := newTxRows(ctx, tx, s.sender)
-		if err := w.lockEvents(ids, true); err != nil {
+		if err := w.LockEvents(ids, true); err != nil {
 			return err
 		}
 		var events []*backends.Event
 		var owners []string
-		for _, e := range w.events {
+		for _, e := range w.Events {
 			if e.State == backends.EventPending {
 				events = append(events, e)
 				owners = append(owners, e.MessageID)
@@ -115,7 +115,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		slices.SortFunc(events, func(a, b *backends.Event) int {
 			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
 		})
-		if err := w.lockMessages(owners); err != nil {
+		if err := w.LockMessages(owners); err != nil {
 			return err
 		}
 		taken := map[string]bool{}

@@ -115,8 +115,8 @@ func (w *txRows) claimAll(ops []*op) error {
 // lockClaimable locks up to c.Limit messages of the due priorities, in
 // claim order: a statement per priority, until the claim is full.
 func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.Message, error) {
-	mine := make([]string, 0, len(w.msgs))
-	for id := range w.msgs {
+	mine := make([]string, 0, len(w.Messages))
+	for id := range w.Messages {
 		mine = append(mine, id)
 	}
 	var out []*backends.Message
@@ -130,7 +130,7 @@ func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.
 		}
 		out = append(out, msgs...)
 	}
-	w.adopt(out)
+	w.Adopt(out)
 	return out, nil
 }
 
@@ -165,7 +165,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			if err != nil {
 				return err
 			}
-			w.adopt(msgs)
+			w.Adopt(msgs)
 			for _, m := range msgs {
 				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
 					return err
@@ -217,16 +217,16 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		ids := make([]string, len(msgs))
-		var h changes
+		var h backends.Changes
 		for i, m := range msgs {
 			ids[i] = m.ID
-			h.count(m.Status, -1)
+			h.Count(m.Status, -1)
 		}
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
 		b := &pgx.Batch{}
 		b.Queue("DELETE FROM emails WHERE id = ANY($1)", ids)
-		h.flush(b)
+		flushChanges(b, &h)
 		out = msgs
 		return sendBatch(ctx, tx, b)
 	})

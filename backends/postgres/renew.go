@@ -42,23 +42,23 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		renewed = nil
 		w := newTxRows(ctx, tx, s.sender)
-		if err := w.lockEvents(r.IDs, false); err != nil {
+		if err := w.LockEvents(r.IDs, false); err != nil {
 			return err
 		}
 		var owners []string
 		for _, id := range r.IDs {
-			if e, ok := w.events[id]; ok && r.Renews(e) {
+			if e, ok := w.Events[id]; ok && r.Renews(e) {
 				renewed = append(renewed, id)
 				owners = append(owners, e.MessageID)
 			}
 		}
-		if err := w.lockMessages(owners); err != nil {
+		if err := w.LockMessages(owners); err != nil {
 			return err
 		}
 		var msgs []string
 		for _, id := range renewed {
-			e := w.events[id]
-			if m, ok := w.msgs[e.MessageID]; ok && r.RenewsMessage(e, m) {
+			e := w.Events[id]
+			if m, ok := w.Messages[e.MessageID]; ok && r.RenewsMessage(e, m) {
 				msgs = append(msgs, m.ID)
 			}
 		}

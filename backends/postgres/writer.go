@@ -82,16 +82,16 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, group []*op) error {
 			evIDs = append(evIDs, o.ev.ID)
 		}
 	}
-	if err := w.lockEvents(evIDs, false); err != nil {
+	if err := w.LockEvents(evIDs, false); err != nil {
 		return err
 	}
-	for _, e := range w.events {
+	for _, e := range w.Events {
 		msgIDs = append(msgIDs, e.MessageID)
 	}
 	if err := s.insertMessages(w, creates); err != nil {
 		return err
 	}
-	if err := w.lockMessages(msgIDs); err != nil {
+	if err := w.LockMessages(msgIDs); err != nil {
 		return err
 	}
 	for _, o := range group {
@@ -185,8 +185,8 @@ func (s *Store) insertMessages(w *txRows, creates []*op) error {
 		if m.Body != nil {
 			bodies = append(bodies, m)
 		}
-		w.h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
-		w.h.count(m.Status, 1)
+		w.Changes.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+		w.Changes.Count(m.Status, 1)
 		w.notifyDue(m.Status, m.DueAt)
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
