@@ -80,23 +80,9 @@ func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adop
 	}
 	defer tx.Rollback()
 	w := newTxRows(ctx, tx)
-	if err := w.LockMessages(ids); err != nil {
+	done, err := backends.AdoptHeld(w, ids, time.Now().UTC()) // counted once the page commits
+	if err != nil {
 		return err
-	}
-	var done []backends.Adopted // counted once the page commits
-	now := time.Now().UTC()
-	for _, id := range ids {
-		m, ok := w.Messages[id]
-		if !ok || m.Envelope.Recipients != nil {
-			continue // gone, or taken meanwhile
-		}
-		t, kind := backends.SeedAdoption(m, now)
-		if t != nil {
-			if err := w.Move(*t); err != nil {
-				return fmt.Errorf("message %s: %w", id, err)
-			}
-		}
-		done = append(done, kind)
 	}
 	if err := w.write(); err != nil {
 		return err

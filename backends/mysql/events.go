@@ -1,12 +1,10 @@
 package mysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -117,36 +115,10 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	}
 	var out []*backends.Event
 	err = s.tx(ctx, func(tx *sql.Tx) error {
-		out = nil
 		w := newTxRows(ctx, tx)
-		if err := w.LockEvents(ids, true); err != nil {
+		var err error
+		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
 			return err
-		}
-		var events []*backends.Event
-		var owners []string
-		for _, e := range w.Events {
-			if e.State == backends.EventPending {
-				events = append(events, e)
-				owners = append(owners, e.MessageID)
-			}
-		}
-		slices.SortFunc(events, func(a, b *backends.Event) int {
-			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
-		})
-		if err := w.LockMessages(owners); err != nil {
-			return err
-		}
-		taken := map[string]bool{}
-		for _, e := range events {
-			if taken[e.MessageID] {
-				continue
-			}
-			taken[e.MessageID] = true
-			claimed, err := backends.ClaimEvent(w, e, c)
-			if err != nil {
-				return err
-			}
-			out = append(out, claimed)
 		}
 		return w.write()
 	})
@@ -195,9 +167,9 @@ func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backe
 	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
 	}
-	o := &op{ev: &u}
+	o := &op{Write: backends.Write{Update: &u}}
 	if err := s.submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 	}
-	return o.event, nil
+	return o.Event, nil
 }

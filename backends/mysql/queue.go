@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -18,7 +17,7 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	if err := t.Prepare(time.Now().UTC()); err != nil {
 		return err
 	}
-	if err := s.submit(ctx, &op{t: &t}); err != nil {
+	if err := s.submit(ctx, &op{Write: backends.Write{Transition: &t}}); err != nil {
 		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
 	}
 	return nil
@@ -81,12 +80,6 @@ func execAll(ctx context.Context, tx *sql.Tx, stmts []stmt) error {
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
 
-// refusal reports whether err is a transition's refusal rather than a
-// failure of the database.
-func refusal(err error) bool {
-	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired)
-}
-
 // inList makes "?, ?, ?" for n values.
 func inList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
@@ -106,58 +99,25 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	o := &op{claim: &c, cands: cands}
+	o := &op{Write: backends.Write{Claim: &c}, cands: cands}
 	if err := s.submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	return o.claimed, nil
+	return o.Claimed, nil
 }
 
 // claimRounds bounds how many times a claim picks again after other
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// claimAll runs the claims of a group: those that take from one status
-// together, as one claim of all their messages due by the earliest of
-// their times, shared out in claim order; each message moves with its own
-// claim's lease and reason.
-func (w *txRows) claimAll(ops []*op) error {
-	var froms []backends.Status
-	byFrom := map[backends.Status][]*op{}
-	for _, o := range ops {
-		if _, ok := byFrom[o.claim.From]; !ok {
-			froms = append(froms, o.claim.From)
-		}
-		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
+// lockClaims is the backends.ClaimFunc of the group commit: a claim
+// alone keeps its first pick, claims together pick again.
+func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
+	var cands []queueKeyOf
+	if len(same) == 1 {
+		cands = same[0].cands
 	}
-	for _, from := range froms {
-		same := byFrom[from]
-		all := *same[0].claim
-		cands := same[0].cands
-		if len(same) > 1 {
-			all.Limit, cands = 0, nil // picked again, for all of them
-			for _, o := range same {
-				all.Limit += o.claim.Limit
-				if o.claim.Now.Before(all.Now) {
-					all.Now = o.claim.Now
-				}
-			}
-		}
-		msgs, err := w.lockClaimable(all, cands)
-		if err != nil {
-			return err
-		}
-		for _, o := range same {
-			n := min(o.claim.Limit, len(msgs))
-			o.claimed, msgs = msgs[:n:n], msgs[n:]
-			for _, m := range o.claimed {
-				if err := w.Move(o.claim.Move(m.ID)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
+	return w.lockClaimable(all, cands)
 }
 
 // lockClaimable picks, then locks: from the candidates read without locks

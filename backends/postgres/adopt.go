@@ -81,22 +81,9 @@ func adoptAll(ctx context.Context, pool *pgxpool.Pool, where string, a *backends
 
 func adoptPageOf(ctx context.Context, tx pgx.Tx, ids []string, done *[]backends.Adopted) error {
 	w := newTxRows(ctx, tx, "")
-	if err := w.LockMessages(ids); err != nil {
+	var err error
+	if *done, err = backends.AdoptHeld(w, ids, time.Now().UTC()); err != nil {
 		return err
-	}
-	now := time.Now().UTC()
-	for _, id := range ids {
-		m, ok := w.Messages[id]
-		if !ok || m.Envelope.Recipients != nil {
-			continue // gone, or taken meanwhile
-		}
-		t, kind := backends.SeedAdoption(m, now)
-		if t != nil {
-			if err := w.Move(*t); err != nil {
-				return fmt.Errorf("message %s: %w", id, err)
-			}
-		}
-		*done = append(*done, kind)
 	}
 	return w.write()
 }

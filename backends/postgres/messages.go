@@ -74,7 +74,7 @@ func (s *Store) Create(ctx context.Context, m *backends.Message) error {
 		return err
 	}
 	m.Version = 1
-	if err := s.submit(ctx, &op{create: m}); err != nil {
+	if err := s.submit(ctx, &op{Write: backends.Write{Create: m}}); err != nil {
 		return fmt.Errorf("create message %s: %w", m.ID, err)
 	}
 	return nil

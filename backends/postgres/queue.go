@@ -14,7 +14,7 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 	if err := t.Prepare(time.Now().UTC()); err != nil {
 		return err
 	}
-	if err := s.submit(ctx, &op{t: &t}); err != nil {
+	if err := s.submit(ctx, &op{Write: backends.Write{Transition: &t}}); err != nil {
 		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
 	}
 	return nil
@@ -39,11 +39,11 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(prios) == 0 {
 		return nil, err
 	}
-	o := &op{claim: &c, prios: prios}
+	o := &op{Write: backends.Write{Claim: &c}, prios: prios}
 	if err := s.submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	return o.claimed, nil
+	return o.Claimed, nil
 }
 
 // priorities are the values of emails.priority, in claim order.
@@ -67,49 +67,16 @@ func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
 		[]any{c.From, priority, ts(c.Now), mine, n}}
 }
 
-// claimAll runs the claims of a group: those that take from one status
-// together, as one claim of all their messages due by the earliest of
-// their times, shared out in claim order; each message moves with its own
-// claim's lease and reason.
-func (w *txRows) claimAll(ops []*op) error {
-	var froms []backends.Status
-	byFrom := map[backends.Status][]*op{}
-	for _, o := range ops {
-		if _, ok := byFrom[o.claim.From]; !ok {
-			froms = append(froms, o.claim.From)
-		}
-		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
-	}
-	for _, from := range froms {
-		same := byFrom[from]
-		all := *same[0].claim
-		due := map[int]bool{}
-		for i, o := range same {
-			if i > 0 {
-				all.Limit += o.claim.Limit
-				if o.claim.Now.Before(all.Now) {
-					all.Now = o.claim.Now
-				}
-			}
-			for _, p := range o.prios {
-				due[p] = true
-			}
-		}
-		msgs, err := w.lockClaimable(all, due)
-		if err != nil {
-			return err
-		}
-		for _, o := range same {
-			n := min(o.claim.Limit, len(msgs))
-			o.claimed, msgs = msgs[:n:n], msgs[n:]
-			for _, m := range o.claimed {
-				if err := w.Move(o.claim.Move(m.ID)); err != nil {
-					return err
-				}
-			}
+// lockClaims is the backends.ClaimFunc of the group commit: the claims
+// together look at the priorities any of them found due.
+func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
+	due := map[int]bool{}
+	for _, o := range same {
+		for _, p := range o.prios {
+			due[p] = true
 		}
 	}
-	return nil
+	return w.lockClaimable(all, due)
 }
 
 // lockClaimable locks up to c.Limit messages of the due priorities, in
