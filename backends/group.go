@@ -220,6 +220,23 @@ func ClaimHeldEvents(tx LockTx, ids []string, c EventClaim) ([]*Event, error) {
 	return out, nil
 }
 
+// AddHeldEvent adds e, prepared at now, to its message in tx, which it
+// locks first: ErrNotFound when there is no such message.
+func AddHeldEvent(tx LockTx, e *Event, now time.Time) error {
+	if err := tx.LockMessages([]string{e.MessageID}); err != nil {
+		return err
+	}
+	held := tx.Held()
+	if _, ok := held.Messages[e.MessageID]; !ok {
+		return fmt.Errorf("message %s: %w", e.MessageID, ErrNotFound)
+	}
+	if err := e.Prepare(e.MessageID, now); err != nil {
+		return err
+	}
+	held.NewEvents = append(held.NewEvents, e)
+	return nil
+}
+
 // HeldRenewals locks, in tx, the events of r, then their messages, and
 // returns the events r renews and the messages whose lease goes with
 // theirs (EventRenewal.Renews, RenewsMessage); the store sets both leases.

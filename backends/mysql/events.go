@@ -66,16 +66,9 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		w := newTxRows(ctx, tx)
-		if err := w.LockMessages([]string{e.MessageID}); err != nil {
+		if err := backends.AddHeldEvent(w, e, now); err != nil {
 			return err
 		}
-		if _, ok := w.Messages[e.MessageID]; !ok {
-			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
-		}
-		if err := e.Prepare(e.MessageID, now); err != nil {
-			return err
-		}
-		w.NewEvents = append(w.NewEvents, e)
 		return w.write()
 	})
 	if err != nil {
