@@ -24,14 +24,6 @@ type op struct {
 // statements stay within max_allowed_packet.
 var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 
-// submit hands a write to the group commit and waits for its commit.
-func (s *Store) submit(ctx context.Context, o *op) error {
-	if err := s.commits.Do(ctx, o); err != nil {
-		return err
-	}
-	return o.Err
-}
-
 // commit runs a group in one transaction (backends.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()

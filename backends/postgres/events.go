@@ -125,12 +125,5 @@ func eventLockStmt(ids []string, skip bool) stmt {
 // UpdateEvent goes through the group commit, with the updates and
 // transitions of other callers.
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
-	if err := u.Prepare(time.Now().UTC()); err != nil {
-		return nil, err
-	}
-	o := &op{Write: backends.Write{Update: &u}}
-	if err := s.submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
-	}
-	return o.Event, nil
+	return s.commits.UpdateEvent(ctx, u)
 }

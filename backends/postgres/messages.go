@@ -65,15 +65,10 @@ func queryRows[T any](ctx context.Context, q querier, st stmt, scan func(pgx.Row
 	return out, rows.Err()
 }
 
+// Create goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Create(ctx context.Context, m *backends.Message) error {
-	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
-		return err
-	}
-	m.Version = 1
-	if err := s.submit(ctx, &op{Write: backends.Write{Create: m}}); err != nil {
-		return fmt.Errorf("create message %s: %w", m.ID, err)
-	}
-	return nil
+	return s.commits.Create(ctx, m)
 }
 
 func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {

@@ -10,14 +10,10 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
+// Transition goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
-	if err := t.Prepare(time.Now().UTC()); err != nil {
-		return err
-	}
-	if err := s.submit(ctx, &op{Write: backends.Write{Transition: &t}}); err != nil {
-		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
-	}
-	return nil
+	return s.commits.Transition(ctx, t)
 }
 
 // Claim goes through the group commit, with the writes of other callers:
@@ -40,7 +36,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		return nil, err
 	}
 	o := &op{Write: backends.Write{Claim: &c}, prios: prios}
-	if err := s.submit(ctx, o); err != nil {
+	if err := s.commits.Submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
 	return o.Claimed, nil

@@ -23,14 +23,6 @@ type op struct {
 // for a whole group of sessions), and holds at most 256 writes.
 var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 
-// submit hands a write to the group commit and waits for its commit.
-func (s *Store) submit(ctx context.Context, o *op) error {
-	if err := s.commits.Do(ctx, o); err != nil {
-		return err
-	}
-	return o.Err
-}
-
 // commit runs a group in one transaction (backends.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
