@@ -287,3 +287,29 @@ func AdoptHeld(tx LockTx, ids []string, now time.Time) ([]Adopted, error) {
 	}
 	return done, nil
 }
+
+// RestoreHeld takes msgs, working messages whose lease ran out that tx has
+// locked, and moves each back where its work starts again
+// (RestoreTransition).
+func RestoreHeld(tx LockTx, msgs []*Message, now time.Time) error {
+	tx.Held().Adopt(msgs)
+	for _, m := range msgs {
+		if err := tx.Move(RestoreTransition(m, now)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// InChunks runs chunk, a transaction of a bounded number of rows, again
+// until one finds none or fails, and returns the rows of all.
+func InChunks(chunk func() (int, error)) (int, error) {
+	total := 0
+	for {
+		n, err := chunk()
+		total += n
+		if err != nil || n == 0 {
+			return total, err
+		}
+	}
+}

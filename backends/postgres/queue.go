@@ -109,8 +109,7 @@ func strs(ss []backends.Status) []string {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total := 0
-	for {
+	total, err := backends.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -128,23 +127,18 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			if err != nil {
 				return err
 			}
-			w.Adopt(msgs)
-			for _, m := range msgs {
-				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
-					return err
-				}
+			if err := backends.RestoreHeld(w, msgs, now); err != nil {
+				return err
 			}
 			n = len(msgs) + int(tag.RowsAffected())
 			return w.write()
 		})
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("restore: %w", err)
-		}
-		if n == 0 {
-			return total, nil
-		}
+		return n, err
+	})
+	if err != nil {
+		return total, fmt.Errorf("restore: %w", err)
 	}
+	return total, nil
 }
 
 // restoreStmt locks only the working rows whose lease ran out
