@@ -59,9 +59,15 @@ func freshDatabase(t testing.TB) string {
 	return dsn
 }
 
-func open(t *testing.T) backends.Outbox {
+func open(t *testing.T) backends.Outbox { return openStore(t) }
+
+// openStore opens a store on a fresh database, closed with the test.
+func openStore(t testing.TB) *mysql.Store { return openDSN(t, freshDatabase(t)) }
+
+// openDSN opens a store on the database of dsn, closed with the test.
+func openDSN(t testing.TB, dsn string) *mysql.Store {
 	t.Helper()
-	s, err := mysql.Open(context.Background(), freshDatabase(t), mysql.Options{})
+	s, err := mysql.Open(context.Background(), dsn, mysql.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,14 +80,7 @@ func TestConformance(t *testing.T) {
 }
 
 func BenchmarkStore(b *testing.B) {
-	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox {
-		s, err := mysql.Open(context.Background(), freshDatabase(b), mysql.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	})
+	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox { return openStore(b) })
 }
 
 // TestSessionsReadCommitted: every session of the pool starts in READ

@@ -13,9 +13,12 @@ import (
 // freshDatabase is a database of the test's own, migrated.
 func freshDatabase(t testing.TB) string { return pgtest.Migrated(t) }
 
-func openStore(t testing.TB) *postgres.Store {
+func openStore(t testing.TB) *postgres.Store { return openDSN(t, freshDatabase(t)) }
+
+// openDSN opens a store on the database of dsn, closed with the test.
+func openDSN(t testing.TB, dsn string) *postgres.Store {
 	t.Helper()
-	s, err := postgres.Open(context.Background(), freshDatabase(t), postgres.Options{})
+	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
