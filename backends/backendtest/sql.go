@@ -19,12 +19,44 @@ import (
 // with a connection of their own (Tables) and the hooks their export_test
 // gives (SQL).
 
-// Tables is a look at a SQL store's tables beside the store.
-type Tables interface {
-	// Count reads the one number query returns; NULL reads 0.
-	Count(t testing.TB, query string) int
+// Tables is a look at a SQL store's tables beside the store, through a
+// connection of the test's own.
+type Tables struct {
+	// Scan reads the one value query returns into dest.
+	Scan func(query string, dest any) error
 	// Exec runs a statement.
-	Exec(t testing.TB, query string)
+	Exec func(query string) error
+}
+
+// Count reads the one number query returns; NULL reads 0.
+func (x Tables) Count(t testing.TB, query string) int {
+	t.Helper()
+	var n *int64
+	if err := x.Scan(query, &n); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	if n == nil {
+		return 0
+	}
+	return int(*n)
+}
+
+// Run runs a statement.
+func (x Tables) Run(t testing.TB, query string) {
+	t.Helper()
+	if err := x.Exec(query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// Opened is s, open, closed with the test; or the test fails with err.
+func Opened[S interface{ Close() error }](t testing.TB, s S, err error) S {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // SQLStore is a SQL store as the checks below use it.
@@ -105,7 +137,7 @@ func Bodies(t *testing.T, x SQL) {
 	}
 
 	// The bytes go with the row.
-	db.Exec(t, "DELETE FROM emails WHERE id LIKE 'body-%'")
+	db.Run(t, "DELETE FROM emails WHERE id LIKE 'body-%'")
 	if n := db.Count(t, "SELECT COUNT(*) FROM email_bodies"); n != 0 {
 		t.Errorf("%d chunks left after their rows were deleted", n)
 	}
@@ -136,7 +168,7 @@ func ReceiptsChunked(t *testing.T, x SQL) {
 	if list, err := s.Receipts(ctx, "pec-1"); err != nil || len(list) != 1 || list[0].Size != int64(len(raw)) {
 		t.Errorf("listed %+v, %v", list, err)
 	}
-	db.Exec(t, "DELETE FROM emails WHERE id = 'pec-1'")
+	db.Run(t, "DELETE FROM emails WHERE id = 'pec-1'")
 	if n := db.Count(t, "SELECT COUNT(*) FROM email_receipts"); n != 0 {
 		t.Errorf("%d chunks left after their row was deleted", n)
 	}

@@ -17,11 +17,7 @@ func storeAndDB(t *testing.T) (*mysql.Store, *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
 	dsn := freshDatabase(t)
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openDSN(t, dsn)
 	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -34,28 +30,15 @@ func storeAndDB(t *testing.T) (*mysql.Store, *sql.DB) {
 // backendtest take it.
 func sqlStore(t *testing.T) backendtest.SQL {
 	s, db := storeAndDB(t)
-	return backendtest.SQL{Store: s, Tables: tables{db},
+	return backendtest.SQL{Store: s, Tables: tables(db),
 		SetBodyBudget:  func(n int) { mysql.SetBodyBudget(s, n) },
 		FailNextCommit: func(err error) { mysql.FailNextCommit(s, err) }}
 }
 
-// tables looks at a store's tables through a connection of its own.
-type tables struct{ db *sql.DB }
-
-func (x tables) Count(t testing.TB, query string) int {
-	t.Helper()
-	var n sql.NullInt64
-	if err := x.db.QueryRow(query).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	return int(n.Int64)
-}
-
-func (x tables) Exec(t testing.TB, query string) {
-	t.Helper()
-	if _, err := x.db.Exec(query); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
+// tables looks at a store's tables through db.
+func tables(db *sql.DB) backendtest.Tables {
+	return backendtest.Tables{Scan: func(q string, dest any) error { return db.QueryRow(q).Scan(dest) },
+		Exec: func(q string) error { _, err := db.Exec(q); return err }}
 }
 
 func TestBodies(t *testing.T) { backendtest.Bodies(t, sqlStore(t)) }
@@ -80,11 +63,7 @@ func migratedFrom(t *testing.T, v int, path string) *mysql.Store {
 	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != mysql.LatestVersion()-v || applied[0] != v+1 {
 		t.Fatalf("Migrate from %d = %v, %v", v, applied, err)
 	}
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openDSN(t, dsn)
 	return s
 }
 

@@ -66,13 +66,8 @@ func openStore(t testing.TB) *mysql.Store { return openDSN(t, freshDatabase(t)) 
 
 // openDSN opens a store on the database of dsn, closed with the test.
 func openDSN(t testing.TB, dsn string) *mysql.Store {
-	t.Helper()
 	s, err := mysql.Open(context.Background(), dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return backendtest.Opened(t, s, err)
 }
 
 func TestConformance(t *testing.T) {

@@ -17,11 +17,7 @@ func storeAndDB(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
 	dsn := freshDatabase(t)
-	s, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openDSN(t, dsn)
 	db, err := postgres.Connect(ctx, dsn, postgres.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -34,31 +30,16 @@ func storeAndDB(t *testing.T) (*postgres.Store, *pgxpool.Pool) {
 // backendtest take it.
 func sqlStore(t *testing.T) backendtest.SQL {
 	s, db := storeAndDB(t)
-	return backendtest.SQL{Store: s, Tables: tables{db},
+	return backendtest.SQL{Store: s, Tables: tables(db),
 		SetBodyBudget:  func(n int) { postgres.SetBodyBudget(s, n) },
 		FailNextCommit: func(err error) { postgres.FailNextCommit(s, err) }}
 }
 
-// tables looks at a store's tables through a pool of its own.
-type tables struct{ db *pgxpool.Pool }
-
-func (x tables) Count(t testing.TB, query string) int {
-	t.Helper()
-	var n *int64
-	if err := x.db.QueryRow(context.Background(), query).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
-	if n == nil {
-		return 0
-	}
-	return int(*n)
-}
-
-func (x tables) Exec(t testing.TB, query string) {
-	t.Helper()
-	if _, err := x.db.Exec(context.Background(), query); err != nil {
-		t.Fatalf("%s: %v", query, err)
-	}
+// tables looks at a store's tables through db.
+func tables(db *pgxpool.Pool) backendtest.Tables {
+	ctx := context.Background()
+	return backendtest.Tables{Scan: func(q string, dest any) error { return db.QueryRow(ctx, q).Scan(dest) },
+		Exec: func(q string) error { _, err := db.Exec(ctx, q); return err }}
 }
 
 func TestBodies(t *testing.T) { backendtest.Bodies(t, sqlStore(t)) }
@@ -69,9 +50,9 @@ func TestBodies(t *testing.T) { backendtest.Bodies(t, sqlStore(t)) }
 func TestBodiesAtomic(t *testing.T) {
 	ctx := context.Background()
 	s, db := storeAndDB(t)
-	look := tables{db}
+	look := tables(db)
 	// A constraint the bytes break: their statement is refused.
-	look.Exec(t, "ALTER TABLE email_bodies ADD CONSTRAINT small CHECK (length(data) < 1000)")
+	look.Run(t, "ALTER TABLE email_bodies ADD CONSTRAINT small CHECK (length(data) < 1000)")
 	if err := s.Create(ctx, backendtest.BodyMessage("too-big", "0123456789ab", bytes.Repeat([]byte("x"), 1000))); err == nil {
 		t.Fatal("bytes that break a constraint were accepted")
 	}

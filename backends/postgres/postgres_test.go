@@ -17,13 +17,8 @@ func openStore(t testing.TB) *postgres.Store { return openDSN(t, freshDatabase(t
 
 // openDSN opens a store on the database of dsn, closed with the test.
 func openDSN(t testing.TB, dsn string) *postgres.Store {
-	t.Helper()
 	s, err := postgres.Open(context.Background(), dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return backendtest.Opened(t, s, err)
 }
 
 func open(t *testing.T) backends.Outbox { return openStore(t) }
