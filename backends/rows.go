@@ -169,3 +169,15 @@ func (c *Changes) Take() (history []HistoryRow, statuses []Status, deltas []int)
 	clear(c.delta)
 	return history, statuses, deltas
 }
+
+// Purged returns the ids of msgs, which a transaction deletes, and the
+// changes of the counts they leave.
+func Purged(msgs []*Message) ([]string, *Changes) {
+	ids := make([]string, len(msgs))
+	var h Changes
+	for i, m := range msgs {
+		ids[i] = m.ID
+		h.Count(m.Status, -1)
+	}
+	return ids, &h
+}

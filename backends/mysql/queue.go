@@ -323,19 +323,15 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			out = nil
 			return err
 		}
-		ids := make([]any, len(msgs))
-		var h backends.Changes
-		for i, m := range msgs {
-			ids[i] = m.ID
-			h.Count(m.Status, -1)
-		}
+		purged, h := backends.Purged(msgs)
+		ids := anyOf(purged)
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
 		if _, err := tx.ExecContext(ctx, "DELETE FROM emails WHERE id IN ("+inList(len(ids))+")", ids...); err != nil {
 			return err
 		}
 		out = msgs
-		return execAll(ctx, tx, changesStmts(&h))
+		return execAll(ctx, tx, changesStmts(h))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

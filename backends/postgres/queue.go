@@ -173,17 +173,12 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
-		ids := make([]string, len(msgs))
-		var h backends.Changes
-		for i, m := range msgs {
-			ids[i] = m.ID
-			h.Count(m.Status, -1)
-		}
+		ids, h := backends.Purged(msgs)
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
 		b := &pgx.Batch{}
 		b.Queue("DELETE FROM emails WHERE id = ANY($1)", ids)
-		flushChanges(b, &h)
+		flushChanges(b, h)
 		out = msgs
 		return sendBatch(ctx, tx, b)
 	})
