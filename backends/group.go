@@ -50,19 +50,21 @@ func (w *Write) Base() *Write { return w }
 // Op is a store's write of a group commit.
 type Op interface{ Base() *Write }
 
-// Refusal reports whether err is a write's own refusal (the message or
+// refusal reports whether err is a write's own refusal (the message or
 // event is not there, or not where the write starts) rather than a
 // failure of the database.
-func Refusal(err error) bool {
+func refusal(err error) bool {
 	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrLockNotAcquired)
 }
 
 // ApplyGroup sorts a group into creates, transitions, event updates and
 // claims and applies them in tx, taking the locks in the one order: the
 // updated events, the creates (insert), the messages moved, then the
-// claims (claim, see ClaimAll), which skip the messages the other writes
-// hold. Refusals are each write's own result (Write.Err) and do not fail
-// the transaction. The store writes tx's rows after.
+// claims (claim, see claimAll), which skip the messages the other writes
+// hold. insert creates the messages of creates in the store's tables,
+// setting the Err of a create whose id is taken. Refusals are each write's
+// own result (Write.Err) and do not fail the transaction. The store writes
+// tx's rows after.
 func ApplyGroup[O Op](tx LockTx, group []O, insert func(creates []O) error, claim ClaimFunc[O]) error {
 	var creates, claims []O
 	var msgIDs, evIDs []string
@@ -102,13 +104,13 @@ func ApplyGroup[O Op](tx LockTx, group []O, insert func(creates []O) error, clai
 			w.Event, err = UpdateEvent(tx, *w.Update)
 		}
 		if err != nil {
-			if !Refusal(err) {
+			if !refusal(err) {
 				return err
 			}
 			w.Err = err
 		}
 	}
-	return ClaimAll(tx, claims, claim)
+	return claimAll(tx, claims, claim)
 }
 
 // ClaimFunc locks the messages that the claims of same, which take from
@@ -116,11 +118,11 @@ func ApplyGroup[O Op](tx LockTx, group []O, insert func(creates []O) error, clai
 // them in claim order.
 type ClaimFunc[O Op] func(all Claim, same []O) ([]*Message, error)
 
-// ClaimAll runs the claims of a group: those that take from one status
+// claimAll runs the claims of a group: those that take from one status
 // together, as one claim of all their messages due by the earliest of
 // their times, shared out in claim order; each message moves with its own
 // claim's lease and reason.
-func ClaimAll[O Op](tx EventTx, claims []O, lock ClaimFunc[O]) error {
+func claimAll[O Op](tx EventTx, claims []O, lock ClaimFunc[O]) error {
 	var froms []Status
 	byFrom := map[Status][]O{}
 	for _, o := range claims {
