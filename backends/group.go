@@ -315,3 +315,51 @@ func InChunks(chunk func() (int, error)) (int, error) {
 		}
 	}
 }
+
+// SeedAdopter is what AdoptSeed needs of a SQL store.
+type SeedAdopter interface {
+	// FoundSeed counts the seed's rows (no envelope) by status.
+	FoundSeed() (map[Status]int, error)
+	// SeedPage returns the ids, in order, of up to a page of the seed's
+	// rows that the store's condition where selects, past the id after.
+	SeedPage(where, after string) ([]string, error)
+	// AdoptPage takes the rows of ids over (AdoptHeld) in a transaction
+	// of its own, and returns what it did once that commits.
+	AdoptPage(ids []string) ([]Adopted, error)
+}
+
+// AdoptSeed is a SQL store's Adopt: it counts what the seed left, then
+// pages by id through the rows each condition of wheres selects, a
+// transaction a page, counting what each page did once it commits.
+func AdoptSeed(s SeedAdopter, wheres ...string) (Adoption, error) {
+	var a Adoption
+	found, err := s.FoundSeed()
+	if err != nil {
+		return a, fmt.Errorf("adopt the seed's rows: %w", err)
+	}
+	a.Found = found
+	for _, where := range wheres {
+		if err := adoptAll(s, where, &a); err != nil {
+			return a, fmt.Errorf("adopt the seed's rows: %w", err)
+		}
+	}
+	return a, nil
+}
+
+// adoptAll pages through the seed rows that where selects, by id.
+func adoptAll(s SeedAdopter, where string, a *Adoption) error {
+	for after := ""; ; {
+		ids, err := s.SeedPage(where, after)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		done, err := s.AdoptPage(ids)
+		if err != nil {
+			return err
+		}
+		for _, k := range done {
+			a.Count(k)
+		}
+		after = ids[len(ids)-1]
+	}
+}
