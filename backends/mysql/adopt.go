@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -27,85 +26,58 @@ const (
 // the event that tells it; one that names no message file becomes INVALID,
 // told too. It can run again: what it did is not done twice.
 func Adopt(ctx context.Context, db *sql.DB) (backends.Adoption, error) {
-	a := backends.Adoption{Found: map[backends.Status]int{}}
-	rows, err := db.QueryContext(ctx, "SELECT status, COUNT(*) FROM emails WHERE envelope IS NULL GROUP BY status")
+	return backends.AdoptSeed(seedAdopter{ctx, db}, seedInFlight, seedUntold)
+}
+
+// seedAdopter is the backends.SeedAdopter of a database.
+type seedAdopter struct {
+	ctx context.Context
+	db  *sql.DB
+}
+
+func (s seedAdopter) FoundSeed() (map[backends.Status]int, error) {
+	rows, err := s.db.QueryContext(s.ctx, "SELECT status, COUNT(*) FROM emails WHERE envelope IS NULL GROUP BY status")
 	if err != nil {
-		return a, fmt.Errorf("adopt the seed's rows: %w", err)
+		return nil, err
 	}
+	defer rows.Close()
+	found := map[backends.Status]int{}
 	for rows.Next() {
 		var st backends.Status
 		var n int
 		if err := rows.Scan(&st, &n); err != nil {
-			rows.Close()
-			return a, err
+			return nil, err
 		}
-		a.Found[st] = n
+		found[st] = n
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return a, err
-	}
-	for _, where := range []string{seedInFlight, seedUntold} {
-		if err := adoptAll(ctx, db, where, &a); err != nil {
-			return a, fmt.Errorf("adopt the seed's rows: %w", err)
-		}
-	}
-	return a, nil
+	return found, rows.Err()
 }
 
-// adoptAll pages through the seed rows that where selects, by id.
-func adoptAll(ctx context.Context, db *sql.DB, where string, a *backends.Adoption) error {
-	after := ""
-	for {
-		rows, err := db.QueryContext(ctx, "SELECT id FROM emails WHERE envelope IS NULL AND "+where+
-			" AND id > ? ORDER BY id LIMIT ?", after, adoptPage)
-		if err != nil {
-			return err
-		}
-		ids, err := scanIDs(rows)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		after = ids[len(ids)-1]
-		if err := adoptPageOf(ctx, db, ids, a); err != nil {
-			return err
-		}
-	}
-}
-
-func adoptPageOf(ctx context.Context, db *sql.DB, ids []string, a *backends.Adoption) error {
-	tx, err := db.BeginTx(ctx, nil)
+func (s seedAdopter) SeedPage(where, after string) ([]string, error) {
+	rows, err := s.db.QueryContext(s.ctx, "SELECT id FROM emails WHERE envelope IS NULL AND "+where+
+		" AND id > ? ORDER BY id LIMIT ?", after, adoptPage)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	return scanIDs(rows)
+}
+
+func (s seedAdopter) AdoptPage(ids []string) ([]backends.Adopted, error) {
+	tx, err := s.db.BeginTx(s.ctx, nil)
+	if err != nil {
+		return nil, err
 	}
 	defer tx.Rollback()
-	w := newTxRows(ctx, tx)
-	if err := w.lockMessages(ids); err != nil {
-		return err
-	}
-	var done []backends.Adopted // counted once the page commits
-	now := time.Now().UTC()
-	for _, id := range ids {
-		m, ok := w.msgs[id]
-		if !ok || m.Envelope.Recipients != nil {
-			continue // gone, or taken meanwhile
-		}
-		t, kind := backends.SeedAdoption(m, now)
-		if t != nil {
-			if err := w.Move(*t); err != nil {
-				return fmt.Errorf("message %s: %w", id, err)
-			}
-		}
-		done = append(done, kind)
+	w := newTxRows(s.ctx, tx)
+	done, err := backends.AdoptHeld(w, ids, time.Now().UTC())
+	if err != nil {
+		return nil, err
 	}
 	if err := w.write(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tx.Commit(); err != nil {
-		return err
+		return nil, err
 	}
-	for _, k := range done {
-		a.Count(k)
-	}
-	return nil
+	return done, nil
 }

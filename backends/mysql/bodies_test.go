@@ -5,11 +5,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 
-	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/mysql"
 )
@@ -20,11 +17,7 @@ func storeAndDB(t *testing.T) (*mysql.Store, *sql.DB) {
 	t.Helper()
 	ctx := context.Background()
 	dsn := freshDatabase(t)
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openDSN(t, dsn)
 	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -33,76 +26,22 @@ func storeAndDB(t *testing.T) (*mysql.Store, *sql.DB) {
 	return s, db
 }
 
-// TestBodies keeps message bytes in the store: created with the row, read
-// back whole whatever their size, cut in chunks and statements within the
-// packet budget, kept once for a duplicate, deleted with the row.
-func TestBodies(t *testing.T) {
-	ctx := context.Background()
+// sqlStore is a store on a fresh database, as the SQL stores' checks of
+// backendtest take it.
+func sqlStore(t *testing.T) backendtest.SQL {
 	s, db := storeAndDB(t)
-	const budget = 64 << 10
-	mysql.SetBodyBudget(s, budget)
-	sizes := []int{0, 1, 4 << 10, budget - 1, budget, budget + 1, 5*budget + 17}
-	want := map[string][]byte{}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(sizes))
-	for i, n := range sizes {
-		id := fmt.Sprintf("body-%d", i)
-		body := backendtest.RandomBytes(n)
-		want[id] = body
-		wg.Go(func() { // concurrent: a group commit holds several bodies
-			if err := s.Create(ctx, backendtest.BodyMessage(id, "0123456789ab", body)); err != nil {
-				errs <- err
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for id, b := range want {
-		if got := backendtest.ReadBody(t, s, id); !bytes.Equal(got, b) {
-			t.Errorf("%s: read %d bytes back, want %d, equal %v", id, len(got), len(b), bytes.Equal(got, b))
-		}
-	}
-	var chunks, largest int
-	if err := db.QueryRow("SELECT COUNT(*), MAX(LENGTH(data)) FROM email_bodies").Scan(&chunks, &largest); err != nil {
-		t.Fatal(err)
-	}
-	if largest > budget || chunks < len(sizes)+5 {
-		t.Errorf("%d chunks, the largest %d bytes: want each within %d", chunks, largest, budget)
-	}
-
-	// A second submission of an id keeps the first one's bytes.
-	dup := backendtest.BodyMessage("body-2", "0123456789ab", []byte("another message"))
-	dup.EmlPath = backends.BodyRef("body-2", "ba9876543210")
-	if err := s.Create(ctx, dup); !errors.Is(err, backends.ErrDuplicate) {
-		t.Fatalf("duplicate create: %v", err)
-	}
-	if got := backendtest.ReadBody(t, s, "body-2"); !bytes.Equal(got, want["body-2"]) {
-		t.Error("a duplicate changed the first submission's bytes")
-	}
-	if _, err := s.OpenBody(ctx, "nobody"); !errors.Is(err, backends.ErrNotFound) {
-		t.Errorf("OpenBody of no message: %v", err)
-	}
-	// A message of the spool keeps no bytes in the store.
-	spooled := backendtest.BodyMessage("spooled", "0123456789ab", nil)
-	spooled.EmlPath = "20260101/0000/spooled.0123456789ab.eml"
-	if err := s.Create(ctx, spooled); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.OpenBody(ctx, "spooled"); !errors.Is(err, backends.ErrNotFound) {
-		t.Errorf("OpenBody of a spooled message: %v", err)
-	}
-
-	// The bytes go with the row.
-	if _, err := db.Exec("DELETE FROM emails WHERE id LIKE 'body-%'"); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.QueryRow("SELECT COUNT(*) FROM email_bodies").Scan(&chunks); err != nil || chunks != 0 {
-		t.Errorf("%d chunks left after their rows were deleted (%v)", chunks, err)
-	}
+	return backendtest.SQL{Store: s, Tables: tables(db),
+		SetBodyBudget:  func(n int) { mysql.SetBodyBudget(s, n) },
+		FailNextCommit: func(err error) { mysql.FailNextCommit(s, err) }}
 }
+
+// tables looks at a store's tables through db.
+func tables(db *sql.DB) backendtest.Tables {
+	return backendtest.Tables{Scan: func(q string, dest any) error { return db.QueryRow(q).Scan(dest) },
+		Exec: func(q string) error { _, err := db.Exec(q); return err }}
+}
+
+func TestBodies(t *testing.T) { backendtest.Bodies(t, sqlStore(t)) }
 
 // migratedFrom makes an outbox of schema v holding one row, old-1, whose
 // bytes are at path; Open refuses it until Migrate brings it up to date.
@@ -124,11 +63,7 @@ func migratedFrom(t *testing.T, v int, path string) *mysql.Store {
 	if applied, err := mysql.Migrate(ctx, db); err != nil || len(applied) != mysql.LatestVersion()-v || applied[0] != v+1 {
 		t.Fatalf("Migrate from %d = %v, %v", v, applied, err)
 	}
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openDSN(t, dsn)
 	return s
 }
 

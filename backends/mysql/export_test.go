@@ -23,9 +23,6 @@ var (
 	CountsStmt        = stmt{query: countsQuery}
 )
 
-// ListCursor is where a listing stopped.
-type ListCursor = cursor
-
 // Parts returns the statement's text and arguments.
 func (s stmt) Parts() (string, []any) { return s.query, s.args }
 

@@ -1,28 +1,18 @@
 package mysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
-	"encoding/base64"
 	"encoding/json"
-	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
 )
 
+// Create goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Create(ctx context.Context, m *backends.Message) error {
-	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
-		return err
-	}
-	m.Version = 1
-	if err := s.submit(ctx, &op{create: m}); err != nil {
-		return fmt.Errorf("create message %s: %w", m.ID, err)
-	}
-	return nil
+	return s.commits.Create(ctx, m)
 }
 
 func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
@@ -63,63 +53,25 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 	return queryMessages(ctx, s.db, "SELECT "+messageCols+" FROM emails WHERE message_id = ? ORDER BY created_at, id", messageID)
 }
 
-// cursor is where a listing stopped.
-type cursor struct {
-	Priority int       `json:"p,omitempty"`
-	At       time.Time `json:"a"`
-	Created  time.Time `json:"c"`
-	ID       string    `json:"i"`
-}
-
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	q.Limit = q.PageSize()
-	var after *cursor
-	if q.After != "" {
-		b, err := base64.RawURLEncoding.DecodeString(q.After)
-		after = new(cursor)
-		if err != nil || json.Unmarshal(b, after) != nil {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
+	return backends.ListPages(q, func(q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+		if q.Status != "" {
+			return s.listStatus(ctx, q, after)
 		}
-	}
-	var page []listed
-	var err error
-	if q.Status != "" {
-		page, err = s.listStatus(ctx, q, after)
-	} else {
-		page, err = s.listAll(ctx, q, after)
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(page) > q.Limit {
-		page = page[:q.Limit]
-		b, _ := json.Marshal(page[len(page)-1].key)
-		next = base64.RawURLEncoding.EncodeToString(b)
-	}
-	out := make([]*backends.Message, len(page))
-	for i, l := range page {
-		out[i] = l.m
-	}
-	return out, next, nil
-}
-
-// listed is a message of a listing, with the cursor that follows it.
-type listed struct {
-	m   *backends.Message
-	key cursor
+		return s.listAll(ctx, q, after)
+	})
 }
 
 // listStatus lists a status in claim order, from the claim index: one range
 // per value of claim_held (READY's held messages are listed too), each read
 // from the cursor on in index order and merged. The cursor's comparison is
 // spelled out, because MariaDB reads no index range for a row constructor's.
-func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
 	helds := []int{0}
 	if q.Status == backends.StatusReady {
 		helds = append(helds, 1)
 	}
-	var out []listed
+	var out []backends.Listed
 	for _, held := range helds {
 		page, err := s.listed(ctx, listStatusStmt(q, after, held))
 		if err != nil {
@@ -127,10 +79,7 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cur
 		}
 		out = append(out, page...)
 	}
-	slices.SortFunc(out, func(a, b listed) int {
-		return cmp.Or(cmp.Compare(a.key.Priority, b.key.Priority), a.key.At.Compare(b.key.At),
-			a.key.Created.Compare(b.key.Created), strings.Compare(a.key.ID, b.key.ID))
-	})
+	backends.SortListed(out)
 	return out, nil
 }
 
@@ -138,7 +87,7 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cur
 // from the cursor on: the page's ids from the claim index alone, then
 // their rows. (Reading the rows while walking the index, MariaDB reads the
 // whole status through its equalities, ignoring the cursor's range.)
-func listStatusStmt(q backends.ListQuery, after *cursor, held int) stmt {
+func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held int) stmt {
 	query := "SELECT id FROM emails WHERE status = ? AND claim_held = ?"
 	args := []any{q.Status, held}
 	if after != nil {
@@ -151,13 +100,13 @@ func listStatusStmt(q backends.ListQuery, after *cursor, held int) stmt {
 }
 
 // listAll lists every message, newest first.
-func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
 	return s.listed(ctx, listAllStmt(q, after))
 }
 
 // listAllStmt reads a page of every message from the cursor on
 // (idx_created, whose entries end with the id).
-func listAllStmt(q backends.ListQuery, after *cursor) stmt {
+func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails"
 	var args []any
 	if after != nil {
@@ -167,20 +116,20 @@ func listAllStmt(q backends.ListQuery, after *cursor) stmt {
 	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.PageSize()+1)}
 }
 
-func (s *Store) listed(ctx context.Context, st stmt) ([]listed, error) {
+func (s *Store) listed(ctx context.Context, st stmt) ([]backends.Listed, error) {
 	rows, err := s.db.QueryContext(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []listed
+	var out []backends.Listed
 	for rows.Next() {
 		var qa time.Time
 		m, err := scanMessage(rowWith{rows, &qa})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, listed{m, cursor{Priority: m.Priority, At: qa, Created: m.CreatedAt, ID: m.ID}})
+		out = append(out, backends.ListedAt(m, qa))
 	}
 	return out, rows.Err()
 }

@@ -6,44 +6,19 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/genropy/postino/backends"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one numbered file of statements.
-type migration struct {
-	version    int
-	name       string
-	statements []string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s is not named NNNN_name.sql", e.Name())
-		}
-		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: e.Name(), statements: splitStatements(string(b))})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+// migrations are the schema's files, in order (backends.ReadMigrations).
+func migrations() ([]backends.Migration, error) {
+	return backends.ReadMigrations(migrationFiles, "migrations")
 }
 
 // splitStatements cuts a file at lines that end with ';', dropping comments.
@@ -66,13 +41,7 @@ func splitStatements(sql string) []string {
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int {
-	ms, err := migrations()
-	if err != nil || len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].version
-}
+func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.
@@ -139,18 +108,18 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) ([]int, error) {
 	}
 	var applied []int
 	for _, m := range ms {
-		if m.version <= current || m.version > last {
+		if m.Version <= current || m.Version > last {
 			continue
 		}
-		for i, st := range m.statements {
+		for i, st := range splitStatements(m.SQL) {
 			if _, err := conn.ExecContext(ctx, st); err != nil && !alreadyDone(err) {
-				return applied, fmt.Errorf("migration %s, statement %d: %w", m.name, i+1, err)
+				return applied, fmt.Errorf("migration %s, statement %d: %w", m.Name, i+1, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.version, m.name); err != nil {
+		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
 			return applied, err
 		}
-		applied = append(applied, m.version)
+		applied = append(applied, m.Version)
 	}
 	return applied, nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/mysql"
 )
 
@@ -34,13 +35,7 @@ func seedDatabase(t *testing.T) (string, *sql.DB) {
 	if _, err := mysql.MigrateTo(context.Background(), db, 1); err != nil {
 		t.Fatal(err)
 	}
-	seed := []string{
-		"DROP TABLE schema_migrations",
-		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version) VALUES
-			('legacy-1', 'SENT-ACKNOWLEDGED', '/efs/legacy-1.eml', '/efs/legacy-1.json', 'done', 4)`,
-		`INSERT INTO email_statuses (email_id, status, reason) VALUES ('legacy-1', 'ACCEPTED', ''), ('legacy-1', 'SENT', 'ok')`,
-	}
-	for _, st := range seed {
+	for _, st := range backendtest.SeedRows {
 		if _, err := db.Exec(st); err != nil {
 			t.Fatal(err)
 		}
@@ -63,23 +58,8 @@ func TestMigrateSeedInPlace(t *testing.T) {
 	if err != nil || len(again) != 0 {
 		t.Fatalf("a second Migrate = %v, %v: it must change nothing", again, err)
 	}
-	s, err := mysql.Open(ctx, dsn, mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m, err := s.Get(ctx, "legacy-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Status != backends.StatusSentAcknowledged || m.EmlPath != "/efs/legacy-1.eml" || m.PayloadPath != "/efs/legacy-1.json" ||
-		m.Version != 4 || m.Reason != "done" || m.Priority != backends.PriorityNormal {
-		t.Errorf("legacy row after migration %+v", m)
-	}
-	h, _ := s.History(ctx, "legacy-1")
-	if len(h) != 2 || h[1].Status != backends.StatusSent {
-		t.Errorf("legacy history %+v", h)
-	}
+	s := openDSN(t, dsn)
+	backendtest.CheckSeedMigrated(t, s)
 	// The new statuses fit in the extended column.
 	if err := s.Create(ctx, &backends.Message{ID: "new-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
 		t.Fatal(err)

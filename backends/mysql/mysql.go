@@ -20,7 +20,6 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/groupcommit"
 )
 
 // Options tune the store.
@@ -45,7 +44,7 @@ const DefaultMaxConns = 32
 // table for a whole group of callers (txRows).
 type Store struct {
 	db      *sql.DB
-	commits *groupcommit.Committer[*op]
+	commits *backends.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
@@ -168,7 +167,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("MySQL: read max_allowed_packet: %w", err)
 	}
 	st := &Store{db: db, bodyBudget: bodyBudgetOf(packet)}
-	st.commits = groupcommit.New(commitConfig, st.commit)
+	st.commits = backends.NewGroupCommit(commitConfig, st.commit, func(w backends.Write) *op { return &op{Write: w} })
 	return st, nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,14 +59,15 @@ func freshDatabase(t testing.TB) string {
 	return dsn
 }
 
-func open(t *testing.T) backends.Outbox {
-	t.Helper()
-	s, err := mysql.Open(context.Background(), freshDatabase(t), mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+func open(t *testing.T) backends.Outbox { return openStore(t) }
+
+// openStore opens a store on a fresh database, closed with the test.
+func openStore(t testing.TB) *mysql.Store { return openDSN(t, freshDatabase(t)) }
+
+// openDSN opens a store on the database of dsn, closed with the test.
+func openDSN(t testing.TB, dsn string) *mysql.Store {
+	s, err := mysql.Open(context.Background(), dsn, mysql.Options{})
+	return backendtest.Opened(t, s, err)
 }
 
 func TestConformance(t *testing.T) {
@@ -75,14 +75,7 @@ func TestConformance(t *testing.T) {
 }
 
 func BenchmarkStore(b *testing.B) {
-	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox {
-		s, err := mysql.Open(context.Background(), freshDatabase(b), mysql.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		return s
-	})
+	backendtest.Benchmark(b, func(b *testing.B) backends.Outbox { return openStore(b) })
 }
 
 // TestSessionsReadCommitted: every session of the pool starts in READ
@@ -106,103 +99,14 @@ func TestSessionsReadCommitted(t *testing.T) {
 	}
 }
 
-// TestSuspendWhileCreating suspends a batch while its messages are being
-// created: every one of them, created before or after, is held, since a
-// create reads the suspended batches after inserting its rows.
-func TestSuspendWhileCreating(t *testing.T) {
-	ctx := context.Background()
-	s, err := mysql.Open(ctx, freshDatabase(t), mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	const total = 200
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, total+1)
-	for range 8 {
-		wg.Go(func() {
-			for n := next.Add(1); n <= total; n = next.Add(1) {
-				if n == total/2 {
-					errs <- s.SuspendBatch(ctx, "camp")
-				}
-				id := fmt.Sprintf("camp-%d", n)
-				errs <- s.Create(ctx, &backends.Message{ID: id, Priority: 2, Batch: "camp", EmlPath: id + ".eml"})
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	now := time.Now().UTC()
-	claim := func(from, to backends.Status) int {
-		t.Helper()
-		ms, err := s.Claim(ctx, backends.Claim{From: from, To: to, Now: now.Add(time.Minute), LeaseUntil: now.Add(time.Hour), Limit: 2 * total})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			if to == backends.StatusIntaking {
-				if err := s.Transition(ctx, backends.Transition{ID: m.ID, From: to, To: backends.StatusReady, At: now}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		return len(ms)
-	}
-	// A suspended batch is taken in and prepared, not sent.
-	if n := claim(backends.StatusAccepted, backends.StatusIntaking); n != total {
-		t.Fatalf("intake claimed %d of %d", n, total)
-	}
-	if n := claim(backends.StatusReady, backends.StatusProcessing); n != 0 {
-		t.Errorf("%d messages of the suspended batch claimed for delivery", n)
-	}
-	if err := s.ActivateBatch(ctx, "camp"); err != nil {
-		t.Fatal(err)
-	}
-	if n := claim(backends.StatusReady, backends.StatusProcessing); n != total {
-		t.Errorf("claimed %d of %d after activation", n, total)
-	}
+// TestSuspendWhileCreating: a create reads the suspended batches after
+// inserting its rows, so a batch suspended meanwhile holds them all.
+func TestSuspendWhileCreating(t *testing.T) { backendtest.SuspendWhileCreating(t, open(t)) }
+
+// TestConcurrentClaimsShareAGroup: the claims of a group have the same
+// first candidate.
+func TestConcurrentClaimsShareAGroup(t *testing.T) {
+	backendtest.ConcurrentClaimsShareAGroup(t, open(t))
 }
 
-// TestConcurrentClaimsShareAGroup: claims of one message each, made at
-// once, meet in one group commit with the same first candidate; each must
-// still get a message of its own while any is due.
-func TestConcurrentClaimsShareAGroup(t *testing.T) {
-	ctx := context.Background()
-	s, err := mysql.Open(ctx, freshDatabase(t), mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	const claimers, rounds = 8, 25
-	for i := range claimers * rounds {
-		id := fmt.Sprintf("one-%d", i)
-		if err := s.Create(ctx, &backends.Message{ID: id, Priority: 2, EmlPath: id + ".eml"}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var taken sync.Map
-	var wg sync.WaitGroup
-	for range claimers {
-		wg.Go(func() {
-			for range rounds {
-				now := time.Now().UTC()
-				ms, err := s.Claim(ctx, backends.Claim{From: backends.StatusAccepted, To: backends.StatusIntaking, Now: now,
-					LeaseUntil: now.Add(time.Minute), Limit: 1})
-				if err != nil || len(ms) != 1 {
-					t.Errorf("a claim of one got %d messages, %v, with more due", len(ms), err)
-					return
-				}
-				if _, dup := taken.LoadOrStore(ms[0].ID, true); dup {
-					t.Errorf("%s claimed twice", ms[0].ID)
-				}
-			}
-		})
-	}
-	wg.Wait()
-}
+func TestCommitOutcomeUnknown(t *testing.T) { backendtest.CommitOutcomeUnknown(t, sqlStore(t)) }

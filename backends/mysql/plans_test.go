@@ -103,8 +103,8 @@ func TestPlans(t *testing.T) {
 	const limit = 50
 	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
 	ids := []any{"m-000008", "m-000018", "m-000028"}
-	late := func(status backends.Status, order string) *mysql.ListCursor {
-		var c mysql.ListCursor
+	late := func(status backends.Status, order string) *backends.ListKey {
+		var c backends.ListKey
 		err := db.QueryRow("SELECT priority, queue_at, created_at, id FROM emails WHERE status = ? AND claim_held = 0 ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
 			Scan(&c.Priority, &c.At, &c.Created, &c.ID)
 		if err != nil {

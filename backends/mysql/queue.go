@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -14,74 +13,37 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
+// Transition goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
-	if err := t.Prepare(time.Now().UTC()); err != nil {
-		return err
-	}
-	if err := s.submit(ctx, &op{t: &t}); err != nil {
-		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
-	}
-	return nil
-}
-
-// changes gathers what a transaction writes beside the message rows: the
-// history rows, in one statement, and the moves between statuses, merged
-// per status into the counters (email_counts) in one more. flush writes
-// them last, so that every transaction takes the counters' locks after its
-// message rows', in the order of the statuses, and two never wait on each
-// other in a cycle.
-type changes struct {
-	args  []any
-	n     int
-	delta map[backends.Status]int
-}
-
-func (c *changes) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
-	c.args = append(c.args, id, st, null(reason), at.UTC(), nullBytes(details))
-	c.n++
-}
-
-// count adds d messages to status st.
-func (c *changes) count(st backends.Status, d int) {
-	if c.delta == nil {
-		c.delta = map[backends.Status]int{}
-	}
-	c.delta[st] += d
+	return s.commits.Transition(ctx, t)
 }
 
 // countShards is the number of counter rows of a status: a transaction
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-func (c *changes) flush(ctx context.Context, tx *sql.Tx) error {
-	return execAll(ctx, tx, c.stmts())
-}
-
-// stmts returns the history insert and the counters' update, and forgets
-// them.
-func (c *changes) stmts() []stmt {
+// changesStmts returns the history insert and the counters' update of c,
+// and forgets them.
+func changesStmts(c *backends.Changes) []stmt {
+	history, statuses, deltas := c.Take()
 	var out []stmt
-	if c.n > 0 {
-		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
-			rowsOf(5, c.n), c.args})
-		c.args, c.n = nil, 0
-	}
-	statuses := make([]backends.Status, 0, len(c.delta))
-	for st, d := range c.delta {
-		if d != 0 {
-			statuses = append(statuses, st)
+	if len(history) > 0 {
+		args := make([]any, 0, 5*len(history))
+		for _, h := range history {
+			args = append(args, h.MessageID, h.Status, null(h.Reason), h.At.UTC(), nullBytes(h.Details))
 		}
+		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
+			rowsOf(5, len(history)), args})
 	}
 	if len(statuses) == 0 {
 		return out
 	}
-	slices.Sort(statuses)
 	shard := rand.N(countShards)
 	args := make([]any, 0, 3*len(statuses))
-	for _, st := range statuses {
-		args = append(args, st, shard, c.delta[st])
+	for i, st := range statuses {
+		args = append(args, st, shard, deltas[i])
 	}
-	clear(c.delta)
 	return append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
 		rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
 }
@@ -114,12 +76,6 @@ func execAll(ctx context.Context, tx *sql.Tx, stmts []stmt) error {
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
 
-// refusal reports whether err is a transition's refusal rather than a
-// failure of the database.
-func refusal(err error) bool {
-	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired)
-}
-
 // inList makes "?, ?, ?" for n values.
 func inList(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
@@ -139,58 +95,25 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	o := &op{claim: &c, cands: cands}
-	if err := s.submit(ctx, o); err != nil {
+	o := &op{Write: backends.Write{Claim: &c}, cands: cands}
+	if err := s.commits.Submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	return o.claimed, nil
+	return o.Claimed, nil
 }
 
 // claimRounds bounds how many times a claim picks again after other
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// claimAll runs the claims of a group: those that take from one status
-// together, as one claim of all their messages due by the earliest of
-// their times, shared out in claim order; each message moves with its own
-// claim's lease and reason.
-func (w *txRows) claimAll(ops []*op) error {
-	var froms []backends.Status
-	byFrom := map[backends.Status][]*op{}
-	for _, o := range ops {
-		if _, ok := byFrom[o.claim.From]; !ok {
-			froms = append(froms, o.claim.From)
-		}
-		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
+// lockClaims is the backends.ClaimFunc of the group commit: a claim
+// alone keeps its first pick, claims together pick again.
+func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
+	var cands []queueKeyOf
+	if len(same) == 1 {
+		cands = same[0].cands
 	}
-	for _, from := range froms {
-		same := byFrom[from]
-		all := *same[0].claim
-		cands := same[0].cands
-		if len(same) > 1 {
-			all.Limit, cands = 0, nil // picked again, for all of them
-			for _, o := range same {
-				all.Limit += o.claim.Limit
-				if o.claim.Now.Before(all.Now) {
-					all.Now = o.claim.Now
-				}
-			}
-		}
-		msgs, err := w.lockClaimable(all, cands)
-		if err != nil {
-			return err
-		}
-		for _, o := range same {
-			n := min(o.claim.Limit, len(msgs))
-			o.claimed, msgs = msgs[:n:n], msgs[n:]
-			for _, m := range o.claimed {
-				if err := w.Move(o.claim.Move(m.ID)); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
+	return w.lockClaimable(all, cands)
 }
 
 // lockClaimable picks, then locks: from the candidates read without locks
@@ -207,7 +130,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 	// write. A new pick still reads them all (nothing moves until the
 	// end), and skips them.
 	seen := map[string]bool{}
-	for id := range w.msgs {
+	for id := range w.Messages {
 		seen[id] = false
 	}
 	picked := c.Limit // how many the outside pick asked for
@@ -246,7 +169,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
-	w.adopt(out)
+	w.Adopt(out)
 	return out, nil
 }
 
@@ -326,18 +249,17 @@ func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([
 
 const restoreChunk = 500
 
-// anyOf makes the statuses arguments of an IN list.
-func anyOf(ss []backends.Status) []any {
-	out := make([]any, len(ss))
-	for i, st := range ss {
-		out[i] = st
+// anyOf makes values the arguments of an IN list.
+func anyOf[T any](vs []T) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
 	}
 	return out
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total := 0
-	for {
+	total, err := backends.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -355,23 +277,18 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 				return err
 			}
 			w := newTxRows(ctx, tx)
-			w.adopt(msgs)
-			for _, m := range msgs {
-				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
-					return err
-				}
+			if err := backends.RestoreHeld(w, msgs, now); err != nil {
+				return err
 			}
 			n = len(msgs) + int(ne)
 			return w.write()
 		})
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("restore: %w", err)
-		}
-		if n == 0 {
-			return total, nil
-		}
+		return n, err
+	})
+	if err != nil {
+		return total, fmt.Errorf("restore: %w", err)
 	}
+	return total, nil
 }
 
 // restoreStmt reads only the working rows whose lease ran out
@@ -406,19 +323,15 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			out = nil
 			return err
 		}
-		ids := make([]any, len(msgs))
-		var h changes
-		for i, m := range msgs {
-			ids[i] = m.ID
-			h.count(m.Status, -1)
-		}
+		purged, h := backends.Purged(msgs)
+		ids := anyOf(purged)
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
 		if _, err := tx.ExecContext(ctx, "DELETE FROM emails WHERE id IN ("+inList(len(ids))+")", ids...); err != nil {
 			return err
 		}
 		out = msgs
-		return h.flush(ctx, tx)
+		return execAll(ctx, tx, changesStmts(h))
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

@@ -53,27 +53,11 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	until := r.Until.UTC().Truncate(backends.LeasePrecision)
 	var renewed []string
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		renewed = nil
 		w := newTxRows(ctx, tx)
-		if err := w.lockEvents(r.IDs, false); err != nil {
-			return err
-		}
-		var owners []string
-		for _, id := range r.IDs {
-			if e, ok := w.events[id]; ok && r.Renews(e) {
-				renewed = append(renewed, id)
-				owners = append(owners, e.MessageID)
-			}
-		}
-		if err := w.lockMessages(owners); err != nil {
-			return err
-		}
 		var msgs []string
-		for _, id := range renewed {
-			e := w.events[id]
-			if m, ok := w.msgs[e.MessageID]; ok && r.RenewsMessage(e, m) {
-				msgs = append(msgs, m.ID)
-			}
+		var err error
+		if renewed, msgs, err = backends.HeldRenewals(w, r); err != nil {
+			return err
 		}
 		if err := setLease(ctx, tx, "email_events", "event_id", renewed, until); err != nil {
 			return err

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
@@ -14,56 +13,38 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// txRows holds the rows a transaction has locked and changes in memory,
-// and writes them at its end with one statement per table, whatever the
-// number of messages: the moves of a whole group of callers cost a few
-// statements. It is also the backends.EventTx of the event rules.
+// txRows holds the rows a transaction has locked and changes in memory
+// (backends.Rows, the EventTx of the event rules), and writes them at its
+// end with one statement per table, whatever the number of messages: the
+// moves of a whole group of callers cost a few statements.
 //
 // Locks come in one order in every transaction: events, then messages,
-// each by id, then the counters (changes.flush), so that two transactions,
+// each by id, then the counters (changesStmts), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
+	backends.Rows
 	ctx context.Context
 	tx  *sql.Tx
-
-	msgs      map[string]*backends.Message
-	dirtyMsgs []string
-	// envelopes holds the messages whose envelope a move set (rows taken
-	// over from the seed layout): only theirs is written again.
-	envelopes map[string]bool
-	events    map[string]*backends.Event
-	dirtyEvs  []string
-	newEvents []*backends.Event
-	alarms    []backends.Alarm
-	h         changes
 }
-
-var _ backends.EventTx = (*txRows)(nil)
 
 func newTxRows(ctx context.Context, tx *sql.Tx) *txRows {
-	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}}
+	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx}
 }
 
-// sortedIDs returns ids once each, sorted: the order locks are taken in.
+// sortedIDs returns ids once each, sorted (backends.SortedIDs), as
+// arguments.
 func sortedIDs(ids []string) []any {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
+	return anyOf(backends.SortedIDs(ids))
 }
 
-// lockMessages reads and locks the messages of ids that exist, in id order.
-func (w *txRows) lockMessages(ids []string) error {
+// LockMessages reads and locks the messages of ids that exist, in id order.
+func (w *txRows) LockMessages(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	lock := messageLockStmt(sortedIDs(ids))
 	msgs, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
-	w.adopt(msgs)
+	w.Adopt(msgs)
 	return err
 }
 
@@ -72,89 +53,16 @@ func messageLockStmt(ids []any) stmt {
 	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
 }
 
-// adopt takes messages the transaction has locked.
-func (w *txRows) adopt(msgs []*backends.Message) {
-	for _, m := range msgs {
-		w.msgs[m.ID] = m
-	}
-}
-
-// lockEvents reads and locks the events of ids that exist, in id order;
+// LockEvents reads and locks the events of ids that exist, in id order;
 // skip passes over those another transaction holds.
-func (w *txRows) lockEvents(ids []string, skip bool) error {
+func (w *txRows) LockEvents(ids []string, skip bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
 	lock := eventLockStmt(sortedIDs(ids), skip)
 	events, err := queryEvents(w.ctx, w.tx, lock.query, lock.args...)
-	for _, e := range events {
-		w.events[e.ID] = e
-	}
+	w.AdoptEvents(events)
 	return err
-}
-
-// Move applies t to its message in memory: ErrNotFound when the message is
-// not among the locked ones, ErrLockNotAcquired when it is not in t.From.
-// The history rows, the counts, the alarm and the event go with it.
-func (w *txRows) Move(t backends.Transition) error {
-	m, ok := w.msgs[t.ID]
-	if !ok {
-		return backends.ErrNotFound
-	}
-	if !t.Holds(m) {
-		return backends.ErrLockNotAcquired
-	}
-	final := t.Final()
-	t.Apply(m, final)
-	m.Version++
-	w.dirtyMsgs = append(w.dirtyMsgs, m.ID)
-	if t.Envelope != nil {
-		if w.envelopes == nil {
-			w.envelopes = map[string]bool{}
-		}
-		w.envelopes[m.ID] = true
-	}
-	w.h.count(t.From, -1)
-	w.h.count(final, 1)
-	for i, st := range t.Steps() {
-		var details []byte
-		if i == 0 {
-			details = t.Details
-		}
-		w.h.add(t.ID, st.To, st.Reason, t.At, details)
-	}
-	if t.Alarm != nil {
-		w.alarms = append(w.alarms, *t.Alarm)
-	}
-	if t.Event != nil {
-		if err := t.Event.Prepare(t.ID, t.At); err != nil {
-			return err
-		}
-		w.newEvents = append(w.newEvents, t.Event)
-	}
-	return nil
-}
-
-func (w *txRows) Event(id string) (*backends.Event, error) {
-	e, ok := w.events[id]
-	if !ok {
-		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
-	}
-	return e, nil
-}
-
-func (w *txRows) PutEvent(_, e *backends.Event) error {
-	w.events[e.ID] = e
-	w.dirtyEvs = append(w.dirtyEvs, e.ID)
-	return nil
-}
-
-func (w *txRows) Status(id string) (backends.Status, error) {
-	m, ok := w.msgs[id]
-	if !ok {
-		return "", fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
-	}
-	return m.Status, nil
 }
 
 // write stores what changed: the new events, the changed events, the
@@ -169,7 +77,7 @@ func (w *txRows) write() error {
 	if err != nil {
 		return err
 	}
-	err = execAll(w.ctx, w.tx, append([]stmt{newEvents, events, messages, w.writeAlarms()}, w.h.stmts()...))
+	err = execAll(w.ctx, w.tx, append([]stmt{newEvents, events, messages, w.writeAlarms()}, changesStmts(&w.Changes)...))
 	// Of these, only the new events' insert can meet a taken key: the
 	// others update the rows they meet.
 	var me *mysql.MySQLError
@@ -183,11 +91,11 @@ func (w *txRows) write() error {
 // (whose rows the transaction holds, so no one else numbers them) and
 // returns their insert.
 func (w *txRows) insertEvents() (stmt, error) {
-	if len(w.newEvents) == 0 {
+	if len(w.NewEvents) == 0 {
 		return stmt{}, nil
 	}
 	var owners []string
-	for _, e := range w.newEvents {
+	for _, e := range w.NewEvents {
 		owners = append(owners, e.MessageID)
 	}
 	last := lastSeqStmt(sortedIDs(owners))
@@ -209,13 +117,13 @@ func (w *txRows) insertEvents() (stmt, error) {
 	if err := rows.Err(); err != nil {
 		return stmt{}, err
 	}
-	args := make([]any, 0, 14*len(w.newEvents))
-	for _, e := range w.newEvents {
+	args := make([]any, 0, 14*len(w.NewEvents))
+	for _, e := range w.NewEvents {
 		seqs[e.MessageID]++
 		e.Seq = seqs[e.MessageID]
 		args = append(args, eventArgs(e)...)
 	}
-	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.newEvents)), args}, nil
+	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
 }
 
 // lastSeqStmt reads the last event number of each message of ids
@@ -233,13 +141,13 @@ func eventArgs(e *backends.Event) []any {
 // writeEvents writes the changed events, which exist and are locked: the
 // insert always finds its row and updates it.
 func (w *txRows) writeEvents() stmt {
-	ids := sortedIDs(w.dirtyEvs)
+	ids := sortedIDs(w.DirtyEvents)
 	if len(ids) == 0 {
 		return stmt{}
 	}
 	args := make([]any, 0, 14*len(ids))
 	for _, id := range ids {
-		args = append(args, eventArgs(w.events[id.(string)])...)
+		args = append(args, eventArgs(w.Events[id.(string)])...)
 	}
 	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
 		` ON DUPLICATE KEY UPDATE state = VALUES(state), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
@@ -249,13 +157,13 @@ func (w *txRows) writeEvents() stmt {
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them.
 func (w *txRows) writeMessages() (stmt, error) {
-	ids := sortedIDs(w.dirtyMsgs)
+	ids := sortedIDs(w.DirtyMessages)
 	if len(ids) == 0 {
 		return stmt{}, nil
 	}
 	args := make([]any, 0, 12*len(ids))
 	for _, id := range ids {
-		m := w.msgs[id.(string)]
+		m := w.Messages[id.(string)]
 		var results, envelope []byte
 		if m.Results != nil {
 			var err error
@@ -263,7 +171,7 @@ func (w *txRows) writeMessages() (stmt, error) {
 				return stmt{}, err
 			}
 		}
-		if w.envelopes[m.ID] {
+		if w.Envelopes[m.ID] {
 			var err error
 			if envelope, err = json.Marshal(m.Envelope); err != nil {
 				return stmt{}, err
@@ -284,14 +192,14 @@ func (w *txRows) writeMessages() (stmt, error) {
 }
 
 func (w *txRows) writeAlarms() stmt {
-	if len(w.alarms) == 0 {
+	if len(w.Alarms) == 0 {
 		return stmt{}
 	}
-	args := make([]any, 0, 3*len(w.alarms))
-	for _, a := range w.alarms {
+	args := make([]any, 0, 3*len(w.Alarms))
+	for _, a := range w.Alarms {
 		args = append(args, a.Kind, a.MessageID, a.At.UTC())
 	}
-	return stmt{"INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.alarms)) +
+	return stmt{"INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.Alarms)) +
 		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", args}
 }
 

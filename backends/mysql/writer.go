@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
 
@@ -12,17 +11,11 @@ import (
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit: a create, a transition, an event
-// update or a claim.
+// op is one write of the group commit (backends.Write), and what the
+// store keeps beside it.
 type op struct {
-	create  *backends.Message
-	t       *backends.Transition
-	ev      *backends.EventUpdate
-	event   *backends.Event // the event as ev left it
-	claim   *backends.Claim
-	cands   []queueKeyOf        // the claim's first pick
-	claimed []*backends.Message // what the claim took
-	err     error               // the write's own refusal, beside the group's outcome
+	backends.Write
+	cands []queueKeyOf // the claim's first pick
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
@@ -31,92 +24,20 @@ type op struct {
 // statements stay within max_allowed_packet.
 var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 
-// submit hands a write to the group commit and waits for its commit.
-func (s *Store) submit(ctx context.Context, o *op) error {
-	if err := s.commits.Do(ctx, o); err != nil {
-		return err
-	}
-	return o.err
-}
-
-// commit runs a group in one transaction. When a statement fails, each
-// write runs again alone, so that one bad write fails only itself. When
-// every statement ran and the COMMIT failed (backends.ErrOutcomeUnknown),
-// the group may have landed: run again, a create would count twice and a claim would take other
-// messages, so each caller is told the commit's error instead.
+// commit runs a group in one transaction (backends.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
-	err := s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, group) })
-	if err == nil {
-		return nil
-	}
-	errs := make([]error, len(group))
-	if len(group) == 1 || errors.Is(err, backends.ErrOutcomeUnknown) {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	for i, o := range group {
-		errs[i] = s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, []*op{o}) })
-	}
-	return errs
+	return backends.CommitGroup(group, func(g []*op) error {
+		return s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, g) })
+	})
 }
 
-// apply writes a group inside tx, with a few statements whatever its size
-// (txRows). Refusals (a duplicate id, a message or event not in the
-// expected status) are each write's own result and do not fail the
-// transaction.
+// apply writes a group inside tx (backends.ApplyGroup), with a few
+// statements whatever its size (txRows).
 func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 	w := newTxRows(ctx, tx)
-	var creates []*op
-	var msgIDs, evIDs []string
-	for _, o := range group {
-		o.err, o.event, o.claimed = nil, nil, nil
-		switch {
-		case o.create != nil:
-			creates = append(creates, o)
-		case o.t != nil:
-			msgIDs = append(msgIDs, o.t.ID)
-		case o.ev != nil:
-			evIDs = append(evIDs, o.ev.ID)
-		}
-	}
-	if err := w.lockEvents(evIDs, false); err != nil {
-		return err
-	}
-	for _, e := range w.events {
-		msgIDs = append(msgIDs, e.MessageID)
-	}
-	if err := s.insertMessages(ctx, tx, creates, &w.h); err != nil {
-		return err
-	}
-	if err := w.lockMessages(msgIDs); err != nil {
-		return err
-	}
-	for _, o := range group {
-		var err error
-		switch {
-		case o.t != nil:
-			err = w.Move(*o.t)
-		case o.ev != nil:
-			o.event, err = backends.UpdateEvent(w, *o.ev)
-		}
-		if err != nil {
-			if !refusal(err) {
-				return err
-			}
-			o.err = err
-		}
-	}
-	// Claims last: they skip the messages the other writes hold.
-	var claims []*op
-	for _, o := range group {
-		if o.claim != nil {
-			claims = append(claims, o)
-		}
-	}
-	if err := w.claimAll(claims); err != nil {
+	insert := func(creates []*op) error { return s.insertMessages(ctx, tx, creates, &w.Changes) }
+	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
 	return w.write()
@@ -126,14 +47,14 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 // when the store keeps them. An id already taken keeps its row (ON
 // DUPLICATE KEY changes nothing); reading the spool paths back tells which
 // rows are ours, since each submission has its own file or BodyRef.
-func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *changes) error {
+func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *backends.Changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
 	args := make([]any, 0, 16*len(creates))
 	ids := make([]any, 0, len(creates))
 	for _, o := range creates {
-		m := o.create
+		m := o.Create
 		env, err := json.Marshal(m.Envelope)
 		if err != nil {
 			return err
@@ -156,18 +77,18 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 	batched := map[string][]any{}
 	var bodies []*backends.Message
 	for _, o := range creates {
-		m := o.create
+		m := o.Create
 		// Two creates of one id in one group: the first is the row.
 		if paths[m.ID] != m.EmlPath || mine[m.ID] {
-			o.err = backends.ErrDuplicate
+			o.Err = backends.ErrDuplicate
 			continue
 		}
 		mine[m.ID] = true
 		if m.Body != nil {
 			bodies = append(bodies, m)
 		}
-		h.add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
-		h.count(m.Status, 1)
+		h.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+		h.Count(m.Status, 1)
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}
@@ -189,7 +110,7 @@ func insertedPaths(ctx context.Context, tx *sql.Tx, res sql.Result, creates []*o
 	paths := make(map[string]string, len(creates))
 	if n, err := res.RowsAffected(); err == nil && n == int64(len(creates)) {
 		for _, o := range creates {
-			paths[o.create.ID] = o.create.EmlPath
+			paths[o.Create.ID] = o.Create.EmlPath
 		}
 		return paths, nil
 	}

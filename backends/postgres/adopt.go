@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,74 +28,51 @@ const (
 // INVALID, told too. It can run again: what it did is not done twice. Its
 // notifications name no store, so that every relay listening wakes.
 func Adopt(ctx context.Context, pool *pgxpool.Pool) (backends.Adoption, error) {
-	a := backends.Adoption{Found: map[backends.Status]int{}}
-	rows, err := pool.Query(ctx, "SELECT status, COUNT(*) FROM emails WHERE envelope IS NULL GROUP BY status")
+	return backends.AdoptSeed(seedAdopter{ctx, pool}, seedInFlight, seedUntold)
+}
+
+// seedAdopter is the backends.SeedAdopter of a database.
+type seedAdopter struct {
+	ctx  context.Context
+	pool *pgxpool.Pool
+}
+
+func (s seedAdopter) FoundSeed() (map[backends.Status]int, error) {
+	rows, err := s.pool.Query(s.ctx, "SELECT status, COUNT(*) FROM emails WHERE envelope IS NULL GROUP BY status")
 	if err != nil {
-		return a, fmt.Errorf("adopt the seed's rows: %w", err)
+		return nil, err
 	}
+	found := map[backends.Status]int{}
 	var st backends.Status
 	var n int64
 	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
-		a.Found[st] = int(n)
+		found[st] = int(n)
 		return nil
 	})
+	return found, err
+}
+
+func (s seedAdopter) SeedPage(where, after string) ([]string, error) {
+	rows, err := s.pool.Query(s.ctx, "SELECT id FROM emails WHERE envelope IS NULL AND "+where+
+		" AND id > $1 ORDER BY id LIMIT $2", after, adoptPage)
 	if err != nil {
-		return a, fmt.Errorf("adopt the seed's rows: %w", err)
+		return nil, err
 	}
-	for _, where := range []string{seedInFlight, seedUntold} {
-		if err := adoptAll(ctx, pool, where, &a); err != nil {
-			return a, fmt.Errorf("adopt the seed's rows: %w", err)
-		}
-	}
-	return a, nil
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// adoptAll pages through the seed rows that where selects, by id.
-func adoptAll(ctx context.Context, pool *pgxpool.Pool, where string, a *backends.Adoption) error {
-	after := ""
-	for {
-		rows, err := pool.Query(ctx, "SELECT id FROM emails WHERE envelope IS NULL AND "+where+
-			" AND id > $1 ORDER BY id LIMIT $2", after, adoptPage)
-		if err != nil {
+func (s seedAdopter) AdoptPage(ids []string) ([]backends.Adopted, error) {
+	var done []backends.Adopted
+	err := pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
+		w := newTxRows(s.ctx, tx, "")
+		var err error
+		if done, err = backends.AdoptHeld(w, ids, time.Now().UTC()); err != nil {
 			return err
 		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		after = ids[len(ids)-1]
-		var done []backends.Adopted // counted once the page commits
-		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			done = nil
-			return adoptPageOf(ctx, tx, ids, &done)
-		})
-		if err != nil {
-			return err
-		}
-		for _, k := range done {
-			a.Count(k)
-		}
+		return w.write()
+	})
+	if err != nil {
+		return nil, err
 	}
-}
-
-func adoptPageOf(ctx context.Context, tx pgx.Tx, ids []string, done *[]backends.Adopted) error {
-	w := newTxRows(ctx, tx, "")
-	if err := w.lockMessages(ids); err != nil {
-		return err
-	}
-	now := time.Now().UTC()
-	for _, id := range ids {
-		m, ok := w.msgs[id]
-		if !ok || m.Envelope.Recipients != nil {
-			continue // gone, or taken meanwhile
-		}
-		t, kind := backends.SeedAdoption(m, now)
-		if t != nil {
-			if err := w.Move(*t); err != nil {
-				return fmt.Errorf("message %s: %w", id, err)
-			}
-		}
-		*done = append(*done, kind)
-	}
-	return w.write()
+	return done, nil
 }

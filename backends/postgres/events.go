@@ -1,12 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -49,16 +46,9 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		w := newTxRows(ctx, tx, s.sender)
-		if err := w.lockMessages([]string{e.MessageID}); err != nil {
+		if err := backends.AddHeldEvent(w, e, now); err != nil {
 			return err
 		}
-		if _, ok := w.msgs[e.MessageID]; !ok {
-			return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
-		}
-		if err := e.Prepare(e.MessageID, now); err != nil {
-			return err
-		}
-		w.newEvents = append(w.newEvents, e)
 		return w.write()
 	})
 	if err != nil {
@@ -99,36 +89,10 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	}
 	var out []*backends.Event
 	err = s.tx(ctx, func(tx pgx.Tx) error {
-		out = nil
 		w := newTxRows(ctx, tx, s.sender)
-		if err := w.lockEvents(ids, true); err != nil {
+		var err error
+		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
 			return err
-		}
-		var events []*backends.Event
-		var owners []string
-		for _, e := range w.events {
-			if e.State == backends.EventPending {
-				events = append(events, e)
-				owners = append(owners, e.MessageID)
-			}
-		}
-		slices.SortFunc(events, func(a, b *backends.Event) int {
-			return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
-		})
-		if err := w.lockMessages(owners); err != nil {
-			return err
-		}
-		taken := map[string]bool{}
-		for _, e := range events {
-			if taken[e.MessageID] {
-				continue
-			}
-			taken[e.MessageID] = true
-			claimed, err := backends.ClaimEvent(w, e, c)
-			if err != nil {
-				return err
-			}
-			out = append(out, claimed)
 		}
 		return w.write()
 	})
@@ -161,12 +125,5 @@ func eventLockStmt(ids []string, skip bool) stmt {
 // UpdateEvent goes through the group commit, with the updates and
 // transitions of other callers.
 func (s *Store) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
-	if err := u.Prepare(time.Now().UTC()); err != nil {
-		return nil, err
-	}
-	o := &op{ev: &u}
-	if err := s.submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
-	}
-	return o.event, nil
+	return s.commits.UpdateEvent(ctx, u)
 }

@@ -1,14 +1,10 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,15 +65,10 @@ func queryRows[T any](ctx context.Context, q querier, st stmt, scan func(pgx.Row
 	return out, rows.Err()
 }
 
+// Create goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Create(ctx context.Context, m *backends.Message) error {
-	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
-		return err
-	}
-	m.Version = 1
-	if err := s.submit(ctx, &op{create: m}); err != nil {
-		return fmt.Errorf("create message %s: %w", m.ID, err)
-	}
-	return nil
+	return s.commits.Create(ctx, m)
 }
 
 func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
@@ -122,66 +113,24 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 	return queryMessages(ctx, s.pool, stmt{"SELECT " + messageCols + " FROM emails WHERE message_id = $1 ORDER BY created_at, id", []any{messageID}})
 }
 
-// cursor is where a listing stopped.
-type cursor struct {
-	Priority int       `json:"p,omitempty"`
-	At       time.Time `json:"a"`
-	Created  time.Time `json:"c"`
-	ID       string    `json:"i"`
-}
-
-func (k cursor) compare(o cursor) int {
-	return cmp.Or(cmp.Compare(k.Priority, o.Priority), k.At.Compare(o.At), k.Created.Compare(o.Created), strings.Compare(k.ID, o.ID))
-}
-
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	q.Limit = q.PageSize()
-	var after *cursor
-	if q.After != "" {
-		b, err := base64.RawURLEncoding.DecodeString(q.After)
-		after = new(cursor)
-		if err != nil || json.Unmarshal(b, after) != nil {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
+	return backends.ListPages(q, func(q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+		if q.Status != "" {
+			return s.listStatus(ctx, q, after)
 		}
-	}
-	var page []listed
-	var err error
-	if q.Status != "" {
-		page, err = s.listStatus(ctx, q, after)
-	} else {
-		page, err = s.listed(ctx, listAllStmt(q, after))
-	}
-	if err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(page) > q.Limit {
-		page = page[:q.Limit]
-		b, _ := json.Marshal(page[len(page)-1].key)
-		next = base64.RawURLEncoding.EncodeToString(b)
-	}
-	out := make([]*backends.Message, len(page))
-	for i, l := range page {
-		out[i] = l.m
-	}
-	return out, next, nil
-}
-
-// listed is a message of a listing, with the cursor that follows it.
-type listed struct {
-	m   *backends.Message
-	key cursor
+		return s.listed(ctx, listAllStmt(q, after))
+	})
 }
 
 // listStatus lists a status in claim order, from the claim index: one range
 // per value of claim_held (READY's held messages are listed too), each read
 // from the cursor on in index order, and merged.
-func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cursor) ([]listed, error) {
+func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
 	helds := []bool{false}
 	if q.Status == backends.StatusReady {
 		helds = append(helds, true)
 	}
-	var out []listed
+	var out []backends.Listed
 	for _, held := range helds {
 		page, err := s.listed(ctx, listStatusStmt(q, after, held))
 		if err != nil {
@@ -189,14 +138,14 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *cur
 		}
 		out = append(out, page...)
 	}
-	slices.SortFunc(out, func(a, b listed) int { return a.key.compare(b.key) })
+	backends.SortListed(out)
 	return out, nil
 }
 
 // listStatusStmt reads a page of q.Status's messages of one claim_held
 // from the cursor on, a range of idx_claim (a row comparison is an index
 // condition in PostgreSQL).
-func listStatusStmt(q backends.ListQuery, after *cursor, held bool) stmt {
+func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held bool) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails WHERE status = $1 AND claim_held = $2"
 	args := []any{q.Status, held, q.PageSize() + 1}
 	if after != nil {
@@ -208,7 +157,7 @@ func listStatusStmt(q backends.ListQuery, after *cursor, held bool) stmt {
 
 // listAllStmt reads a page of every message from the cursor on, newest
 // first (idx_created).
-func listAllStmt(q backends.ListQuery, after *cursor) stmt {
+func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails"
 	args := []any{q.PageSize() + 1}
 	if after != nil {
@@ -218,20 +167,20 @@ func listAllStmt(q backends.ListQuery, after *cursor) stmt {
 	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT $1", args}
 }
 
-func (s *Store) listed(ctx context.Context, st stmt) ([]listed, error) {
+func (s *Store) listed(ctx context.Context, st stmt) ([]backends.Listed, error) {
 	rows, err := s.pool.Query(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []listed
+	var out []backends.Listed
 	for rows.Next() {
 		var qa time.Time
 		m, err := scanMessage(rows, &qa)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, listed{m, cursor{Priority: m.Priority, At: qa, Created: m.CreatedAt, ID: m.ID}})
+		out = append(out, backends.ListedAt(m, qa))
 	}
 	return out, rows.Err()
 }

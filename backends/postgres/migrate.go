@@ -4,55 +4,23 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/genropy/postino/backends"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migration is one numbered file of statements.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFiles, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			return nil, fmt.Errorf("migration %s is not named NNNN_name.sql", e.Name())
-		}
-		b, err := migrationFiles.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
+// migrations are the schema's files, in order (backends.ReadMigrations).
+func migrations() ([]backends.Migration, error) {
+	return backends.ReadMigrations(migrationFiles, "migrations")
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int {
-	ms, err := migrations()
-	if err != nil || len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].version
-}
+func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.
@@ -107,21 +75,21 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, last int) ([]int, error)
 	}
 	var applied []int
 	for _, m := range ms {
-		if m.version <= current || m.version > last {
+		if m.Version <= current || m.Version > last {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			// The simple protocol runs a file of several statements.
-			if err := tx.Conn().PgConn().Exec(ctx, m.sql).Close(); err != nil {
+			if err := tx.Conn().PgConn().Exec(ctx, m.SQL).Close(); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.version, m.name)
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
 			return err
 		})
 		if err != nil {
-			return applied, fmt.Errorf("migration %s: %w", m.name, err)
+			return applied, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		applied = append(applied, m.version)
+		applied = append(applied, m.Version)
 	}
 	return applied, nil
 }

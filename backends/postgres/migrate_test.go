@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/backends/postgres/pgtest"
 )
@@ -96,12 +98,7 @@ func seedDatabase(t *testing.T, more ...string) (string, *pgxpool.Pool) {
 	if _, err := postgres.MigrateTo(ctx, pool, 1); err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range append([]string{
-		"DROP TABLE schema_migrations",
-		`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version) VALUES
-			('legacy-1', 'SENT-ACKNOWLEDGED', '/efs/legacy-1.eml', '/efs/legacy-1.json', 'done', 4)`,
-		`INSERT INTO email_statuses (email_id, status, reason) VALUES ('legacy-1', 'ACCEPTED', ''), ('legacy-1', 'SENT', 'ok')`,
-	}, more...) {
+	for _, st := range slices.Concat(backendtest.SeedRows, more) {
 		if _, err := pool.Exec(ctx, st); err != nil {
 			t.Fatal(err)
 		}
@@ -117,22 +114,8 @@ func TestMigrateSeedInPlace(t *testing.T) {
 	if applied, err := postgres.Migrate(ctx, pool); err != nil || len(applied) != postgres.LatestVersion() {
 		t.Fatalf("Migrate = %v, %v", applied, err)
 	}
-	s, err := postgres.Open(ctx, dsn, postgres.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	m, err := s.Get(ctx, "legacy-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m.Status != backends.StatusSentAcknowledged || m.EmlPath != "/efs/legacy-1.eml" || m.PayloadPath != "/efs/legacy-1.json" ||
-		m.Version != 4 || m.Reason != "done" || m.Priority != backends.PriorityNormal {
-		t.Errorf("legacy row after migration %+v", m)
-	}
-	if h, err := s.History(ctx, "legacy-1"); err != nil || len(h) != 2 || h[1].Status != backends.StatusSent {
-		t.Errorf("legacy history %+v, %v", h, err)
-	}
+	s := openDSN(t, dsn)
+	backendtest.CheckSeedMigrated(t, s)
 	if c, err := s.Counts(ctx); err != nil || c[backends.StatusSentAcknowledged] != 1 {
 		t.Errorf("counts after migration %v, %v", c, err)
 	}

@@ -10,14 +10,10 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
+// Transition goes through the group commit, with the writes of other
+// callers.
 func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
-	if err := t.Prepare(time.Now().UTC()); err != nil {
-		return err
-	}
-	if err := s.submit(ctx, &op{t: &t}); err != nil {
-		return fmt.Errorf("message %s %s to %s: %w", t.ID, t.From, t.To, err)
-	}
-	return nil
+	return s.commits.Transition(ctx, t)
 }
 
 // Claim goes through the group commit, with the writes of other callers:
@@ -39,11 +35,11 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(prios) == 0 {
 		return nil, err
 	}
-	o := &op{claim: &c, prios: prios}
-	if err := s.submit(ctx, o); err != nil {
+	o := &op{Write: backends.Write{Claim: &c}, prios: prios}
+	if err := s.commits.Submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
-	return o.claimed, nil
+	return o.Claimed, nil
 }
 
 // priorities are the values of emails.priority, in claim order.
@@ -67,56 +63,23 @@ func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
 		[]any{c.From, priority, ts(c.Now), mine, n}}
 }
 
-// claimAll runs the claims of a group: those that take from one status
-// together, as one claim of all their messages due by the earliest of
-// their times, shared out in claim order; each message moves with its own
-// claim's lease and reason.
-func (w *txRows) claimAll(ops []*op) error {
-	var froms []backends.Status
-	byFrom := map[backends.Status][]*op{}
-	for _, o := range ops {
-		if _, ok := byFrom[o.claim.From]; !ok {
-			froms = append(froms, o.claim.From)
-		}
-		byFrom[o.claim.From] = append(byFrom[o.claim.From], o)
-	}
-	for _, from := range froms {
-		same := byFrom[from]
-		all := *same[0].claim
-		due := map[int]bool{}
-		for i, o := range same {
-			if i > 0 {
-				all.Limit += o.claim.Limit
-				if o.claim.Now.Before(all.Now) {
-					all.Now = o.claim.Now
-				}
-			}
-			for _, p := range o.prios {
-				due[p] = true
-			}
-		}
-		msgs, err := w.lockClaimable(all, due)
-		if err != nil {
-			return err
-		}
-		for _, o := range same {
-			n := min(o.claim.Limit, len(msgs))
-			o.claimed, msgs = msgs[:n:n], msgs[n:]
-			for _, m := range o.claimed {
-				if err := w.Move(o.claim.Move(m.ID)); err != nil {
-					return err
-				}
-			}
+// lockClaims is the backends.ClaimFunc of the group commit: the claims
+// together look at the priorities any of them found due.
+func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
+	due := map[int]bool{}
+	for _, o := range same {
+		for _, p := range o.prios {
+			due[p] = true
 		}
 	}
-	return nil
+	return w.lockClaimable(all, due)
 }
 
 // lockClaimable locks up to c.Limit messages of the due priorities, in
 // claim order: a statement per priority, until the claim is full.
 func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.Message, error) {
-	mine := make([]string, 0, len(w.msgs))
-	for id := range w.msgs {
+	mine := make([]string, 0, len(w.Messages))
+	for id := range w.Messages {
 		mine = append(mine, id)
 	}
 	var out []*backends.Message
@@ -130,7 +93,7 @@ func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.
 		}
 		out = append(out, msgs...)
 	}
-	w.adopt(out)
+	w.Adopt(out)
 	return out, nil
 }
 
@@ -146,8 +109,7 @@ func strs(ss []backends.Status) []string {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total := 0
-	for {
+	total, err := backends.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -165,23 +127,18 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			if err != nil {
 				return err
 			}
-			w.adopt(msgs)
-			for _, m := range msgs {
-				if err := w.Move(backends.RestoreTransition(m, now)); err != nil {
-					return err
-				}
+			if err := backends.RestoreHeld(w, msgs, now); err != nil {
+				return err
 			}
 			n = len(msgs) + int(tag.RowsAffected())
 			return w.write()
 		})
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("restore: %w", err)
-		}
-		if n == 0 {
-			return total, nil
-		}
+		return n, err
+	})
+	if err != nil {
+		return total, fmt.Errorf("restore: %w", err)
 	}
+	return total, nil
 }
 
 // restoreStmt locks only the working rows whose lease ran out
@@ -216,17 +173,12 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
-		ids := make([]string, len(msgs))
-		var h changes
-		for i, m := range msgs {
-			ids[i] = m.ID
-			h.count(m.Status, -1)
-		}
+		ids, h := backends.Purged(msgs)
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
 		b := &pgx.Batch{}
 		b.Queue("DELETE FROM emails WHERE id = ANY($1)", ids)
-		h.flush(b)
+		flushChanges(b, h)
 		out = msgs
 		return sendBatch(ctx, tx, b)
 	})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,56 +12,37 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// txRows holds the rows a transaction has locked and changes in memory,
-// and writes them at its end with one statement per table, whatever the
-// number of messages (arrays, unnest): the moves of a whole group of
-// callers cost a few statements. It is also the backends.EventTx of the
-// event rules.
+// txRows holds the rows a transaction has locked and changes in memory
+// (backends.Rows, the EventTx of the event rules), and writes them at its
+// end with one statement per table, whatever the number of messages
+// (arrays, unnest): the moves of a whole group of callers cost a few
+// statements.
 //
 // Locks come in one order in every transaction: events, then messages,
-// each by id, then the counters (changes.flush), so that two transactions,
+// each by id, then the counters (flushChanges), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
+	backends.Rows
 	ctx context.Context
 	tx  pgx.Tx
-
-	msgs      map[string]*backends.Message
-	dirtyMsgs []string
-	// envelopes holds the messages whose envelope a move set (rows taken
-	// over from the seed layout): only theirs is written again.
-	envelopes map[string]bool
-	events    map[string]*backends.Event
-	dirtyEvs  []string
-	newEvents []*backends.Event
-	alarms    []backends.Alarm
-	h         changes
 	// wake holds the channels to notify at the commit: work became due.
 	wake map[string]bool
 	// sender names the store in its notifications (Store.sender).
 	sender string
 }
 
-var _ backends.EventTx = (*txRows)(nil)
-
 // newTxRows holds the rows of tx, which notifies as sender.
 func newTxRows(ctx context.Context, tx pgx.Tx, sender string) *txRows {
-	return &txRows{ctx: ctx, tx: tx, msgs: map[string]*backends.Message{}, events: map[string]*backends.Event{}, sender: sender}
+	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, sender: sender}
 }
 
-// sortedIDs returns ids once each, sorted: the order locks are taken in.
-func sortedIDs(ids []string) []string {
-	ids = slices.Clone(ids)
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
-// lockMessages reads and locks the messages of ids that exist, in id order.
-func (w *txRows) lockMessages(ids []string) error {
+// LockMessages reads and locks the messages of ids that exist, in id order.
+func (w *txRows) LockMessages(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(sortedIDs(ids)))
-	w.adopt(msgs)
+	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(backends.SortedIDs(ids)))
+	w.Adopt(msgs)
 	return err
 }
 
@@ -71,23 +51,14 @@ func messageLockStmt(ids []string) stmt {
 	return stmt{"SELECT " + messageCols + " FROM emails WHERE id = ANY($1) ORDER BY id FOR UPDATE", []any{ids}}
 }
 
-// adopt takes messages the transaction has locked.
-func (w *txRows) adopt(msgs []*backends.Message) {
-	for _, m := range msgs {
-		w.msgs[m.ID] = m
-	}
-}
-
-// lockEvents reads and locks the events of ids that exist, in id order;
+// LockEvents reads and locks the events of ids that exist, in id order;
 // skip passes over those another transaction holds.
-func (w *txRows) lockEvents(ids []string, skip bool) error {
+func (w *txRows) LockEvents(ids []string, skip bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(sortedIDs(ids), skip))
-	for _, e := range events {
-		w.events[e.ID] = e
-	}
+	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(backends.SortedIDs(ids), skip))
+	w.AdoptEvents(events)
 	return err
 }
 
@@ -116,70 +87,25 @@ func (w *txRows) notifyEvent(e *backends.Event) {
 	}
 }
 
-// Move applies t to its message in memory: ErrNotFound when the message is
-// not among the locked ones, ErrLockNotAcquired when it is not in t.From.
-// The history rows, the counts, the alarm and the event go with it.
+// Move is backends.Rows.Move, and notifies the message's queue when the
+// move makes it claimable now.
 func (w *txRows) Move(t backends.Transition) error {
-	m, ok := w.msgs[t.ID]
-	if !ok {
-		return backends.ErrNotFound
+	if err := w.Rows.Move(t); err != nil {
+		return err
 	}
-	if !t.Holds(m) {
-		return backends.ErrLockNotAcquired
-	}
-	final := t.Final()
-	t.Apply(m, final)
-	m.Version++
-	w.dirtyMsgs = append(w.dirtyMsgs, m.ID)
-	w.notifyDue(final, m.DueAt)
-	if t.Envelope != nil {
-		if w.envelopes == nil {
-			w.envelopes = map[string]bool{}
-		}
-		w.envelopes[m.ID] = true
-	}
-	w.h.count(t.From, -1)
-	w.h.count(final, 1)
-	for i, st := range t.Steps() {
-		var details []byte
-		if i == 0 {
-			details = t.Details
-		}
-		w.h.add(t.ID, st.To, st.Reason, t.At, details)
-	}
-	if t.Alarm != nil {
-		w.alarms = append(w.alarms, *t.Alarm)
-	}
-	if t.Event != nil {
-		if err := t.Event.Prepare(t.ID, t.At); err != nil {
-			return err
-		}
-		w.newEvents = append(w.newEvents, t.Event)
-	}
+	m := w.Messages[t.ID]
+	w.notifyDue(m.Status, m.DueAt)
 	return nil
 }
 
-func (w *txRows) Event(id string) (*backends.Event, error) {
-	e, ok := w.events[id]
-	if !ok {
-		return nil, fmt.Errorf("event %s: %w", id, backends.ErrNotFound)
+// PutEvent is backends.Rows.PutEvent, and notifies the dispatchers when
+// the event is pending and due now.
+func (w *txRows) PutEvent(before, e *backends.Event) error {
+	if err := w.Rows.PutEvent(before, e); err != nil {
+		return err
 	}
-	return e, nil
-}
-
-func (w *txRows) PutEvent(_, e *backends.Event) error {
-	w.events[e.ID] = e
-	w.dirtyEvs = append(w.dirtyEvs, e.ID)
 	w.notifyEvent(e)
 	return nil
-}
-
-func (w *txRows) Status(id string) (backends.Status, error) {
-	m, ok := w.msgs[id]
-	if !ok {
-		return "", fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
-	}
-	return m.Status, nil
 }
 
 // write stores what changed: the new events, the changed events, the
@@ -196,7 +122,7 @@ func (w *txRows) write() error {
 			return err
 		}
 	}
-	w.h.flush(b)
+	flushChanges(b, &w.Changes)
 	queueNotify(b, w.sender, w.wake)
 	err := sendBatch(w.ctx, w.tx, b)
 	if pgCode(err) == codeUniqueViolation { // the only insert that can meet a key: the new events'
@@ -218,14 +144,14 @@ func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
 // (whose rows the transaction holds, so no one else numbers them) and
 // inserts them.
 func (w *txRows) insertEvents(b *pgx.Batch) error {
-	if len(w.newEvents) == 0 {
+	if len(w.NewEvents) == 0 {
 		return nil
 	}
 	var owners []string
-	for _, e := range w.newEvents {
+	for _, e := range w.NewEvents {
 		owners = append(owners, e.MessageID)
 	}
-	last := lastSeqStmt(sortedIDs(owners))
+	last := lastSeqStmt(backends.SortedIDs(owners))
 	rows, err := w.tx.Query(w.ctx, last.query, last.args...)
 	if err != nil {
 		return err
@@ -245,7 +171,7 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 		return err
 	}
 	var c eventColumns
-	for _, e := range w.newEvents {
+	for _, e := range w.NewEvents {
 		seqs[e.MessageID]++
 		e.Seq = seqs[e.MessageID]
 		c.add(e)
@@ -297,13 +223,13 @@ func nullJSON(v []string) *string {
 
 // writeEvents writes the changed events, which exist and are locked.
 func (w *txRows) writeEvents(b *pgx.Batch) error {
-	ids := sortedIDs(w.dirtyEvs)
+	ids := backends.SortedIDs(w.DirtyEvents)
 	if len(ids) == 0 {
 		return nil
 	}
 	var c eventColumns
 	for _, id := range ids {
-		c.add(w.events[id])
+		c.add(w.Events[id])
 	}
 	b.Queue(`UPDATE email_events e SET state = u.state, updated_at = u.updated_at, lease_until = u.lease_until,
 		acked = u.acked, attempts = u.attempts, due_at = u.due_at, last_error = u.last_error
@@ -316,7 +242,7 @@ func (w *txRows) writeEvents(b *pgx.Batch) error {
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them, with one statement.
 func (w *txRows) writeMessages(b *pgx.Batch) error {
-	ids := sortedIDs(w.dirtyMsgs)
+	ids := backends.SortedIDs(w.DirtyMessages)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -328,7 +254,7 @@ func (w *txRows) writeMessages(b *pgx.Batch) error {
 		lease, due                       []*time.Time
 	)
 	for _, id := range ids {
-		m := w.msgs[id]
+		m := w.Messages[id]
 		var res, env []byte
 		if m.Results != nil {
 			var err error
@@ -336,7 +262,7 @@ func (w *txRows) writeMessages(b *pgx.Batch) error {
 				return err
 			}
 		}
-		if w.envelopes[m.ID] {
+		if w.Envelopes[m.ID] {
 			var err error
 			if env, err = json.Marshal(m.Envelope); err != nil {
 				return err
@@ -363,11 +289,11 @@ func (w *txRows) writeMessages(b *pgx.Batch) error {
 // writeAlarms sets the alarms the moves set, the last of each message and
 // kind (a statement may change a row once).
 func (w *txRows) writeAlarms(b *pgx.Batch) error {
-	if len(w.alarms) == 0 {
+	if len(w.Alarms) == 0 {
 		return nil
 	}
 	last := map[[2]string]time.Time{}
-	for _, a := range w.alarms {
+	for _, a := range w.Alarms {
 		last[[2]string{a.MessageID, a.Kind}] = a.At
 	}
 	var kinds, ids []string
@@ -381,63 +307,38 @@ func (w *txRows) writeAlarms(b *pgx.Batch) error {
 	return nil
 }
 
-// changes gathers what a transaction writes beside the message rows: the
-// history rows, in one statement, and the moves between statuses, merged
-// per status into the counters (email_counts) in one more. flush writes
-// them last, so that every transaction takes the counters' locks after its
-// message rows', in the order of the statuses, and two never wait on each
-// other in a cycle.
-type changes struct {
-	ids, statuses    []string
-	reasons, details []*string
-	at               []time.Time
-	delta            map[backends.Status]int
-}
-
-func (c *changes) add(id string, st backends.Status, reason string, at time.Time, details []byte) {
-	c.ids, c.statuses, c.reasons = append(c.ids, id), append(c.statuses, string(st)), append(c.reasons, null(reason))
-	c.at, c.details = append(c.at, ts(at)), append(c.details, nullBytes(details))
-}
-
-// count adds d messages to status st.
-func (c *changes) count(st backends.Status, d int) {
-	if c.delta == nil {
-		c.delta = map[backends.Status]int{}
-	}
-	c.delta[st] += d
-}
-
 // countShards is the number of counter rows of a status: a transaction
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-// flush queues the history rows and the counters' changes in b.
-func (c *changes) flush(b *pgx.Batch) {
-	if len(c.ids) > 0 {
+// flushChanges queues the history rows and the counters' changes of c in
+// b, and forgets them.
+func flushChanges(b *pgx.Batch, c *backends.Changes) {
+	history, statuses, deltas := c.Take()
+	if len(history) > 0 {
+		var ids, sts []string
+		var reasons, details []*string
+		var at []time.Time
+		for _, h := range history {
+			ids, sts, reasons = append(ids, h.MessageID), append(sts, string(h.Status)), append(reasons, null(h.Reason))
+			at, details = append(at, ts(h.At)), append(details, nullBytes(h.Details))
+		}
 		// WITH ORDINALITY keeps the rows' order in the ids they get, which
 		// History reads them by.
 		b.Queue(`INSERT INTO email_statuses (email_id, status, reason, created_at, details)
 			SELECT email_id, status, reason, created_at, details
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY
-				AS h(email_id, status, reason, created_at, details, n) ORDER BY n`, c.ids, c.statuses, c.reasons, c.at, c.details)
-		c.ids, c.statuses, c.reasons, c.at, c.details = nil, nil, nil, nil, nil
-	}
-	var statuses []string
-	var deltas []int64
-	for st, d := range c.delta {
-		if d != 0 {
-			statuses = append(statuses, string(st))
-		}
+				AS h(email_id, status, reason, created_at, details, n) ORDER BY n`, ids, sts, reasons, at, details)
 	}
 	if len(statuses) == 0 {
 		return
 	}
-	slices.Sort(statuses)
-	for _, st := range statuses {
-		deltas = append(deltas, int64(c.delta[backends.Status(st)]))
+	names := make([]string, len(statuses))
+	n := make([]int64, len(deltas))
+	for i, st := range statuses {
+		names[i], n[i] = string(st), int64(deltas[i])
 	}
-	clear(c.delta)
 	b.Queue(`INSERT INTO email_counts (status, shard, n)
 		SELECT s, $2::smallint, d FROM unnest($1::text[], $3::bigint[]) AS c(s, d)
-		ON CONFLICT (status, shard) DO UPDATE SET n = email_counts.n + EXCLUDED.n`, statuses, rand.N(countShards), deltas)
+		ON CONFLICT (status, shard) DO UPDATE SET n = email_counts.n + EXCLUDED.n`, names, rand.N(countShards), n)
 }
