@@ -33,11 +33,28 @@ dynamodb_start() {
 # on 127.0.0.1 already. Its errors are shown: a cluster that will not start
 # fails the caller.
 postgres_start() {
-  pg_isready -q -h 127.0.0.1 && return 0
   local version
   version=$(ls /etc/postgresql | sort -V | tail -n 1)
   [ -n "$version" ] || { echo "no PostgreSQL cluster in /etc/postgresql" >&2; return 1; }
-  echo "starting PostgreSQL $version"
-  pg_ctlcluster --skip-systemctl-redirect "$version" main start
+  if ! pg_isready -q -h 127.0.0.1; then
+    echo "starting PostgreSQL $version"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    wait_up 5432 PostgreSQL
+  fi
+  postgres_connections "$version"
+}
+
+# postgres_connections raises the cluster's max_connections to
+# PG_MAX_CONNECTIONS (restarting it once) when it is lower: every store,
+# relay and submissions reader of a test holds a pool, and two make test
+# at once went past the default of 100 ("too many clients already").
+PG_MAX_CONNECTIONS=${PG_MAX_CONNECTIONS:-500}
+postgres_connections() {
+  local now
+  now=$(su postgres -c "psql -XAtqc 'SHOW max_connections'")
+  [ "$now" -ge "$PG_MAX_CONNECTIONS" ] && return 0
+  echo "PostgreSQL max_connections $now -> $PG_MAX_CONNECTIONS (restart)"
+  su postgres -c "psql -Xqc 'ALTER SYSTEM SET max_connections = $PG_MAX_CONNECTIONS'"
+  pg_ctlcluster --skip-systemctl-redirect "$1" main restart
   wait_up 5432 PostgreSQL
 }
