@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/genropy/postino/internal/pglisten"
 )
 
 // The channels a store NOTIFY's when a transaction makes work due, which
@@ -37,57 +39,32 @@ func queueNotify(b *pgx.Batch, sender string, wake map[string]bool) {
 // pg_stat_activity shows.
 const ListenerName = "postino-listen"
 
-// listenRetry is the wait before connecting again after the listening
-// connection was lost.
-const listenRetry = time.Second
-
 // Listen calls wake with the channel of each notification another store on
-// this database sends (ChannelAccepted, ChannelReady, ChannelEvents), until ctx
-// ends. It listens on a connection of its own, outside the pool; when the
-// connection is lost it connects again and calls wake for every channel,
-// since notifications sent meanwhile were missed, and says so in log.
-// Polling stays the fallback: a notification only shortens a worker's
-// wait.
+// this database sends (ChannelAccepted, ChannelReady, ChannelEvents), until
+// ctx ends, on a connection of its own outside the pool. Each time LISTEN
+// takes effect on a new connection, at the start and after one was lost,
+// it calls wake for every channel: notifications sent while none listened
+// were missed. Polling stays the fallback.
 func (s *Store) Listen(ctx context.Context, log *slog.Logger, wake func(channel string)) {
-	for ctx.Err() == nil {
-		err := s.listen(ctx, wake)
-		if ctx.Err() != nil {
-			return
-		}
-		log.Warn("PostgreSQL notifications lost; listening again", "error", err, "retry", listenRetry)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(listenRetry):
-		}
-		for _, c := range channels {
-			wake(c)
-		}
+	l := pglisten.Listener{
+		Connect: func(ctx context.Context) (*pgx.Conn, error) {
+			cfg := s.pool.Config().ConnConfig.Copy()
+			cfg.RuntimeParams["application_name"] = ListenerName
+			return pgx.ConnectConfig(ctx, cfg)
+		},
+		Channels: channels,
+		Notify: func(n *pgconn.Notification) {
+			// The store's own work woke its relay's workers already.
+			if n.Payload != s.sender {
+				wake(n.Channel)
+			}
+		},
+		CaughtUp: func() {
+			for _, c := range channels {
+				wake(c)
+			}
+		},
+		Log: log,
 	}
-}
-
-// listen holds one listening connection until it fails or ctx ends.
-func (s *Store) listen(ctx context.Context, wake func(channel string)) error {
-	cfg := s.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = ListenerName
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	for _, c := range channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c}.Sanitize()); err != nil {
-			return err
-		}
-	}
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		// The store's own work woke its relay's workers already.
-		if n.Payload != s.sender {
-			wake(n.Channel)
-		}
-	}
+	l.Run(ctx)
 }

@@ -35,8 +35,9 @@ func TestNotify(t *testing.T) {
 	}()
 	t.Cleanup(func() { stop(); <-done })
 
-	// The listener may not be listening yet: create until a wake comes,
-	// each create a new message (a wake proves the path, not its timing).
+	// Listening has begun once every channel was woken (Listen's catch-up);
+	// from then on a wake is a notification.
+	caughtUp(t, woken)
 	const deadline = 30 * time.Second
 	expect := func(what, want string, do func(i int)) {
 		t.Helper()
@@ -85,6 +86,23 @@ func TestNotify(t *testing.T) {
 	})
 }
 
+// caughtUp waits until woken has said every channel, as Listen does once
+// LISTEN has taken effect, and drops what else it holds.
+func caughtUp(t *testing.T, woken chan string) {
+	t.Helper()
+	seen := map[string]bool{}
+	timeout := time.After(30 * time.Second)
+	for len(seen) < 3 {
+		select {
+		case ch := <-woken:
+			seen[ch] = true
+		case <-timeout:
+			t.Fatalf("Listen woke only %v; want every channel once it listens", seen)
+		}
+	}
+	drain(woken)
+}
+
 func drain(c chan string) {
 	for {
 		select {
@@ -95,8 +113,8 @@ func drain(c chan string) {
 	}
 }
 
-// TestNotifyReconnects: when its connection is lost, Listen wakes every
-// worker (notifications were missed meanwhile), connects again, and passes
+// TestNotifyReconnects: when its connection is lost, Listen connects again,
+// wakes every worker (notifications were missed meanwhile), and passes
 // on the notifications sent from then on.
 func TestNotifyReconnects(t *testing.T) {
 	ctx := context.Background()
@@ -119,6 +137,7 @@ func TestNotifyReconnects(t *testing.T) {
 		listener.Listen(lctx, slog.New(slog.DiscardHandler), func(ch string) { woken <- ch })
 	}()
 	defer func() { stop(); <-done }()
+	caughtUp(t, woken)
 	n := 0
 	createUntilWoken := func(what string) {
 		t.Helper()
@@ -154,16 +173,7 @@ func TestNotifyReconnects(t *testing.T) {
 	if err != nil || ended != 1 {
 		t.Fatalf("terminated %d listening connections, %v; want 1", ended, err)
 	}
-	seen := map[string]bool{}
-	timeout := time.After(30 * time.Second)
-	for len(seen) < 3 {
-		select {
-		case ch := <-woken:
-			seen[ch] = true
-		case <-timeout:
-			t.Fatalf("after the connection was lost, woke only %v; want every channel", seen)
-		}
-	}
-	drain(woken)
+	// Once listening again, it wakes every channel.
+	caughtUp(t, woken)
 	createUntilWoken("after the connection was lost")
 }

@@ -1,0 +1,78 @@
+// Package pglisten holds a PostgreSQL LISTEN open for as long as a relay
+// runs, which the outbox store and the submissions reader both need: a
+// notification wakes a worker at once instead of at its next poll.
+package pglisten
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/genropy/postino/internal/backoff"
+)
+
+// Listener listens on Channels over connections Connect makes.
+type Listener struct {
+	Connect  func(ctx context.Context) (*pgx.Conn, error)
+	Channels []string
+	// Notify is called with each notification.
+	Notify func(n *pgconn.Notification)
+	// CaughtUp is called each time LISTEN has taken effect on a new
+	// connection: what was committed before (while no connection
+	// listened, or before the first) woke nobody, so every worker should
+	// look.
+	CaughtUp func()
+	Log      *slog.Logger
+}
+
+// retry is the wait before connecting again; it starts again from the
+// first once a connection has listened.
+var retry = backoff.Schedule{First: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
+
+// Run listens until ctx ends. A connection that fails is replaced, and
+// meanwhile the workers poll: a notification only shortens their wait.
+func (l *Listener) Run(ctx context.Context) {
+	failures := 0
+	for ctx.Err() == nil {
+		listened, err := l.listen(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened {
+			failures = 0
+		}
+		failures++
+		wait := retry.Delay(failures)
+		l.Log.Warn("PostgreSQL notifications lost; the workers poll until LISTEN is back", "error", err, "retry_in", wait)
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// listen holds one connection until it fails or ctx ends; listened says
+// whether LISTEN took effect on it.
+func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
+	conn, err := l.Connect(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, c := range l.Channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{c}.Sanitize()); err != nil {
+			return false, err
+		}
+	}
+	l.CaughtUp()
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		l.Notify(n)
+	}
+}
