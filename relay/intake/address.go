@@ -123,9 +123,9 @@ func isASCII[T string | []byte](s T) bool {
 	return true
 }
 
-// asciiAddresses reports whether the sender and every recipient are plain
+// ASCIIAddresses reports whether the sender and every recipient are plain
 // ASCII, so that none of them needs SMTPUTF8.
-func asciiAddresses(from string, rcpts []string) bool {
+func ASCIIAddresses(from string, rcpts []string) bool {
 	if !isASCII(from) {
 		return false
 	}

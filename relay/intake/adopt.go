@@ -40,7 +40,7 @@ func (w *Worker) seedEnvelope(m *backends.Message) (backends.Envelope, error) {
 		return env, fmt.Errorf("taken over from the seed layout with no envelope, and neither its payload file %q nor the "+
 			"message's To, Cc and Bcc name a recipient: send it again from the app, or cancel it (postino queue cancel)", m.PayloadPath)
 	}
-	env.SMTPUTF8 = !asciiAddresses(env.Sender, env.Recipients)
+	env.SMTPUTF8 = !ASCIIAddresses(env.Sender, env.Recipients)
 	env.ReceivedAt = time.Now().UTC()
 	return env, nil
 }

@@ -211,7 +211,7 @@ func (s *Server) addTrace(h *textproto.Header, env Envelope, ident *identity, no
 // passing it on without SMTPUTF8 is what RFC 6531 lets a relay do, and it
 // then reaches upstreams that do not offer the extension.
 func (env *Envelope) needsUTF8(eightBit bool) bool {
-	return env.UTF8 && (eightBit || !asciiAddresses(env.From, env.To))
+	return env.UTF8 && (eightBit || !ASCIIAddresses(env.From, env.To))
 }
 
 // newMessage is the row of a message env handed over, its bytes in f.

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/emersion/go-message/mail"
 
@@ -54,12 +53,8 @@ func (r *row) envelope(source string) (intake.Envelope, error) {
 	}
 	// Only addresses say whether SMTPUTF8 is needed: the app has no other
 	// way to ask for it.
-	env.UTF8 = !ascii(env.From) || slices.ContainsFunc(env.To, func(a string) bool { return !ascii(a) })
+	env.UTF8 = !intake.ASCIIAddresses(env.From, env.To)
 	return env, nil
-}
-
-func ascii(s string) bool {
-	return !strings.ContainsFunc(s, func(r rune) bool { return r >= utf8.RuneSelf })
 }
 
 // attachment is one element of the attachments column.
@@ -201,11 +196,8 @@ func (r *row) header(h *mail.Header) error {
 			if strings.ContainsAny(v, "\r\n") {
 				return fmt.Errorf("headers: the value of %s holds a line break; give it on one line", k)
 			}
-			if ascii(v) {
-				h.Set(k, v)
-			} else {
-				h.SetText(k, v)
-			}
+			// Encoded only when it needs to be (RFC 2047).
+			h.SetText(k, v)
 		}
 	}
 	if r.subject.Valid {
