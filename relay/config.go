@@ -682,15 +682,9 @@ func (o *OutboxConfig) check() error {
 	switch o.Backend {
 	case "bolt", "dynamodb":
 	case "mysql":
-		my := o.MySQL
-		if n := btoi(my.DSN != "") + btoi(my.DSNFile != "") + btoi(my.DSNEnv != ""); n != 1 {
-			return errors.New("outbox.mysql needs exactly one of dsn (--dsn), dsn_file and dsn_env")
-		}
+		return checkDSN("outbox.mysql", " (--dsn)", o.MySQL.DSN, o.MySQL.DSNFile, o.MySQL.DSNEnv)
 	case "postgres":
-		pg := o.Postgres
-		if n := btoi(pg.DSN != "") + btoi(pg.DSNFile != "") + btoi(pg.DSNEnv != ""); n != 1 {
-			return errors.New("outbox.postgres needs exactly one of dsn (--dsn), dsn_file and dsn_env")
-		}
+		return checkDSN("outbox.postgres", " (--dsn)", o.Postgres.DSN, o.Postgres.DSNFile, o.Postgres.DSNEnv)
 	default:
 		return fmt.Errorf("outbox.backend %q: use bolt, mysql, postgres or dynamodb", o.Backend)
 	}
@@ -847,6 +841,16 @@ func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
 func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
 	my := c.Outbox.MySQL
 	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
+}
+
+// checkDSN says what is wrong when the settings key give a DSN in none or
+// several of their three ways; flag names the command-line flag that sets
+// dsn, if any.
+func checkDSN(key, flag, dsn, file, env string) error {
+	if n := btoi(dsn != "") + btoi(file != "") + btoi(env != ""); n != 1 {
+		return fmt.Errorf("%s needs exactly one of dsn%s, dsn_file and dsn_env", key, flag)
+	}
+	return nil
 }
 
 // dsnOf is the DSN a store's settings (key) give: dsn, or the secret of

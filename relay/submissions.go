@@ -38,8 +38,8 @@ func (c *Config) checkSubmissions() error {
 		if _, err := submissions.Schema(s.Driver, s.table()); err != nil {
 			return fmt.Errorf("submissions[%d]: %w", i, err)
 		}
-		if n := btoi(s.DSN != "") + btoi(s.DSNFile != "") + btoi(s.DSNEnv != ""); n != 1 {
-			return fmt.Errorf("submissions[%d] needs exactly one of dsn, dsn_file and dsn_env", i)
+		if err := checkDSN(fmt.Sprintf("submissions[%d]", i), "", s.DSN, s.DSNFile, s.DSNEnv); err != nil {
+			return err
 		}
 		if s.Poll < 0 {
 			return fmt.Errorf("submissions[%d].poll %s is negative; leave it out for 1s", i, s.Poll.D())
@@ -53,13 +53,10 @@ func (c *Config) checkSubmissions() error {
 func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *submissions.Metrics, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
 	var out []*submissions.Reader
 	for i, s := range c.Submissions {
-		dsn := s.DSN
-		if dsn == "" {
-			var err error
-			if dsn, err = secret(s.DSNFile, s.DSNEnv, getenv); err != nil {
-				closeAll(out)
-				return nil, fmt.Errorf("submissions[%d] DSN: %w", i, err)
-			}
+		dsn, err := dsnOf(fmt.Sprintf("submissions[%d]", i), s.DSN, s.DSNFile, s.DSNEnv, getenv)
+		if err != nil {
+			closeAll(out)
+			return nil, err
 		}
 		rd, err := submissions.Open(ctx, submissions.Config{Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
 		if err != nil {
