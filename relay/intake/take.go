@@ -13,6 +13,7 @@ import (
 
 	"github.com/emersion/go-message/textproto"
 	"github.com/emersion/go-smtp"
+	"github.com/google/uuid"
 
 	"github.com/genropy/postino/backends"
 )
@@ -296,11 +297,13 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 // the bytes it came with, which the intake worker makes INVALID with the
 // reason, and an INVALID event the app's plugins hear, as for any invalid
 // message. An id the outbox holds already is no error. An id that is not
-// one (backends.CheckID) is replaced by a new one, and the reason names it.
+// one (backends.CheckID) is replaced by one derived from it, the same each
+// time (a refusal recorded again after its submission's transaction failed
+// is still one message), and the reason names it.
 func (s *Server) Refuse(ctx context.Context, env Envelope, raw []byte, reason string) (string, error) {
 	id := env.ID
 	if err := backends.CheckID(id); err != nil {
-		id = newID()
+		id = uuid.NewSHA1(uuid.NameSpaceOID, []byte("postino submission "+env.ID)).String()
 		reason = fmt.Sprintf("submission %q: %v; %s", env.ID, err, reason)
 	}
 	now := time.Now().UTC()

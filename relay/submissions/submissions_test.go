@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/emersion/go-message/mail"
+	"github.com/google/uuid"
 
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/sqltest"
@@ -421,6 +422,20 @@ func TestInvalid(t *testing.T) {
 		want := fmt.Sprintf(`postino_submissions_taken_total{result="refused",table="%s:postino_submissions"} %d`, a.driver, len(cases))
 		if m := metrics(t, c); !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %s", want)
+		}
+	})
+}
+
+// TestRefusedID: a submission whose id is no message id is refused under
+// an id derived from it, the same whichever time it is recorded, so that
+// a refusal recorded again (its transaction failed) is one message.
+func TestRefusedID(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, a *app, _ *smtptest.Server, c *admin.Client) {
+		a.commit(t, submission{ID: "not an id", From: "app@example.com", To: []string{"user@example.net"}, Message: plain("not an id")})
+		id := uuid.NewSHA1(uuid.NameSpaceOID, []byte("postino submission not an id")).String()
+		m := status(t, c, id, "INVALID-ACKNOWLEDGED")
+		if !strings.Contains(m.Reason, `submission "not an id"`) {
+			t.Errorf("reason %q; want it to name the submission", m.Reason)
 		}
 	})
 }
