@@ -281,19 +281,18 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 	for shard := range from {
 		from[shard] = len(due) - int(ahead[shard].Load())
 	}
-	// Round one: each shard's head, and the ranges after the priority
-	// where it met a message not due last time.
-	heads := make([][]map[string]types.AttributeValue, shards)
+	// Round one: each shard's head (in its priority 0 slot), and the
+	// ranges after the priority where it met a message not due last time.
+	read := make([][]map[string]types.AttributeValue, shards*len(due)) // shard i's priority p at i*len(due)+p
 	notDue := make([]int, shards)
-	more := make([][]map[string]types.AttributeValue, shards*len(due)) // shard i's priority p at i*len(due)+p
-	err := eachAtOnce(len(more), func(j int) error {
+	err := eachAtOnce(len(read), func(j int) error {
 		shard, p := j/len(due), j%len(due)
 		var err error
 		switch {
 		case p == 0:
-			heads[shard], notDue[shard], err = s.dueHead(ctx, sharded(string(c.From), shard), n, due)
+			read[j], notDue[shard], err = s.dueHead(ctx, sharded(string(c.From), shard), n, due)
 		case p >= from[shard]:
-			more[j], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
+			read[j], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
 		}
 		return err
 	})
@@ -307,7 +306,7 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 		for p := 1; p < len(due); p++ {
 			j := shard*len(due) + p
 			if p <= met {
-				more[j] = nil
+				read[j] = nil
 			} else if p < from[shard] {
 				ranges = append(ranges, j)
 			}
@@ -317,10 +316,10 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 	err = eachAtOnce(len(ranges), func(i int) error {
 		j := ranges[i]
 		var err error
-		more[j], err = s.queued(ctx, sharded(string(c.From), j/len(due)), fmt.Sprintf("%d#", j%len(due)), due[j%len(due)], n)
+		read[j], err = s.queued(ctx, sharded(string(c.From), j/len(due)), fmt.Sprintf("%d#", j%len(due)), due[j%len(due)], n)
 		return err
 	})
-	return mergeBy(append(heads, more...), "QueueKey", true), err
+	return mergeBy(read, "QueueKey", true), err
 }
 
 // headPage is the first page a claim reads of a range: most often its
