@@ -33,7 +33,8 @@ func measureClaims(ctx context.Context, o backends.Outbox, samples int, budget t
 	if err != nil {
 		return out, err
 	}
-	probe := &backends.Message{ID: "depth-probe", Priority: backends.PriorityNormal, EmlPath: "missing/depth-probe.eml",
+	// Its own id each run: a table reused (-reuse) keeps the earlier ones.
+	probe := &backends.Message{ID: "depth-probe-" + uuid(), Priority: backends.PriorityNormal, EmlPath: "missing/depth-probe.eml",
 		Reason: "accepted from 127.0.0.1", Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{rcpt}}}
 	if err := o.Create(ctx, probe); err != nil {
 		return out, err

@@ -35,6 +35,7 @@ type options struct {
 	bodySize   int
 	files      bool
 	keep       bool
+	reuse      string
 	maxFill    time.Duration
 	postino    string
 	sink       string
@@ -56,6 +57,7 @@ func main() {
 	flag.IntVar(&o.bodySize, "size", 1024, "bytes of each spool file's body")
 	flag.BoolVar(&o.files, "files", true, "write each message's spool file, as intake does (the relay's start-up sweep walks them)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the work directory and the database or table")
+	flag.StringVar(&o.reuse, "reuse", "", "measure only the claims, on the DynamoDB `table` an earlier run filled and kept (-keep), within the hour its deferred messages wait")
 	flag.DurationVar(&o.maxFill, "max-fill", 15*time.Minute, "give up filling after this long, and report the rate")
 	flag.StringVar(&o.postino, "postino", "", "relay `binary` (default: go build ./cmd/postino into the work directory)")
 	flag.StringVar(&o.sink, "sink", "", "smtp-sink `path` (default: from PATH or /usr/sbin)")
@@ -81,6 +83,9 @@ func main() {
 		}
 	}
 	log.SetFlags(0)
+	if o.reuse != "" && o.store != "dynamodb" {
+		log.Fatalf("depth: -reuse is for -store dynamodb, whose fill takes longest")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, o); err != nil {
@@ -96,6 +101,9 @@ func envOr(name, def string) string {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.reuse != "" {
+		return rerun(ctx, o)
+	}
 	if o.n <= o.held {
 		return fmt.Errorf("-n %d must exceed -held %d", o.n, o.held)
 	}
@@ -154,6 +162,26 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// rerun measures the claims on a table filled and kept by an earlier run.
+func rerun(ctx context.Context, o options) error {
+	st, err := reuseDynamoDB(ctx, o.endpoint, o.reuse)
+	if err != nil {
+		return err
+	}
+	defer st.outbox.Close()
+	fmt.Printf("store=dynamodb table=%s (reused)\n", o.reuse)
+	var claims claimFigures
+	if err := profiled(o.cpuProfile, func() error {
+		claims, err = measureClaims(ctx, st.outbox, o.samples, o.claimTime)
+		return err
+	}); err != nil {
+		return err
+	}
+	fmt.Printf("%-52s %-13s   %s\n", "figure", "measured", "target")
+	claimLines(claims)
+	return nil
+}
+
 // timeOpen opens the filled store once more and closes it: the part of
 // the relay's start-up that is the store's own (bbolt, for one, reads its
 // whole file at open to rebuild its freelist, which it does not keep).
@@ -204,21 +232,11 @@ const (
 
 func report(c claimFigures, r relayFigures) {
 	fmt.Printf("%-52s %-13s   %s\n", "figure", "measured", "target")
-	line := func(name string, d, target time.Duration) {
-		verdict := "ok"
-		if d >= target {
-			verdict = "MISSED"
-		}
-		fmt.Printf("%-52s %-13s < %-8s %s\n", name, fmtDur(d), fmtDur(target), verdict)
-	}
 	line("start-up to the first 250", r.startup, targetStartup)
 	fmt.Printf("%-52s %s\n", "  (start-up to /readyz 200)", fmtDur(r.ready))
 	line("new message, submission to SENT (max of 5)", r.newMax, targetNew)
 	fmt.Printf("%-52s %s\n", "  (median of 5; its 250 alone, median)", fmtDur(r.newMedian)+"; "+fmtDur(r.acceptMedian))
-	line("claim, nothing due, p50", c.empty.p50, targetClaim)
-	line("claim, nothing due, p99", c.empty.p99, targetClaim)
-	line("claim, one due, p50", c.one.p50, targetClaim)
-	line("claim, one due, p99", c.one.p99, targetClaim)
+	claimLines(c)
 	line("/v1/stats, first", r.statsFirst, targetStats)
 	line("/v1/stats, max of 20 more", r.statsMax, targetStats)
 	// The dashboard's latest failed, bounced and undelivered read up to
@@ -227,6 +245,22 @@ func report(c claimFigures, r relayFigures) {
 	for _, p := range r.pages {
 		line(p.name, p.max, targetPage)
 	}
+}
+
+func claimLines(c claimFigures) {
+	line("claim, nothing due, p50", c.empty.p50, targetClaim)
+	line("claim, nothing due, p99", c.empty.p99, targetClaim)
+	line("claim, one due, p50", c.one.p50, targetClaim)
+	line("claim, one due, p99", c.one.p99, targetClaim)
+}
+
+// line prints a figure beside its target.
+func line(name string, d, target time.Duration) {
+	verdict := "ok"
+	if d >= target {
+		verdict = "MISSED"
+	}
+	fmt.Printf("%-52s %-13s < %-8s %s\n", name, fmtDur(d), fmtDur(target), verdict)
 }
 
 func fmtDur(d time.Duration) string {

@@ -151,20 +151,14 @@ func (s *store) openPostgres(ctx context.Context, server string) error {
 	return nil
 }
 
-// openDynamoDB makes a fresh table, as postino dynamodb create-table does;
-// DynamoDB Local takes any credentials.
+// openDynamoDB makes a fresh table, as postino dynamodb create-table does.
 func (s *store) openDynamoDB(ctx context.Context, endpoint string) error {
-	env := map[string]string{"AWS_ACCESS_KEY_ID": "postino", "AWS_SECRET_ACCESS_KEY": "postino", "AWS_REGION": "us-east-1"}
-	for k, v := range env {
-		if os.Getenv(k) == "" {
-			os.Setenv(k, v)
-		}
-	}
 	table := fmt.Sprintf("postino_depth_%d", os.Getpid())
-	opts := dynamodb.Options{Table: table, Endpoint: endpoint, TTL: 14 * 24 * time.Hour}
+	opts := dynamoOptions(endpoint, table)
 	if _, _, err := dynamodb.CreateTable(ctx, opts); err != nil {
 		return err
 	}
+	fmt.Printf("table %s (kept with -keep: -reuse %s measures its claims again)\n", table, table)
 	s.drop = func() error {
 		client, _, err := dynamodb.Client(context.Background(), opts)
 		if err != nil {
@@ -181,6 +175,27 @@ func (s *store) openDynamoDB(ctx context.Context, endpoint string) error {
 	s.relayArgs = []string{"--table", table}
 	s.relayEnv = []string{"AWS_ENDPOINT_URL=" + endpoint}
 	return nil
+}
+
+// reuseDynamoDB opens a table an earlier run filled and kept.
+func reuseDynamoDB(ctx context.Context, endpoint, table string) (*store, error) {
+	o, err := dynamodb.Open(ctx, dynamoOptions(endpoint, table))
+	if err != nil {
+		return nil, err
+	}
+	return &store{outbox: o}, nil
+}
+
+// dynamoOptions are the store's options for table; DynamoDB Local takes
+// any credentials.
+func dynamoOptions(endpoint, table string) dynamodb.Options {
+	env := map[string]string{"AWS_ACCESS_KEY_ID": "postino", "AWS_SECRET_ACCESS_KEY": "postino", "AWS_REGION": "us-east-1"}
+	for k, v := range env {
+		if os.Getenv(k) == "" {
+			os.Setenv(k, v)
+		}
+	}
+	return dynamodb.Options{Table: table, Endpoint: endpoint, TTL: 14 * 24 * time.Hour}
 }
 
 // buildRelay builds the relay from the module the tool runs in.
