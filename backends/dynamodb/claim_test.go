@@ -4,11 +4,17 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/dynamodb"
 )
 
 // makeReady puts n messages named prefix-0000 … in READY, due at due, of
@@ -132,5 +138,79 @@ func TestTransitionAfterRenew(t *testing.T) {
 	}
 	if m, err := s.Get(ctx, ms[0].ID); err != nil || m.Status != backends.StatusSent {
 		t.Errorf("after the transition: %+v, %v; want SENT", m, err)
+	}
+}
+
+// TestClaimNothingDueReads: on a queue with messages at every priority of
+// every shard and none due, a claim after the first reads each shard's
+// head and later priorities at once, one query each, and one entry a
+// shard (its head's first, not due): not a page of messages not due, nor
+// the suspended batches, which only a candidate of a batch needs.
+func TestClaimNothingDueReads(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	counter := counted(&opts)
+	s := openStore(t, opts)
+	now := time.Now().UTC()
+	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
+		makeReady(t, s, fmt.Sprintf("later-%d", p), 40, p, now.Add(time.Hour), "")
+	}
+	claim := func() {
+		t.Helper()
+		got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 256})
+		if err != nil || len(got) != 0 {
+			t.Fatalf("claimed %v, %v; none is due", ids(got), err)
+		}
+	}
+	claim() // the first learns where each shard's head meets a message not due
+	for range 3 {
+		counter.reset()
+		claim()
+		calls, byOp := counter.total()
+		if want := fmt.Sprintf("Query=%d", 8*(backends.PriorityLow+1)); byOp != want {
+			t.Errorf("a claim with nothing due sent %s, want %s", byOp, want)
+		}
+		if entries := counter.entries(); calls > 0 && entries != 8 {
+			t.Errorf("a claim with nothing due read %d entries, want 8: one a shard", entries)
+		}
+	}
+	// A message due now at the first priority, whose head read one entry
+	// last time, is found all the same.
+	makeReady(t, s, "now", 1, backends.PriorityImmediate, now.Add(-time.Minute), "")
+	got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 256})
+	if err != nil || !slices.Equal(ids(got), []string{"now-0000"}) {
+		t.Errorf("claimed %v, %v; want now-0000", ids(got), err)
+	}
+}
+
+// TestClaimHoldsSlippedMessage: a READY message of a suspended batch that
+// suspending did not hold (it became READY as the batch was suspended) is
+// not claimed but held by the claim, which reads the suspended batches
+// because a candidate is of a batch.
+func TestClaimHoldsSlippedMessage(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	s := openStore(t, opts)
+	now := time.Now().UTC()
+	makeReady(t, s, "slipped", 1, backends.PriorityHigh, now.Add(-time.Minute), "camp")
+	makeReady(t, s, "free", 1, backends.PriorityNormal, now.Add(-time.Minute), "")
+	// The batch's item as SuspendBatch writes it, without its holding the
+	// batch's messages after.
+	client, table, err := dynamodb.Client(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+		"Id": sv("_BATCH#camp"), "Status": sv("_BATCH"), "Queue": sv("BATCHES"), "QueueKey": sv("camp"),
+		"Attributes": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"SuspendedAt": sv(now.Format(time.RFC3339Nano))}}}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 10})
+	if err != nil || !slices.Equal(ids(got), []string{"free-0000"}) {
+		t.Fatalf("claimed %v, %v; want free-0000 alone", ids(got), err)
+	}
+	if q := sOf(rawItems(t, opts, "slipped-0000")["_META"]["Queue"]); !strings.HasPrefix(q, "HELD:") {
+		t.Errorf("the slipped message is in queue %q after the claim, want it held", q)
 	}
 }

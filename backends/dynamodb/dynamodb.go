@@ -58,6 +58,10 @@ type Store struct {
 	// will likely need, which it reads at once with the shard's head (see
 	// claimable).
 	readAhead [2][shards]atomic.Int32
+	// headIdle is, for the same, whether the last claim's head of each
+	// shard found nothing due: the next one's first page is then of one
+	// entry (see dueHead).
+	headIdle [2][shards]atomic.Bool
 }
 
 var _ backends.Outbox = (*Store)(nil)

@@ -1,8 +1,11 @@
 package dynamodb_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -16,11 +19,13 @@ import (
 )
 
 // callCounter counts the requests a store sends to DynamoDB, by
-// operation, retries included: it is the store's HTTP transport.
+// operation, retries included, and the entries its queries read: it is
+// the store's HTTP transport.
 type callCounter struct {
-	next  http.RoundTripper
-	mu    sync.Mutex
-	calls map[string]int
+	next    http.RoundTripper
+	mu      sync.Mutex
+	calls   map[string]int
+	queried int
 }
 
 func (c *callCounter) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -29,7 +34,24 @@ func (c *callCounter) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.mu.Lock()
 	c.calls[op]++
 	c.mu.Unlock()
-	return c.next.RoundTrip(r)
+	resp, err := c.next.RoundTrip(r)
+	if err != nil || op != "Query" || resp.StatusCode != http.StatusOK {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	var read struct{ Count int }
+	if err := json.Unmarshal(body, &read); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.queried += read.Count
+	c.mu.Unlock()
+	return resp, nil
 }
 
 // counted gives opts a transport that counts its requests.
@@ -42,7 +64,14 @@ func counted(opts *dynamodb.Options) *callCounter {
 func (c *callCounter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.calls = map[string]int{}
+	c.calls, c.queried = map[string]int{}, 0
+}
+
+// entries is how many entries the queries read.
+func (c *callCounter) entries() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.queried
 }
 
 func (c *callCounter) total() (int, string) {

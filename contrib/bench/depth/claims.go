@@ -34,7 +34,7 @@ func measureClaims(ctx context.Context, o backends.Outbox, samples int, budget t
 		return out, err
 	}
 	// Its own id each run: a table reused (-reuse) keeps the earlier ones.
-	probe := &backends.Message{ID: "depth-probe-" + uuid(), Priority: backends.PriorityNormal, EmlPath: "missing/depth-probe.eml",
+	probe := &backends.Message{ID: "depth-probe-" + nonce(), Priority: backends.PriorityNormal, EmlPath: "missing/depth-probe.eml",
 		Reason: "accepted from 127.0.0.1", Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{rcpt}}}
 	if err := o.Create(ctx, probe); err != nil {
 		return out, err
