@@ -50,9 +50,7 @@ func makeReady(t testing.TB, s backends.Outbox, prefix string, n, prio int, due 
 // TestClaimReadsBounded: behind 1,000 READY messages of a suspended batch,
 // first in claim order, and 500 of the first priority not due yet, a claim
 // finds the one message it may take in a bounded number of requests: one
-// query a shard, one for each later priority of each shard that meets a
-// message not due (all of them here, at the first priority), the
-// suspended batches, the transaction.
+// query a shard, the transaction.
 func TestClaimReadsBounded(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
@@ -77,7 +75,7 @@ func TestClaimReadsBounded(t *testing.T) {
 	if len(got) != 1 || got[0].ID != "behind-0000" {
 		t.Fatalf("claimed %v, want behind-0000", ids(got))
 	}
-	if max := 8 + 8*3 + 2; calls > max {
+	if max := 8 + 1; calls > max {
 		t.Errorf("the claim took %d requests, want at most %d", calls, max)
 	}
 
@@ -142,10 +140,9 @@ func TestTransitionAfterRenew(t *testing.T) {
 }
 
 // TestClaimNothingDueReads: on a queue with messages at every priority of
-// every shard and none due, a claim after the first reads each shard's
-// head and later priorities at once, one query each, and one entry a
-// shard (its head's first, not due): not a page of messages not due, nor
-// the suspended batches, which only a candidate of a batch needs.
+// every shard and none due, a claim reads one query a shard (DueIndex),
+// and no entry: not the messages not due, nor the suspended batches, which
+// only a candidate of a batch needs.
 func TestClaimNothingDueReads(t *testing.T) {
 	ctx := context.Background()
 	opts := freshTable(t, 0)
@@ -155,31 +152,56 @@ func TestClaimNothingDueReads(t *testing.T) {
 	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
 		makeReady(t, s, fmt.Sprintf("later-%d", p), 40, p, now.Add(time.Hour), "")
 	}
-	claim := func() {
+	claim := func() []*backends.Message {
 		t.Helper()
 		got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 256})
-		if err != nil || len(got) != 0 {
-			t.Fatalf("claimed %v, %v; none is due", ids(got), err)
+		if err != nil {
+			t.Fatal(err)
 		}
+		return got
 	}
-	claim() // the first learns where each shard's head meets a message not due
 	for range 3 {
 		counter.reset()
-		claim()
-		calls, byOp := counter.total()
-		if want := fmt.Sprintf("Query=%d", 8*(backends.PriorityLow+1)); byOp != want {
-			t.Errorf("a claim with nothing due sent %s, want %s", byOp, want)
+		if got := claim(); len(got) != 0 {
+			t.Fatalf("claimed %v; none is due", ids(got))
 		}
-		if entries := counter.entries(); calls > 0 && entries != 8 {
-			t.Errorf("a claim with nothing due read %d entries, want 8: one a shard", entries)
+		if _, byOp := counter.total(); byOp != "Query=8" {
+			t.Errorf("a claim with nothing due sent %s, want Query=8", byOp)
+		}
+		if entries := counter.entries(); entries != 0 {
+			t.Errorf("a claim with nothing due read %d entries, want none", entries)
 		}
 	}
-	// A message due now at the first priority, whose head read one entry
-	// last time, is found all the same.
-	makeReady(t, s, "now", 1, backends.PriorityImmediate, now.Add(-time.Minute), "")
-	got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 256})
-	if err != nil || !slices.Equal(ids(got), []string{"now-0000"}) {
-		t.Errorf("claimed %v, %v; want now-0000", ids(got), err)
+	// One message due at the last priority, behind all the others, is
+	// found in the same query, and claimed in the same round trip after.
+	makeReady(t, s, "now", 1, backends.PriorityLow, now.Add(-time.Minute), "")
+	counter.reset()
+	if got := claim(); !slices.Equal(ids(got), []string{"now-0000"}) {
+		t.Errorf("claimed %v; want now-0000", ids(got))
+	}
+	if _, byOp := counter.total(); byOp != "ExecuteTransaction=1 Query=8" {
+		t.Errorf("a claim of one message sent %s, want ExecuteTransaction=1 Query=8", byOp)
+	}
+}
+
+// TestClaimManyDueInClaimOrder: when a shard has more messages due than a
+// claim reads of it by due time, it is read again in claim order, so that
+// the claim takes the first priority's, due last, before the others.
+func TestClaimManyDueInClaimOrder(t *testing.T) {
+	ctx := context.Background()
+	s := openStore(t, freshTable(t, 0))
+	now := time.Now().UTC()
+	makeReady(t, s, "low", 80, backends.PriorityLow, now.Add(-time.Hour), "")
+	makeReady(t, s, "normal", 80, backends.PriorityNormal, now.Add(-30*time.Minute), "")
+	makeReady(t, s, "first", 8, backends.PriorityImmediate, now.Add(-time.Minute), "")
+	makeReady(t, s, "later", 8, backends.PriorityImmediate, now.Add(time.Hour), "")
+	got, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"first-0000", "first-0001", "first-0002", "first-0003", "first-0004", "first-0005", "first-0006", "first-0007", "normal-0000", "normal-0001"}
+	if !slices.Equal(ids(got), want) {
+		t.Errorf("claimed %v, want %v", ids(got), want)
 	}
 }
 

@@ -52,16 +52,10 @@ type Store struct {
 	table  string
 	ttl    time.Duration
 	recent recent
-	// readAhead is, for ACCEPTED ([0]) and READY ([1]) and each shard, how
-	// many priorities came after the one where the last claim met a
-	// message not due (none when it met none): the ranges the next claim
-	// will likely need, which it reads at once with the shard's head (see
-	// claimable).
-	readAhead [2][shards]atomic.Int32
-	// headIdle is, for the same, whether the last claim's head of each
-	// shard found nothing due: the next one's first page is then of one
-	// entry (see dueHead).
-	headIdle [2][shards]atomic.Bool
+	// backlog is, for ACCEPTED ([0]) and READY ([1]) and each shard,
+	// whether the last claim found more due there than it read: the next
+	// reads the shard in claim order at once (see claimable).
+	backlog [2][shards]atomic.Bool
 }
 
 var _ backends.Outbox = (*Store)(nil)
@@ -317,16 +311,24 @@ func (s *Store) metaChange(ctx context.Context, id string, change func(m *meta) 
 }
 
 // indexKeys are the top-level attributes of a _META item that place it in
-// the indexes; BatchKey is there only while the message is undelivered.
+// the indexes; DueKey is there only in a status claims take from, BatchKey
+// only while the message is undelivered.
 func indexKeys(m *meta) map[string]types.AttributeValue {
 	k := map[string]types.AttributeValue{
 		"Queue": str(queueOf(m)), "QueueKey": str(queueKey(&m.msg)), "MetaShard": str(sharded(metaStatus, shardOf(m.msg.ID))),
+	}
+	if prioritized(m.msg.Status) {
+		k["DueKey"] = str(dueKey(&m.msg))
 	}
 	if m.msg.Batch != "" && m.msg.Status.Undelivered() {
 		k["BatchKey"] = str(m.msg.Batch)
 	}
 	return k
 }
+
+// optionalKeys are the index keys a _META item has only at times: an
+// update that does not set one removes it.
+func optionalKeys() []string { return []string{"DueKey", "BatchKey"} }
 
 // metaUpdate writes a _META item's new state, conditionally on the state
 // it was read in: its status, and its revision, so that two writers never
@@ -335,16 +337,20 @@ func (s *Store) metaUpdate(m *meta, readStatus backends.Status, readSeq int64, h
 	keys := indexKeys(m)
 	params := []types.AttributeValue{&types.AttributeValueMemberM{Value: m.attributes()}, keys["Queue"], keys["QueueKey"], keys["MetaShard"]}
 	text := "UPDATE " + s.from("") + ` SET "Attributes" = ? SET "Queue" = ? SET "QueueKey" = ? SET "MetaShard" = ?`
-	if b, ok := keys["BatchKey"]; ok {
-		text += ` SET "BatchKey" = ?`
-		params = append(params, b)
+	for _, name := range optionalKeys() {
+		if v, ok := keys[name]; ok {
+			text += ` SET "` + name + `" = ?`
+			params = append(params, v)
+		}
 	}
 	if ttl != nil {
 		text += ` SET "TTL" = ?`
 		params = append(params, num(*ttl))
 	}
-	if _, ok := keys["BatchKey"]; !ok {
-		text += ` REMOVE "BatchKey"`
+	for _, name := range optionalKeys() {
+		if _, ok := keys[name]; !ok {
+			text += ` REMOVE "` + name + `"`
+		}
 	}
 	where, wparams := s.metaAsRead(m.msg.ID, readStatus, readSeq, hadSeq)
 	return stmt(text+where, append(params, wparams...)...)

@@ -31,8 +31,10 @@ import (
 //     its receipts, when the store keeps them (bodies.go, receipts.go).
 //
 // The seed's StatusIndex is made only for tools that know the seed (see
-// seedIndex); the relay reads four indexes of its own: QueueIndex (Queue,
-// QueueKey) orders each status for claims, leases and retention;
+// seedIndex); the relay reads five indexes of its own: QueueIndex (Queue,
+// QueueKey) orders each status for claims, leases and retention; DueIndex
+// (Queue, DueKey) orders the statuses claims take from by due time, so
+// that a claim reads only messages due (see claimable);
 // MetaIndex (MetaShard, Id) lists the _META items; MessageIdIndex finds
 // messages by Message-ID; BatchIndex (BatchKey) finds the undelivered
 // messages of a batch.
@@ -256,6 +258,12 @@ func queueKey(msg *backends.Message) string {
 		return keyTime(msg.LeaseUntil) + "#" + msg.ID
 	}
 	return keyTime(msg.QueueTime()) + "#" + msg.ID
+}
+
+// dueKey orders the messages of a status claims take from in DueIndex: by
+// the time they are due, then as queueKey does.
+func dueKey(msg *backends.Message) string {
+	return keyTime(msg.QueueTime()) + "#" + queueKey(msg)
 }
 
 // shards is how many ways every index key shared by all messages is split.

@@ -22,8 +22,9 @@ const layoutStatus = "_LAYOUT"
 // layoutVersion names the layout this store reads; a table of another is
 // laid out again by create-table. 2: the counters are 16 items of a number
 // per status (they were 16 items per status), and the suspended batches
-// are in QueueIndex (they were read from the seed's StatusIndex).
-const layoutVersion = 2
+// are in QueueIndex (they were read from the seed's StatusIndex). 3: the
+// ACCEPTED and READY messages are in DueIndex too.
+const layoutVersion = 3
 
 func layoutKey() map[string]types.AttributeValue {
 	return itemKey(layoutStatus, layoutStatus)
@@ -139,8 +140,14 @@ func (s *Store) place(ctx context.Context, m *meta) error {
 		values[":held"] = &types.AttributeValueMemberBOOL{Value: true}
 	}
 	expr = "SET " + expr
-	if _, ok := values[":BatchKey"]; !ok {
-		expr += " REMOVE BatchKey"
+	var gone []string
+	for _, name := range optionalKeys() {
+		if _, ok := values[":"+name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		expr += " REMOVE " + strings.Join(gone, ", ")
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table),
 		Key:              itemKey(m.msg.ID, metaStatus),

@@ -251,101 +251,103 @@ func prioritized(st backends.Status) bool {
 	return st == backends.StatusAccepted || st == backends.StatusReady
 }
 
+// dueIndex orders the messages of the statuses claims take from by the
+// time they are due (dueKey), in the partitions of QueueIndex.
+const dueIndex = "DueIndex"
+
 // claimable reads up to n messages that c may take from every shard, in
-// claim order. A status ordered by priority is read in each shard as one
-// range, from the first priority to the last's due messages (dueHead); in
-// a shard where that meets a message not due yet, which ends its
-// priority's due ones, the next priorities are read as a range of due
-// messages each. Those ranges go in the same round as the shard's head
-// when the last claim met a message not due at the same priority
-// (Store.readAhead), as it does in a queue with none due, so that a claim
-// costs one round of requests; in a second round when it did not. Messages
-// not due yet cost at most a short page a shard, however many they are.
+// claim order. A status ordered by priority is read in DueIndex, a query a
+// shard, which reads its due messages and none other, whatever the
+// messages not due yet and whatever their priorities; a shard with more
+// due than that read is read again in claim order (claimOrder), in a
+// second round, and read so at once by the next claims, until it has
+// fewer due than they read (Store.backlog).
 func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[string]types.AttributeValue, error) {
 	if !prioritized(c.From) {
 		return s.queuedShards(ctx, string(c.From), lowKey, keyTime(c.Now)+"~", n)
 	}
-	// due[p] is the last key of priority p's due messages.
-	var due [backends.PriorityLow + 1]string
-	for p := range due {
-		due[p] = fmt.Sprintf("%d#%s~", p, keyTime(c.Now))
-	}
-	ahead, idle := &s.readAhead[0], &s.headIdle[0]
+	backlog := &s.backlog[0]
 	if c.From == backends.StatusReady {
-		ahead, idle = &s.readAhead[1], &s.headIdle[1]
+		backlog = &s.backlog[1]
 	}
-	// from[shard] is the first priority round one reads as a range.
-	var from [shards]int
-	for shard := range from {
-		from[shard] = len(due) - int(ahead[shard].Load())
-	}
-	// Round one: each shard's head (in its priority 0 slot), and the
-	// ranges after the priority where it met a message not due last time.
-	read := make([][]map[string]types.AttributeValue, shards*len(due)) // shard i's priority p at i*len(due)+p
-	notDue := make([]int, shards)
-	err := eachAtOnce(len(read), func(j int) error {
-		shard, p := j/len(due), j%len(due)
+	read := make([][]map[string]types.AttributeValue, shards)
+	inOrder := func(i int) error {
 		var err error
-		switch {
-		case p == 0:
-			first := headPage
-			if idle[shard].Load() {
-				first = 1
-			}
-			read[j], notDue[shard], err = s.dueHead(ctx, sharded(string(c.From), shard), n, first, due)
-			idle[shard].Store(err == nil && len(read[j]) == 0)
-		case p >= from[shard]:
-			read[j], err = s.queued(ctx, sharded(string(c.From), shard), fmt.Sprintf("%d#", p), due[p], n)
+		read[i], err = s.claimOrder(ctx, sharded(string(c.From), i), c.Now, n)
+		backlog[i].Store(err == nil && len(read[i]) >= n)
+		return err
+	}
+	more := make([]bool, shards) // the shard has more due than DueIndex gave
+	err := eachAtOnce(shards, func(i int) error {
+		if backlog[i].Load() {
+			return inOrder(i)
 		}
+		var err error
+		read[i], more[i], err = s.dueFirst(ctx, sharded(string(c.From), i), c.Now, n)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	// Round two: the ranges round one did not read. A range it read of a
-	// priority the head reached is left out: the head holds its messages.
-	var ranges []int
-	for shard, met := range notDue {
-		for p := 1; p < len(due); p++ {
-			j := shard*len(due) + p
-			if p <= met {
-				read[j] = nil
-			} else if p < from[shard] {
-				ranges = append(ranges, j)
-			}
+	err = eachAtOnce(shards, func(i int) error {
+		if !more[i] {
+			return nil
 		}
-		ahead[shard].Store(int32(len(due) - 1 - met))
+		return inOrder(i)
+	})
+	return mergeBy(read, "QueueKey", true), err
+}
+
+// dueFirst reads up to n due entries of a shard of a prioritized queue in
+// DueIndex, the first due first, and whether it has more.
+func (s *Store) dueFirst(ctx context.Context, queue string, now time.Time, n int) ([]map[string]types.AttributeValue, bool, error) {
+	resp, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String(dueIndex),
+		KeyConditionExpression:    aws.String("#q = :q AND DueKey <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#q": "Queue"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue), ":now": str(keyTime(now) + "~")},
+		Limit:                     aws.Int32(int32(n))})
+	if err != nil {
+		return nil, false, err
 	}
-	err = eachAtOnce(len(ranges), func(i int) error {
-		j := ranges[i]
+	return resp.Items, resp.LastEvaluatedKey != nil, nil
+}
+
+// claimOrder reads the first n due entries of a shard of a prioritized
+// queue in claim order (QueueIndex): from the first priority on, until an
+// entry not due; then the due ones of each later priority, at once.
+func (s *Store) claimOrder(ctx context.Context, queue string, now time.Time, n int) ([]map[string]types.AttributeValue, error) {
+	// due[p] is the last key of priority p's due messages.
+	var due [backends.PriorityLow + 1]string
+	for p := range due {
+		due[p] = fmt.Sprintf("%d#%s~", p, keyTime(now))
+	}
+	head, met, err := s.dueHead(ctx, queue, n, due)
+	if err != nil {
+		return nil, err
+	}
+	read := make([][]map[string]types.AttributeValue, len(due))
+	read[0] = head
+	err = eachAtOnce(len(due)-1-met, func(i int) error {
+		p := met + 1 + i
 		var err error
-		read[j], err = s.queued(ctx, sharded(string(c.From), j/len(due)), fmt.Sprintf("%d#", j%len(due)), due[j%len(due)], n)
+		read[p], err = s.queued(ctx, queue, fmt.Sprintf("%d#", p), due[p], n)
 		return err
 	})
 	return mergeBy(read, "QueueKey", true), err
 }
 
-// headPage is the first page a claim reads of a shard's head, when the
-// last claim found some due there: often its first entry is not due yet,
-// and a page of that costs DynamoDB Local as much as its entries (260 took
-// 35 ms, 16 under 5). When the last claim found none due, the first page
-// is of one entry: a queue with nothing due costs one entry a shard, and
-// one that had none and has some now, a second page in that shard.
-const headPage = 16
-
 // dueHead reads the due entries of a prioritized queue from the first
 // priority on, up to n, until one not due yet (due holds each priority's
-// last due key), first a page of first entries; it returns them, and the
-// priority of the entry not due (PriorityLow when there was none: nothing
-// is left to read).
-func (s *Store) dueHead(ctx context.Context, queue string, n, first int, due [backends.PriorityLow + 1]string) ([]map[string]types.AttributeValue, int, error) {
+// last due key); it returns them, and the priority of the entry not due
+// (PriorityLow when there was none: nothing is left to read).
+func (s *Store) dueHead(ctx context.Context, queue string, n int, due [backends.PriorityLow + 1]string) ([]map[string]types.AttributeValue, int, error) {
 	var (
 		out   []map[string]types.AttributeValue
 		start map[string]types.AttributeValue
 	)
 	lo, hi := fmt.Sprintf("%d#", backends.PriorityImmediate), due[backends.PriorityLow]
-	for size := min(n, first); ; size = n - len(out) {
-		page, next, err := s.queuePage(ctx, queue, lo, hi, size, start)
+	for {
+		page, next, err := s.queuePage(ctx, queue, lo, hi, n-len(out), start)
 		if err != nil {
 			return out, backends.PriorityLow, err
 		}

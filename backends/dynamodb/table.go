@@ -27,6 +27,8 @@ func indexes(seed bool) []types.GlobalSecondaryIndex {
 	out := []types.GlobalSecondaryIndex{
 		{IndexName: aws.String("QueueIndex"), KeySchema: key("Queue", "QueueKey"),
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
+		{IndexName: aws.String(dueIndex), KeySchema: key("Queue", "DueKey"),
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll}},
 		{IndexName: aws.String("MessageIdIndex"), KeySchema: key("MsgId", ""),
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly}},
 		{IndexName: aws.String("MetaIndex"), KeySchema: key("MetaShard", "Id"),
@@ -50,7 +52,7 @@ const seedIndex = "StatusIndex"
 
 func attributes() []types.AttributeDefinition {
 	var out []types.AttributeDefinition
-	for _, name := range []string{"Id", "Status", "Queue", "QueueKey", "MsgId", "MetaShard", "BatchKey"} {
+	for _, name := range []string{"Id", "Status", "Queue", "QueueKey", "DueKey", "MsgId", "MetaShard", "BatchKey"} {
 		out = append(out, types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeS})
 	}
 	return out
