@@ -119,7 +119,7 @@ func TestPlans(t *testing.T) {
 	byID := "emails/PRIMARY"
 	page := func(parts int) map[string]int { return map[string]int{"emails/idx_claim": parts, byID: 1} }
 	plans := []plan{
-		{"claim: pick", mysql.ClaimPickStmt(claim, limit), map[string]int{"emails/idx_claim": 4}, 4 * (limit + 1), false},
+		{"claim: pick", mysql.ClaimPickStmt(claim, limit), map[string]int{"emails/idx_claim": 4}, limit + 1, false},
 		{"claim: lock", mysql.ClaimLockStmt(claim, ids), map[string]int{byID: 1}, len(ids), false},
 		{"transitions: lock", mysql.MessageLockStmt(ids), map[string]int{byID: 1}, len(ids), false},
 		{"list READY: first page", mysql.ListStatusStmt(ready, nil, 0), page(2), 2 * (limit + 1), false},

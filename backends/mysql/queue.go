@@ -198,20 +198,21 @@ func (k queueKeyOf) compare(o queueKeyOf) int {
 	return strings.Compare(k.id, o.id)
 }
 
-// claimPickStmt reads the first n messages a claim may take: per priority,
-// a range of the claim index up to now, in its order, from the index alone.
+// claimPickStmt reads the first n messages a claim may take, in claim
+// order, from the claim index alone. The priorities are an IN list, not a
+// range: each is then a range of its own, bounded by now, which the server
+// reads in the index's order and stops at n (no sort, and no message not
+// due is read), in one statement, where a UNION of one per priority cost
+// MariaDB twice the time.
 func claimPickStmt(c backends.Claim, n int) stmt {
-	var q strings.Builder
-	var args []any
+	q := `SELECT id, priority, queue_at, created_at FROM emails
+		WHERE status = ? AND claim_held = 0 AND priority IN (` + inList(int(backends.PriorityLow-backends.PriorityImmediate)+1) + `) AND queue_at <= ?
+		ORDER BY priority, queue_at, created_at, id LIMIT ?`
+	args := []any{c.From}
 	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
-		if p > backends.PriorityImmediate {
-			q.WriteString(" UNION ALL ")
-		}
-		q.WriteString(`(SELECT id, priority, queue_at, created_at FROM emails
-			WHERE status = ? AND claim_held = 0 AND priority = ? AND queue_at <= ? ORDER BY queue_at, created_at, id LIMIT ?)`)
-		args = append(args, c.From, p, c.Now.UTC(), n)
+		args = append(args, p)
 	}
-	return stmt{q.String(), args}
+	return stmt{q, append(args, c.Now.UTC(), n)}
 }
 
 // claimLockStmt locks the picked messages that are still to be claimed, in
@@ -223,7 +224,7 @@ func claimLockStmt(c backends.Claim, ids []any) stmt {
 }
 
 // claimCandidates reads, without locks, the first n messages a claim may
-// take, in claim order.
+// take, in claim order (the statement's).
 func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]queueKeyOf, error) {
 	pick := claimPickStmt(c, n)
 	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
@@ -240,11 +241,7 @@ func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([
 		k.id = strings.TrimRight(k.id, " ")
 		out = append(out, k)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	slices.SortFunc(out, queueKeyOf.compare)
-	return out, nil
+	return out, rows.Err()
 }
 
 const restoreChunk = 500
