@@ -23,6 +23,8 @@ import (
 	"runtime/pprof"
 	"syscall"
 	"time"
+
+	"github.com/genropy/postino/backends"
 )
 
 type options struct {
@@ -140,11 +142,8 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	var claims claimFigures
-	if err := profiled(o.cpuProfile, func() error {
-		claims, err = measureClaims(ctx, st.outbox, o.samples, o.claimTime)
-		return err
-	}); err != nil {
+	claims, err := profiledClaims(ctx, o, st.outbox)
+	if err != nil {
 		return err
 	}
 	// The relay opens the store itself; bbolt allows one process only.
@@ -170,16 +169,24 @@ func rerun(ctx context.Context, o options) error {
 	}
 	defer st.outbox.Close()
 	fmt.Printf("store=dynamodb table=%s (reused)\n", o.reuse)
-	var claims claimFigures
-	if err := profiled(o.cpuProfile, func() error {
-		claims, err = measureClaims(ctx, st.outbox, o.samples, o.claimTime)
-		return err
-	}); err != nil {
+	claims, err := profiledClaims(ctx, o, st.outbox)
+	if err != nil {
 		return err
 	}
 	fmt.Printf("%-52s %-13s   %s\n", "figure", "measured", "target")
 	claimLines(claims)
 	return nil
+}
+
+// profiledClaims measures the claims, under the CPU profile when one is
+// asked for.
+func profiledClaims(ctx context.Context, o options, outbox backends.Outbox) (claimFigures, error) {
+	var claims claimFigures
+	err := profiled(o.cpuProfile, func() (err error) {
+		claims, err = measureClaims(ctx, outbox, o.samples, o.claimTime)
+		return err
+	})
+	return claims, err
 }
 
 // timeOpen opens the filled store once more and closes it: the part of
