@@ -25,3 +25,11 @@ func (s Schedule) Delay(n int) time.Duration {
 	d = min(d, s.Max)
 	return time.Duration(float64(d) * (1 + s.Jitter*(2*rand.Float64()-1)))
 }
+
+// Outage is the schedule of a loop whose reads of the outbox or of a
+// database fail: soon at first, so that a store back is seen at once, then
+// no more often than every ten seconds, so that one down is not hammered by
+// every relay at the same moment.
+func Outage() Schedule {
+	return Schedule{First: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
+}

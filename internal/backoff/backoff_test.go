@@ -18,6 +18,8 @@ func TestDelay(t *testing.T) {
 		{"capped", Schedule{time.Minute, time.Hour, 0.2}, 7, time.Hour},
 		{"long after the cap", Schedule{time.Minute, time.Hour, 0.2}, 30, time.Hour},
 		{"no jitter", Schedule{time.Second, 5 * time.Minute, 0}, 4, 8 * time.Second},
+		{"an outage, at first", Outage(), 1, 100 * time.Millisecond},
+		{"an outage, capped", Outage(), 12, 10 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			lo := time.Duration(float64(tt.base) * (1 - tt.s.Jitter))

@@ -153,26 +153,28 @@ func (e *Engine) Run(ctx context.Context) {
 	defer stopRenewing()
 	poll := time.NewTicker(e.cfg.Poll)
 	defer poll.Stop()
-	backoff := time.Duration(0)
+	failures := 0
 	for ctx.Err() == nil {
 		free := e.cfg.MaxInFlight - e.inFlight()
 		n := 0
+		var wait time.Duration
 		if free > 0 {
 			var err error
 			n, err = e.claim(ctx, min(free, 256))
 			if err != nil {
-				backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-				e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", backoff)
+				failures++
+				wait = backoff.Outage().Delay(failures)
+				e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
 			} else {
-				backoff = 0
+				failures = 0
 			}
 		}
 		if n > 0 && n == min(free, 256) {
 			continue // there may be more
 		}
 		var retry <-chan time.Time
-		if backoff > 0 {
-			retry = time.After(backoff)
+		if failures > 0 {
+			retry = time.After(wait)
 		}
 		select {
 		case <-ctx.Done():

@@ -12,6 +12,7 @@ import (
 	"github.com/emersion/go-message"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/lease"
 )
 
@@ -89,7 +90,7 @@ func (w *Worker) Run(ctx context.Context) {
 	defer stopRenewing()
 	ticker := time.NewTicker(w.cfg.Poll)
 	defer ticker.Stop()
-	backoff := time.Duration(0)
+	failures := 0
 	for {
 		now := time.Now().UTC()
 		msgs, err := w.store.Claim(context.WithoutCancel(ctx), backends.Claim{
@@ -97,11 +98,13 @@ func (w *Worker) Run(ctx context.Context) {
 			Now: now, LeaseUntil: now.Add(w.cfg.Lease),
 			Limit: w.cfg.Concurrency * 16, Reason: "claimed for intake by " + w.cfg.Owner,
 		})
+		var wait time.Duration
 		if err != nil {
-			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-			w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", backoff)
+			failures++
+			wait = backoff.Outage().Delay(failures)
+			w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", wait)
 		} else {
-			backoff = 0
+			failures = 0
 		}
 		if len(msgs) > 0 {
 			w.prepareAll(msgs)
@@ -113,8 +116,8 @@ func (w *Worker) Run(ctx context.Context) {
 			}
 		}
 		var retry <-chan time.Time // nil, so never, unless backing off
-		if backoff > 0 {
-			retry = time.After(backoff)
+		if failures > 0 {
+			retry = time.After(wait)
 		}
 		select {
 		case <-ctx.Done():

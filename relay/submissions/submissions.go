@@ -26,6 +26,7 @@ import (
 	"github.com/emersion/go-smtp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/relay/intake"
 )
 
@@ -148,22 +149,23 @@ func (r *Reader) Run(ctx context.Context) {
 func (r *Reader) claimLoop(ctx context.Context) {
 	ticker := time.NewTicker(r.cfg.Poll)
 	defer ticker.Stop()
-	backoff := time.Duration(0)
+	failures := 0
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
 		r.setState(err)
 		if err != nil {
 			// A failure waits its backoff, whatever wakes the reader.
-			backoff = min(max(2*backoff, 100*time.Millisecond), 10*time.Second)
-			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", backoff)
+			failures++
+			wait := backoff.Outage().Delay(failures)
+			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", wait)
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(backoff):
+			case <-time.After(wait):
 			}
 			continue
 		}
-		backoff = 0
+		failures = 0
 		if n > 0 && ctx.Err() == nil {
 			continue
 		}
