@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -109,7 +108,7 @@ const claimRounds = 4
 // lockClaims is the backends.ClaimFunc of the group commit: a claim
 // alone keeps its first pick, claims together pick again.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
-	var cands []queueKeyOf
+	var cands []backends.ListKey
 	if len(same) == 1 {
 		cands = same[0].cands
 	}
@@ -123,7 +122,7 @@ func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message
 // walking the index made concurrent claimers deadlock.) When others took
 // some, it picks again, past them. It returns the messages it holds in
 // claim order.
-func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backends.Message, error) {
+func (w *txRows) lockClaimable(c backends.Claim, cands []backends.ListKey) ([]*backends.Message, error) {
 	var out []*backends.Message
 	// seen holds the candidates locked already, true, or not to take,
 	// false: held by another claimer, or by this transaction for another
@@ -145,8 +144,8 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 		}
 		var ids []any
 		for _, k := range cands {
-			if _, ok := seen[k.id]; !ok && len(ids) < want {
-				ids = append(ids, k.id)
+			if _, ok := seen[k.ID]; !ok && len(ids) < want {
+				ids = append(ids, k.ID)
 			}
 		}
 		if len(ids) > 0 {
@@ -168,34 +167,11 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []queueKeyOf) ([]*backend
 			break
 		}
 	}
-	slices.SortFunc(out, func(a, b *backends.Message) int { return queueKey(a).compare(queueKey(b)) })
+	slices.SortFunc(out, func(a, b *backends.Message) int {
+		return backends.ListedAt(a, a.QueueTime()).Key.Compare(backends.ListedAt(b, b.QueueTime()).Key)
+	})
 	w.Adopt(out)
 	return out, nil
-}
-
-// queueKeyOf is where a message stands in the order of claims and of
-// listings by status: priority, queue time, age, id.
-type queueKeyOf struct {
-	priority        int
-	queued, created time.Time
-	id              string
-}
-
-func queueKey(m *backends.Message) queueKeyOf {
-	return queueKeyOf{m.Priority, m.QueueTime(), m.CreatedAt, m.ID}
-}
-
-func (k queueKeyOf) compare(o queueKeyOf) int {
-	if d := cmp.Compare(k.priority, o.priority); d != 0 {
-		return d
-	}
-	if d := k.queued.Compare(o.queued); d != 0 {
-		return d
-	}
-	if d := k.created.Compare(o.created); d != 0 {
-		return d
-	}
-	return strings.Compare(k.id, o.id)
 }
 
 // claimPickStmt reads the first n messages a claim may take, in claim
@@ -225,20 +201,20 @@ func claimLockStmt(c backends.Claim, ids []any) stmt {
 
 // claimCandidates reads, without locks, the first n messages a claim may
 // take, in claim order (the statement's).
-func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]queueKeyOf, error) {
+func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]backends.ListKey, error) {
 	pick := claimPickStmt(c, n)
 	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []queueKeyOf
+	var out []backends.ListKey
 	for rows.Next() {
-		var k queueKeyOf
-		if err := rows.Scan(&k.id, &k.priority, &k.queued, &k.created); err != nil {
+		var k backends.ListKey
+		if err := rows.Scan(&k.ID, &k.Priority, &k.At, &k.Created); err != nil {
 			return nil, err
 		}
-		k.id = strings.TrimRight(k.id, " ")
+		k.ID = strings.TrimRight(k.ID, " ")
 		out = append(out, k)
 	}
 	return out, rows.Err()

@@ -15,7 +15,7 @@ import (
 // store keeps beside it.
 type op struct {
 	backends.Write
-	cands []queueKeyOf // the claim's first pick
+	cands []backends.ListKey // the claim's first pick
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
