@@ -257,6 +257,9 @@ var checkErrors = []struct {
 		c.Submissions = []SubmissionsConfig{{Driver: "postgres", DSN: "x"}, {Driver: "mysql", DSN: "x", DSNEnv: "APP_DSN"}}
 	}, "submissions[1] needs exactly one of dsn"},
 	{"submissions poll", func(c *Config) { c.Submissions = []SubmissionsConfig{{Driver: "mysql", DSN: "x", Poll: -1}} }, "submissions[0].poll"},
+	{"submissions named alike", func(c *Config) {
+		c.Submissions = []SubmissionsConfig{{Driver: "mysql", DSN: "a"}, {Driver: "mysql", DSN: "b"}}
+	}, "submissions[0] and submissions[1] are both named \"mysql:postino_submissions\""},
 	{"retention", func(c *Config) { c.Retention = 0 }, "retention"},
 	{"dynamodb ttl within max age", func(c *Config) {
 		c.Outbox.Backend = "dynamodb"

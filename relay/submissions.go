@@ -21,6 +21,10 @@ type SubmissionsConfig struct {
 	DSNEnv  string `yaml:"dsn_env"`
 	// Table defaults to postino_submissions.
 	Table string `yaml:"table"`
+	// Name names the table in the messages' history and Received, the
+	// readiness and the metrics; it defaults to driver:table, and must
+	// be set where two entries would share that.
+	Name string `yaml:"name"`
 	// Poll is how often the table is read when no NOTIFY wakes the relay
 	// (MySQL, or a lost LISTEN connection); default 1s.
 	Poll Duration `yaml:"poll"`
@@ -33,8 +37,20 @@ func (s *SubmissionsConfig) table() string {
 	return s.Table
 }
 
+func (s *SubmissionsConfig) name() string {
+	if s.Name == "" {
+		return s.Driver + ":" + s.table()
+	}
+	return s.Name
+}
+
 func (c *Config) checkSubmissions() error {
+	named := map[string]int{}
 	for i, s := range c.Submissions {
+		if j, ok := named[s.name()]; ok {
+			return fmt.Errorf("submissions[%d] and submissions[%d] are both named %q, which would mix up their readiness and metrics; give one a name", j, i, s.name())
+		}
+		named[s.name()] = i
 		if _, err := submissions.Schema(s.Driver, s.table()); err != nil {
 			return fmt.Errorf("submissions[%d]: %w", i, err)
 		}
@@ -58,7 +74,7 @@ func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *subm
 			closeAll(out)
 			return nil, err
 		}
-		rd, err := submissions.Open(ctx, submissions.Config{Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
+		rd, err := submissions.Open(ctx, submissions.Config{Name: s.name(), Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
 		if err != nil {
 			closeAll(out)
 			return nil, fmt.Errorf("submissions[%d]: %w", i, err)

@@ -200,7 +200,7 @@ func TestConfigPrint(t *testing.T) {
 	t.Setenv("POSTINO_SMARTHOST", "mail.example.com:587")
 	t.Setenv("POSTINO_BACKEND", "mysql")
 	t.Setenv("POSTINO_OUTBOX_MYSQL_DSN", "postino:hunter2@tcp(db:3306)/postino")
-	t.Setenv("POSTINO_SUBMISSIONS", `[{"driver": "postgres", "dsn": "postgres://app:t0ps3cret@db/app"}, {"driver": "postgres", "dsn": "host=db password='s3 cr3t' dbname=app"}, {"driver": "mysql", "dsn": "app:m1sql@tcp(db:3306)/app"}]`)
+	t.Setenv("POSTINO_SUBMISSIONS", `[{"driver": "postgres", "dsn": "postgres://app:t0ps3cret@db/app"}, {"driver": "postgres", "name": "crm", "dsn": "host=db password='s3 cr3t' dbname=app"}, {"driver": "mysql", "dsn": "app:m1sql@tcp(db:3306)/app"}]`)
 	t.Setenv("POSTINO_PLUGINS", `[{"path": "/usr/lib/postino/webhook", "args": ["--relay=https://hook:p4ss@relay.example/in"], "env": {"POSTINO_WEBHOOK_URL": "https://app/hook", "POSTINO_WEBHOOK_SECRET": "s3cr3t", "POSTINO_FORWARD": "https://user:pw0rd@app/forward"}}]`)
 	out, errOut, code := cli(t, "config", "print")
 	if code != 0 {

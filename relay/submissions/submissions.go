@@ -69,8 +69,10 @@ type Reader struct {
 	queued, refused prometheus.Counter
 
 	mu sync.Mutex
-	// state is why the last batch failed, nil after one that did not.
-	state error
+	// state is, for each claimer, why its last batch failed, nil after
+	// one that did not: one claimer's success does not hide the other's
+	// failure.
+	state [claimers]error
 }
 
 // Open connects to the database of cfg; Run reads it.
@@ -100,6 +102,11 @@ func Open(ctx context.Context, cfg Config, in Intake, m *Metrics, log *slog.Logg
 		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused")}, nil
 }
 
+// claimers is how many batches a reader takes at once: while one is taken
+// into the outbox, the next is claimed (SKIP LOCKED keeps them apart), so
+// that the outbox is never idle between batches.
+const claimers = 2
+
 // Close closes the connections to the database.
 func (r *Reader) Close() error { return r.db.Close() }
 
@@ -111,12 +118,17 @@ func (r *Reader) Name() string { return r.cfg.Name }
 func (r *Reader) Ready() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.state
+	for _, err := range r.state {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-func (r *Reader) setState(err error) {
+func (r *Reader) setState(claimer int, err error) {
 	r.mu.Lock()
-	r.state = err
+	r.state[claimer] = err
 	r.mu.Unlock()
 }
 
@@ -135,24 +147,21 @@ func (r *Reader) Run(ctx context.Context) {
 	if r.cfg.Driver == "postgres" {
 		wg.Go(func() { r.listen(ctx) })
 	}
-	// Two claimers: while one takes its batch into the outbox, the other
-	// claims the next (SKIP LOCKED keeps them apart), so that the outbox
-	// is never idle between batches.
-	for range 2 {
-		wg.Go(func() { r.claimLoop(ctx) })
+	for i := range claimers {
+		wg.Go(func() { r.claimLoop(ctx, i) })
 	}
 	wg.Wait()
 }
 
 // claimLoop takes batches while there are rows, then waits for a wake-up
 // or the poll.
-func (r *Reader) claimLoop(ctx context.Context) {
+func (r *Reader) claimLoop(ctx context.Context, claimer int) {
 	ticker := time.NewTicker(r.cfg.Poll)
 	defer ticker.Stop()
 	failures := 0
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
-		r.setState(err)
+		r.setState(claimer, err)
 		if err != nil {
 			// A failure waits its backoff, whatever wakes the reader.
 			failures++
