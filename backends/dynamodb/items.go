@@ -261,9 +261,11 @@ func queueKey(msg *backends.Message) string {
 }
 
 // dueKey orders the messages of a status claims take from in DueIndex: by
-// the time they are due, then as queueKey does.
+// the time they are due. What comes after needs no order of its own: a
+// claim sorts what it read by QueueKey, or reads the shard again in that
+// order when it has more due than it takes.
 func dueKey(msg *backends.Message) string {
-	return keyTime(msg.QueueTime()) + "#" + queueKey(msg)
+	return keyTime(msg.QueueTime()) + "#" + msg.ID
 }
 
 // shards is how many ways every index key shared by all messages is split.

@@ -299,17 +299,22 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 }
 
 // dueFirst reads up to n due entries of a shard of a prioritized queue in
-// DueIndex, the first due first, and whether it has more.
+// DueIndex, the first due first, and whether it has more. It asks for one
+// more than n: a query stopped at its limit gives a key to go on from even
+// when nothing is left, and a shard with exactly n due is no backlog.
 func (s *Store) dueFirst(ctx context.Context, queue string, now time.Time, n int) ([]map[string]types.AttributeValue, bool, error) {
 	resp, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String(dueIndex),
 		KeyConditionExpression:    aws.String("#q = :q AND DueKey <= :now"),
 		ExpressionAttributeNames:  map[string]string{"#q": "Queue"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":q": str(queue), ":now": str(keyTime(now) + "~")},
-		Limit:                     aws.Int32(int32(n))})
+		Limit:                     aws.Int32(int32(n + 1))})
 	if err != nil {
 		return nil, false, err
 	}
-	return resp.Items, resp.LastEvaluatedKey != nil, nil
+	if len(resp.Items) > n {
+		return resp.Items[:n], true, nil
+	}
+	return resp.Items, false, nil
 }
 
 // claimOrder reads the first n due entries of a shard of a prioritized
