@@ -16,6 +16,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/internal/sqltest"
 )
 
 // loadMessages is how many messages TestTwoRelays takes through their
@@ -211,7 +212,7 @@ func loadUser(t *testing.T, dsn string) (string, string) {
 		}
 	}
 	t.Cleanup(func() {
-		if db, err := sql.Open("mysql", baseDSN()); err == nil {
+		if db, err := sql.Open("mysql", sqltest.ServerDSN("mysql")); err == nil {
 			db.Exec("DROP USER IF EXISTS " + user)
 			if was == 0 {
 				db.Exec("SET GLOBAL userstat = 0")

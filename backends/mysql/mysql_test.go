@@ -2,52 +2,21 @@ package mysql_test
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"os"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/internal/sqltest"
 )
 
-// baseDSN is the server the tests use; each test gets a database of its own.
-func baseDSN() string {
-	if dsn := os.Getenv("TEST_POSTINO_MYSQL_DSN"); dsn != "" {
-		return dsn
-	}
-	return "root@tcp(127.0.0.1:3306)/"
-}
-
-var dbCounter atomic.Int64
-
-// freshDatabase creates an empty database, migrated, dropped at the end of
-// the test. Without a server the test is skipped, or fails under CI=true.
+// freshDatabase creates a database, migrated, dropped at the end of the
+// test (sqltest.Database). Without a server the test is skipped, or fails
+// under CI=true.
 func freshDatabase(t testing.TB) string {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := mysql.Connect(ctx, baseDSN(), mysql.Options{MaxConns: 2})
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("MySQL/MariaDB is needed (TEST_POSTINO_MYSQL_DSN, default %s): %v", baseDSN(), err)
-		}
-		t.Skipf("no MySQL/MariaDB at %s: %v", baseDSN(), err)
-	}
-	defer admin.Close()
-	name := fmt.Sprintf("postino_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, dbCounter.Add(1))
-	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if db, err := sql.Open("mysql", baseDSN()); err == nil {
-			db.Exec("DROP DATABASE " + name)
-			db.Close()
-		}
-	})
-	dsn := baseDSN() + name
+	dsn := sqltest.Database(t, "mysql")
 	db, err := mysql.Connect(ctx, dsn, mysql.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 // the test; otherwise the test is skipped.
 func Database(t testing.TB, driver string) string {
 	t.Helper()
-	base, sqlDriver := serverDSN(driver)
+	base, sqlDriver := ServerDSN(driver), sqlDriverOf(driver)
 	db, err := sql.Open(sqlDriver, base)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -36,7 +37,9 @@ func Database(t testing.TB, driver string) string {
 		t.Skipf("no %s (%s): %v", driver, envName(driver), err)
 	}
 	defer db.Close()
-	name := fmt.Sprintf("postino_test_%d", time.Now().UnixNano())
+	// The process and the time: a database a killed run left behind, or
+	// another package's test running at once, has another name.
+	name := fmt.Sprintf("postino_test_%d_%d_%d", os.Getpid(), time.Now().UnixNano()%1e6, counter.Add(1))
 	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +75,25 @@ func envName(driver string) string {
 	return "TEST_POSTINO_MYSQL_DSN"
 }
 
-// serverDSN is the DSN of the server of driver, and database/sql's name
-// of its driver.
-func serverDSN(driver string) (dsn, sqlDriver string) {
-	dsn = os.Getenv(envName(driver))
+var counter atomic.Int64
+
+// ServerDSN is the DSN of the server of driver, with no database for
+// MySQL: the environment's (TEST_POSTINO_POSTGRES_DSN,
+// TEST_POSTINO_MYSQL_DSN) or the local server's.
+func ServerDSN(driver string) string {
+	if dsn := os.Getenv(envName(driver)); dsn != "" {
+		return dsn
+	}
 	if driver == "postgres" {
-		if dsn == "" {
-			dsn = "postgres://root@127.0.0.1:5432/test"
-		}
-		return dsn, "pgx"
+		return "postgres://root@127.0.0.1:5432/test"
 	}
-	if dsn == "" {
-		dsn = "root@tcp(127.0.0.1:3306)/"
+	return "root@tcp(127.0.0.1:3306)/"
+}
+
+// sqlDriverOf is database/sql's name of driver.
+func sqlDriverOf(driver string) string {
+	if driver == "postgres" {
+		return "pgx"
 	}
-	return dsn, "mysql"
+	return "mysql"
 }
