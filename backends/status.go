@@ -177,7 +177,9 @@ func (s Status) Undelivered() bool {
 func transitions(from Status) []Status {
 	switch from {
 	case StatusAccepted:
-		return []Status{StatusIntaking, StatusInvalid, StatusFailed}
+		// READY and INVALID straight: the relay that accepted a message
+		// prepares it at once, holding no lease (intake.Worker.Accepted).
+		return []Status{StatusIntaking, StatusReady, StatusInvalid, StatusFailed}
 	case StatusIntaking:
 		return []Status{StatusReady, StatusInvalid, StatusAccepted}
 	case StatusReady:

@@ -138,7 +138,7 @@ func TestPluginEndToEnd(t *testing.T) {
 		f.Recipients[0].Text != "no such user" || f.PreviousStatus != "PROCESSING" {
 		t.Errorf("FAILED event %+v", f)
 	}
-	if i := byMsg[broken]; i.Outcome != "INVALID" || i.PreviousStatus != "INTAKING" || !strings.Contains(i.Reason, "malformed") ||
+	if i := byMsg[broken]; i.Outcome != "INVALID" || i.PreviousStatus != "ACCEPTED" || !strings.Contains(i.Reason, "malformed") ||
 		len(i.Recipients) != 1 || i.Recipients[0].Status != "pending" {
 		t.Errorf("INVALID event %+v", i)
 	}

@@ -89,7 +89,7 @@ func TestQueueCommands(t *testing.T) {
 		}
 	}
 	hist, _ := show["history"].([]any)
-	if len(hist) != 3 {
+	if len(hist) != 2 {
 		t.Fatalf("history %v", show["history"])
 	}
 	for _, h := range hist {
@@ -102,7 +102,7 @@ func TestQueueCommands(t *testing.T) {
 	}
 
 	out, _, code := cli(t, "queue", "show", "cli-1", "--admin", admin)
-	if code != 0 || !strings.Contains(out, "Status:") || !strings.Contains(out, "INTAKING") || !strings.Contains(out, "user@example.net") {
+	if code != 0 || !strings.Contains(out, "Status:") || !strings.Contains(out, "ACCEPTED") || !strings.Contains(out, "user@example.net") {
 		t.Errorf("queue show:\n%s", out)
 	}
 	out, _, code = cli(t, "queue", "list", "--admin", admin)

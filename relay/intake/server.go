@@ -93,8 +93,9 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	auth    *authLimiter
-	// accepted is told of every newly queued message, to wake the worker.
-	accepted func()
+	// accepted is handed every newly queued message, for the intake
+	// worker to prepare.
+	accepted func(*backends.Message)
 	smtp     *smtp.Server
 	limits   *sessionLimits
 	// readers keeps the buffers of finished sessions for the next ones:
@@ -109,7 +110,7 @@ type reader struct {
 }
 
 // NewServer builds the SMTP server; Serve starts it.
-func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func()) *Server {
+func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func(*backends.Message)) *Server {
 	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted, auth: newAuthLimiter(cfg.AuthLimits),
 		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
 			log: log, metrics: m, byClient: map[netip.Prefix]int{}}}

@@ -264,7 +264,7 @@ func (s *Server) record(ctx context.Context, f draft, env Envelope, ident identi
 	return queued(ident.id)
 }
 
-// create creates the row m of the draft f and wakes the worker; a row the
+// create creates the row m of the draft f and hands it to the worker; a row the
 // outbox has already is no error.
 func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error {
 	err := s.outbox.Create(ctx, m)
@@ -287,7 +287,7 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 	s.log.Info("accepted", "id", m.ID, "message_id", m.MessageID, "from", m.Envelope.Sender,
 		"rcpts", len(m.Envelope.Recipients), "size", f.Size(), "client", cmp.Or(m.Envelope.ClientAddr, m.Envelope.Helo), "user", m.Envelope.AuthUser)
 	if s.accepted != nil {
-		s.accepted()
+		s.accepted(m)
 	}
 	return nil
 }

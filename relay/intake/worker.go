@@ -64,18 +64,40 @@ type Worker struct {
 	route  Router
 	log    *slog.Logger
 	wake   chan struct{}
+	// inbox holds the messages this relay has just accepted (Accepted).
+	inbox chan *backends.Message
 }
 
 func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log *slog.Logger) *Worker {
 	return &Worker{cfg: cfg, store: store, leases: lease.New(store, backends.StatusIntaking, cfg.Lease, log),
-		spool: sp, route: route, log: log, wake: make(chan struct{}, 1)}
+		spool: sp, route: route, log: log, wake: make(chan struct{}, 1),
+		inbox: make(chan *backends.Message, cfg.claimLimit())}
 }
+
+// claimLimit is how many messages the worker takes in at once.
+func (c WorkerConfig) claimLimit() int { return c.Concurrency * 16 }
 
 // Wake tells the worker that a message is waiting.
 func (w *Worker) Wake() {
 	select {
 	case w.wake <- struct{}{}:
 	default:
+	}
+}
+
+// Accepted hands the worker m, a message this relay has just created and
+// which is still ACCEPTED: the worker moves it to READY or INVALID in one
+// transition, with no claim and no lease. Claims are what relays sharing a
+// store pay for most, and each relay would claim what it accepted itself.
+// Meanwhile the message stays ACCEPTED, so nothing is lost if this relay
+// stops: a claim takes it, this relay's own or another's, and the
+// transition of whichever comes second is refused. When the worker has
+// more in hand than one claim would take, m waits for a claim too.
+func (w *Worker) Accepted(m *backends.Message) {
+	select {
+	case w.inbox <- m:
+	default:
+		w.Wake()
 	}
 }
 
@@ -91,37 +113,31 @@ func (w *Worker) Run(ctx context.Context) {
 	ticker := time.NewTicker(w.cfg.Poll)
 	defer ticker.Stop()
 	failures := 0
+	var retry <-chan time.Time // nil, so never, unless backing off
+	claim := true
 	for {
-		now := time.Now().UTC()
-		msgs, err := w.store.Claim(context.WithoutCancel(ctx), backends.Claim{
-			From: backends.StatusAccepted, To: backends.StatusIntaking,
-			Now: now, LeaseUntil: now.Add(w.cfg.Lease),
-			Limit: w.cfg.Concurrency * 16, Reason: "claimed for intake by " + w.cfg.Owner,
-		})
-		var wait time.Duration
-		if err != nil {
-			failures++
-			wait = backoff.Outage().Delay(failures)
-			w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", wait)
-		} else {
-			failures = 0
-		}
-		if len(msgs) > 0 {
-			w.prepareAll(msgs)
-			if w.cfg.Ready != nil {
-				w.cfg.Ready()
+		if claim {
+			msgs, err := w.claim()
+			if err != nil {
+				failures++
+				wait := backoff.Outage().Delay(failures)
+				w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", wait)
+				retry = time.After(wait)
+			} else {
+				failures, retry = 0, nil
 			}
-			if ctx.Err() == nil {
+			if w.prepareAll(msgs) && ctx.Err() == nil {
 				continue
 			}
 		}
-		var retry <-chan time.Time // nil, so never, unless backing off
-		if failures > 0 {
-			retry = time.After(wait)
-		}
+		claim = true
 		select {
 		case <-ctx.Done():
 			return
+		case m := <-w.inbox:
+			w.prepareAll(w.takeInbox(m))
+			// A claim now would find nothing they left behind.
+			claim = false
 		case <-w.wake:
 		case <-ticker.C:
 		case <-retry:
@@ -129,25 +145,62 @@ func (w *Worker) Run(ctx context.Context) {
 	}
 }
 
-// prepareAll checks the messages, at most Concurrency at once, and records
-// each outcome without holding a checking slot: the records of a whole
-// batch then share the outbox's commits instead of waiting for one another.
-func (w *Worker) prepareAll(msgs []*backends.Message) {
+// claim claims a batch of ACCEPTED messages.
+func (w *Worker) claim() ([]*backends.Message, error) {
+	now := time.Now().UTC()
+	return w.store.Claim(context.Background(), backends.Claim{
+		From: backends.StatusAccepted, To: backends.StatusIntaking,
+		Now: now, LeaseUntil: now.Add(w.cfg.Lease),
+		Limit: w.cfg.claimLimit(), Reason: "claimed for intake by " + w.cfg.Owner,
+	})
+}
+
+// takeInbox returns first and the messages waiting behind it in the
+// inbox, up to a claim's worth.
+func (w *Worker) takeInbox(first *backends.Message) []*backends.Message {
+	msgs := []*backends.Message{first}
+	for len(msgs) < w.cfg.claimLimit() {
+		select {
+		case m := <-w.inbox:
+			msgs = append(msgs, m)
+		default:
+			return msgs
+		}
+	}
+	return msgs
+}
+
+// prepareAll checks the messages, claimed ones (INTAKING) and ones handed
+// over (ACCEPTED), at most Concurrency at once, and records each outcome
+// without holding a checking slot: the records of a whole batch then share
+// the outbox's commits instead of waiting for one another. It reports
+// whether there were any.
+func (w *Worker) prepareAll(msgs []*backends.Message) bool {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	for _, m := range msgs {
-		hold := w.leases.Hold(m.ID, m.LeaseUntil)
+		var hold *lease.Hold
+		if m.Status == backends.StatusIntaking {
+			hold = w.leases.Hold(m.ID, m.LeaseUntil)
+		}
 		wg.Go(func() {
 			slots <- struct{}{}
 			t, ok := w.prepare(m)
 			<-slots
-			leases := w.leases.Release(hold)
+			var leases []time.Time
+			if hold != nil {
+				leases = w.leases.Release(hold)
+			}
 			if ok {
 				w.record(m, t, leases)
 			}
 		})
 	}
 	wg.Wait()
+	if len(msgs) > 0 && w.cfg.Ready != nil {
+		w.cfg.Ready()
+	}
+	return len(msgs) > 0
 }
 
 // unreadable is a message whose file could not be read: not its fault, so
@@ -166,17 +219,17 @@ func (w *Worker) open(path string) (io.ReadCloser, error) {
 	return f, nil
 }
 
-// prepare checks one INTAKING message and says where it goes next; ok is
-// false when it stays INTAKING, for its lease to bring it back: its file
-// could not be read (a missing mount, a volume's hiccup), and it is tried
-// again then, until its maximum age.
+// prepare checks one INTAKING or ACCEPTED message and says where it goes
+// next; ok is false when it stays where it is, for its lease to bring it
+// back or a claim to take it: its file could not be read (a missing mount,
+// a volume's hiccup), and it is tried again then, until its maximum age.
 func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
-	t := backends.Transition{ID: m.ID, From: backends.StatusIntaking, To: backends.StatusReady}
+	t := backends.Transition{ID: m.ID, From: m.Status, To: backends.StatusReady}
 	route, err := w.adoptAndCheck(m, &t)
 	var u unreadable
 	if errors.As(err, &u) {
 		if age := time.Since(m.CreatedAt); age < w.cfg.MaxAge {
-			w.log.Error("intake: the message's file cannot be read; it is tried again when its lease ends", "id", m.ID,
+			w.log.Error("intake: the message's file cannot be read; it is tried again within a lease", "id", m.ID,
 				"error", err, "lease", w.cfg.Lease)
 			return t, false
 		}
@@ -196,15 +249,26 @@ func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	return t, true
 }
 
-// record moves the message on, holding its lease: the first of leases, or
-// the next when the outbox refuses it (a renewal whose outcome was unknown
-// may have landed). Whatever happens, the message leaves INTAKING, or its
-// lease brings it back to ACCEPTED.
+// record moves the message on. A claimed one holds its lease: the first of
+// leases, or the next when the outbox refuses it (a renewal whose outcome
+// was unknown may have landed); whatever happens, it leaves INTAKING, or
+// its lease brings it back to ACCEPTED. One handed over holds none, and
+// stays ACCEPTED for a claim when its move fails.
 func (w *Worker) record(m *backends.Message, t backends.Transition, leases []time.Time) {
-	err := lease.Write(t, leases, func(t backends.Transition) error { return w.store.Transition(context.Background(), t) })
+	write := func(t backends.Transition) error { return w.store.Transition(context.Background(), t) }
+	var err error
+	if t.From == backends.StatusIntaking {
+		err = lease.Write(t, leases, write)
+	} else {
+		err = write(t)
+	}
+	if t.From == backends.StatusAccepted && errors.Is(err, backends.ErrLockNotAcquired) {
+		w.log.Debug("intake: another worker claimed the message first; it prepares it", "id", t.ID)
+		return
+	}
 	if err != nil {
-		// The lease will hand the message back; nothing is lost.
-		w.log.Error("intake: cannot record the prepared message; its lease will return it", "id", t.ID, "to", t.To, "error", err)
+		// The lease or a claim takes the message again; nothing is lost.
+		w.log.Error("intake: cannot record the prepared message; it is tried again within a lease", "id", t.ID, "to", t.To, "error", err)
 		return
 	}
 	if t.To == backends.StatusInvalid {

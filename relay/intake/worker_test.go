@@ -171,3 +171,80 @@ func TestWorkerRecordsShareCommits(t *testing.T) {
 		t.Errorf("the %d records of one batch were not made together", n)
 	}
 }
+
+// countedClaims is an outbox that tells of every claim it answers.
+type countedClaims struct {
+	*bolt.Store
+	claims chan int // the number of messages each claim took
+}
+
+func (s *countedClaims) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
+	msgs, err := s.Store.Claim(ctx, c)
+	s.claims <- len(msgs)
+	return msgs, err
+}
+
+// A message handed over by the relay that accepted it goes to READY, or
+// INVALID, in one move with no claim; one another worker claimed first is
+// left to that worker.
+func TestWorkerAccepted(t *testing.T) {
+	sp, bs := outboxtest.Open(t)
+	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
+		store, sp, func(*backends.Message) (string, error) { return "default", nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if n := <-store.claims; n != 0 {
+		t.Fatalf("the first claim took %d messages from an empty outbox", n)
+	}
+
+	add := func(id, body string) *backends.Message {
+		m := &backends.Message{ID: id, Priority: 2,
+			Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}}
+		outboxtest.Add(t, sp, store, m, []byte(body))
+		return m
+	}
+	// Another relay's worker claims this one before it is handed over.
+	taken := add("taken", "Subject: hi\r\n\r\nhello\r\n")
+	now := time.Now().UTC()
+	if got, err := bs.Claim(context.Background(), backends.Claim{From: backends.StatusAccepted, To: backends.StatusIntaking,
+		Now: now, LeaseUntil: now.Add(time.Hour), Limit: 10, Reason: "claimed by another"}); err != nil || len(got) != 1 {
+		t.Fatalf("claim by another: %d messages, %v", len(got), err)
+	}
+	want := map[string]string{"taken": "ACCEPTED INTAKING"}
+	w.Accepted(taken)
+	for i := range 20 {
+		id := fmt.Sprintf("m%d", i)
+		w.Accepted(add(id, "Subject: hi\r\n\r\nhello\r\n"))
+		want[id] = "ACCEPTED READY"
+	}
+	w.Accepted(add("broken", "MIME-Version: 1.0\r\nContent-Type: multipart/mixed\r\n\r\nno boundary\r\n"))
+	want["broken"] = "ACCEPTED INVALID"
+	outboxtest.WaitCounts(t, bs, time.Minute, func(n map[backends.Status]int) bool {
+		return n[backends.StatusReady] == 20 && n[backends.StatusInvalid] == 1
+	})
+	for id, statuses := range want {
+		h, err := bs.History(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range h {
+			got = append(got, string(e.Status))
+		}
+		if strings.Join(got, " ") != statuses {
+			t.Errorf("%s: history %v, want %s", id, got, statuses)
+		}
+	}
+	if m, err := bs.Get(context.Background(), "m0"); err != nil || m.Route != "default" || m.Reason != "ready for route default" {
+		t.Errorf("m0: %+v, %v; want routed and ready", m, err)
+	}
+	select {
+	case n := <-store.claims:
+		t.Errorf("the worker claimed again (%d messages) for messages handed over", n)
+	default:
+	}
+}
