@@ -63,7 +63,7 @@ func (s seedAdopter) SeedPage(where, after string) ([]string, error) {
 }
 
 func (s seedAdopter) AdoptPage(ids []string) ([]backends.Adopted, error) {
-	tx, err := s.db.BeginTx(s.ctx, nil)
+	tx, err := begin(s.ctx, s.db)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -33,7 +32,7 @@ func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *txn) error {
 		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO email_batches (code, suspended_at) VALUES (?, ?)", code, time.Now().UTC()); err != nil {
 			return err
 		}
@@ -47,7 +46,7 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *txn) error {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM email_batches WHERE code = ?", code); err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ type chunked struct {
 // values, into table (its columns named in the order of chunked's rows),
 // with as few statements as the packet size allows: one for a whole group
 // of ordinary messages.
-func (s *Store) insertChunks(ctx context.Context, tx *sql.Tx, table string, all []chunked) error {
+func (s *Store) insertChunks(ctx context.Context, tx *txn, table string, all []chunked) error {
 	if len(all) == 0 {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (s *Store) insertChunks(ctx context.Context, tx *sql.Tx, table string, all 
 }
 
 // insertBodies writes the bytes of the messages created, cut in chunks.
-func (s *Store) insertBodies(ctx context.Context, tx *sql.Tx, msgs []*backends.Message) error {
+func (s *Store) insertBodies(ctx context.Context, tx *txn, msgs []*backends.Message) error {
 	all := make([]chunked, len(msgs))
 	for i, m := range msgs {
 		all[i] = chunked{key: []any{m.ID}, data: m.Body}

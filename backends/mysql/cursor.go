@@ -15,7 +15,7 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 		return backends.Cursor{}, err
 	}
 	var c backends.Cursor
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		now := time.Now().UTC()
 		if _, err := tx.ExecContext(ctx, "INSERT IGNORE INTO mailbox_cursors (name, updated_at) VALUES (?, ?)", name, now); err != nil {
 			return err
@@ -37,7 +37,7 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 }
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
-	return s.tx(ctx, func(tx *sql.Tx) error {
+	return s.tx(ctx, func(tx *txn) error {
 		held, err := lockCursor(ctx, tx, name)
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("cursor %s was never claimed: %w", name, backends.ErrLockNotAcquired)
@@ -55,7 +55,7 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 }
 
 // lockCursor reads a cursor, locking its row until the commit.
-func lockCursor(ctx context.Context, tx *sql.Tx, name string) (backends.Cursor, error) {
+func lockCursor(ctx context.Context, tx *txn, name string) (backends.Cursor, error) {
 	var c backends.Cursor
 	var lease sql.NullTime
 	err := tx.QueryRowContext(ctx, "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE", name).

@@ -64,7 +64,7 @@ func nullJSON(v []string) sql.NullString {
 
 func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		w := newTxRows(ctx, tx)
 		if err := backends.AddHeldEvent(w, e, now); err != nil {
 			return err
@@ -107,7 +107,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 		return nil, err
 	}
 	var out []*backends.Event
-	err = s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *txn) error {
 		w := newTxRows(ctx, tx)
 		var err error
 		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {

@@ -43,3 +43,12 @@ func FailNextCommit(s *Store, err error) {
 		return nil
 	}
 }
+
+// Txn is the store's transaction, for TestTxn.
+type Txn = txn
+
+// Begin starts one.
+var Begin = begin
+
+// Stmt makes a statement for Txn.Last.
+func Stmt(query string, args ...any) stmt { return stmt{query, args} }

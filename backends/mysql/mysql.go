@@ -189,31 +189,39 @@ func retryable(err error) bool {
 // after a deadlock or a lock wait timeout, with jittered backoff. A COMMIT
 // that fails otherwise may have landed (its reply was lost with the
 // connection): its error is backends.ErrOutcomeUnknown.
-func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 	backoff := 5 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		err = fn(tx)
-		if err == nil {
-			err = tx.Commit()
-			if err == nil && s.afterCommit != nil {
-				err = s.afterCommit()
-			}
-			if err != nil && !retryable(err) {
-				return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
-			}
-		} else {
-			tx.Rollback()
-		}
+		err := s.attempt(ctx, fn)
 		if err == nil || !retryable(err) || attempt == 8 {
 			return err
 		}
 		time.Sleep(backoff/2 + rand.N(backoff))
 		backoff *= 2
 	}
+}
+
+// attempt runs fn in one transaction.
+func (s *Store) attempt(ctx context.Context, fn func(*txn) error) error {
+	tx, err := begin(ctx, s.db)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if s.afterCommit == nil {
+		return nil
+	}
+	err = s.afterCommit()
+	if err != nil && !retryable(err) {
+		return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 const messageCols = `id, status, eml_file_path, payload_file_path, reason, version, created_at, updated_at,

@@ -51,7 +51,7 @@ func changesStmts(c *backends.Changes) []stmt {
 // several statements a query: Connect), in order; the server stops at the
 // first that fails, and that failure is the error. Empty ones are left
 // out.
-func execAll(ctx context.Context, tx *sql.Tx, stmts []stmt) error {
+func execAll(ctx context.Context, tx querier, stmts []stmt) error {
 	var (
 		query strings.Builder
 		args  []any
@@ -235,7 +235,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 	total, err := backends.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
-		err := s.tx(ctx, func(tx *sql.Tx) error {
+		err := s.tx(ctx, func(tx *txn) error {
 			n = 0
 			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
@@ -289,7 +289,7 @@ func clamp(t time.Time) time.Time {
 
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
 	var out []*backends.Message
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		sel := purgeStmt(cutoff, limit)
 		msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
 		if err != nil || len(msgs) == 0 {
@@ -304,7 +304,8 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			return err
 		}
 		out = msgs
-		return execAll(ctx, tx, changesStmts(h))
+		tx.Last(changesStmts(h)...)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("purge: %w", err)

@@ -20,7 +20,7 @@ func (s *Store) SaveReceipt(ctx context.Context, id, name string, raw []byte) er
 		return err
 	}
 	receipt := chunked{key: []any{id, name, len(raw), time.Now().UTC()}, data: raw}
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		return s.insertChunks(ctx, tx, "email_receipts (email_id, name, size, saved_at, seq, data)", []chunked{receipt})
 	})
 	var me *mysql.MySQLError

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -22,7 +21,7 @@ func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error)
 		ids[i] = id
 	}
 	var renewed []string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		_, err := tx.ExecContext(ctx, "UPDATE emails SET lease_until = ? WHERE status = ? AND lease_until = ? AND id IN ("+inList(len(ids))+")",
 			append([]any{until, r.Status, held}, ids...)...)
 		if err != nil {
@@ -52,7 +51,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 	}
 	until := r.Until.UTC().Truncate(backends.LeasePrecision)
 	var renewed []string
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		w := newTxRows(ctx, tx)
 		var msgs []string
 		var err error
@@ -72,7 +71,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 
 // setLease sets the lease of the rows of table whose key column holds one
 // of ids, which the transaction has locked.
-func setLease(ctx context.Context, tx *sql.Tx, table, key string, ids []string, until time.Time) error {
+func setLease(ctx context.Context, tx *txn, table, key string, ids []string, until time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}

@@ -2,13 +2,8 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
 )
@@ -24,10 +19,10 @@ import (
 type txRows struct {
 	backends.Rows
 	ctx context.Context
-	tx  *sql.Tx
+	tx  *txn
 }
 
-func newTxRows(ctx context.Context, tx *sql.Tx) *txRows {
+func newTxRows(ctx context.Context, tx *txn) *txRows {
 	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx}
 }
 
@@ -65,8 +60,10 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 	return err
 }
 
-// write stores what changed: the new events, the changed events, the
-// changed messages, the alarms, then the history and the counts.
+// write stores what changed, with the COMMIT (txn.Last): the new events,
+// the changed events, the changed messages, the alarms, then the history
+// and the counts. Of these, only the new events' insert can meet a taken
+// key; the others update the rows they meet.
 func (w *txRows) write() error {
 	newEvents, err := w.insertEvents()
 	if err != nil {
@@ -77,14 +74,8 @@ func (w *txRows) write() error {
 	if err != nil {
 		return err
 	}
-	err = execAll(w.ctx, w.tx, append([]stmt{newEvents, events, messages, w.writeAlarms()}, changesStmts(&w.Changes)...))
-	// Of these, only the new events' insert can meet a taken key: the
-	// others update the rows they meet.
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
-		return fmt.Errorf("event: %w", backends.ErrDuplicate)
-	}
-	return err
+	w.tx.Last(append([]stmt{newEvents, events, messages, w.writeAlarms()}, changesStmts(&w.Changes)...)...)
+	return nil
 }
 
 // insertEvents numbers the new events after their messages' last ones

@@ -28,13 +28,13 @@ var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
 	return backends.CommitGroup(group, func(g []*op) error {
-		return s.tx(ctx, func(tx *sql.Tx) error { return s.apply(ctx, tx, g) })
+		return s.tx(ctx, func(tx *txn) error { return s.apply(ctx, tx, g) })
 	})
 }
 
 // apply writes a group inside tx (backends.ApplyGroup), with a few
 // statements whatever its size (txRows).
-func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
+func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	w := newTxRows(ctx, tx)
 	insert := func(creates []*op) error { return s.insertMessages(ctx, tx, creates, &w.Changes) }
 	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
@@ -47,7 +47,7 @@ func (s *Store) apply(ctx context.Context, tx *sql.Tx, group []*op) error {
 // when the store keeps them. An id already taken keeps its row (ON
 // DUPLICATE KEY changes nothing); reading the spool paths back tells which
 // rows are ours, since each submission has its own file or BodyRef.
-func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h *backends.Changes) error {
+func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *backends.Changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
@@ -106,7 +106,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *sql.Tx, creates []*op, h
 // affected row each where a duplicate counts none (the connection does not
 // ask for found rows: Connect), those are the creates' own, and nothing
 // is read.
-func insertedPaths(ctx context.Context, tx *sql.Tx, res sql.Result, creates []*op, ids []any) (map[string]string, error) {
+func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, ids []any) (map[string]string, error) {
 	paths := make(map[string]string, len(creates))
 	if n, err := res.RowsAffected(); err == nil && n == int64(len(creates)) {
 		for _, o := range creates {
@@ -134,7 +134,7 @@ func insertedPaths(ctx context.Context, tx *sql.Tx, res sql.Result, creates []*o
 // suspended. It reads the batches after inserting the rows, under a shared
 // lock: a suspension committed first is seen here; one that commits later
 // waits for these rows' locks and then holds them itself (SuspendBatch).
-func holdSuspended(ctx context.Context, tx *sql.Tx, batched map[string][]any) error {
+func holdSuspended(ctx context.Context, tx *txn, batched map[string][]any) error {
 	if len(batched) == 0 {
 		return nil
 	}

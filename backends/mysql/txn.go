@@ -1,0 +1,121 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/genropy/postino/backends"
+)
+
+// txn is a transaction on a connection held by hand. A sql.Tx spends a
+// round trip on its START TRANSACTION and another on its COMMIT; here the
+// first goes with the transaction's first statement and the second with
+// its last writes (Last), in one query each (the connection allows several
+// statements a query: Connect). A group commit makes a few round trips, and
+// those two were a third of them, paid again for each relay sharing the
+// database.
+type txn struct {
+	ctx   context.Context
+	conn  *sql.Conn
+	begun bool   // START TRANSACTION has been sent
+	last  []stmt // the writes that go with the COMMIT
+	ended bool
+}
+
+// begin takes a connection for a transaction, which starts with its first
+// statement.
+func begin(ctx context.Context, db *sql.DB) (*txn, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &txn{ctx: ctx, conn: conn}, nil
+}
+
+// start puts START TRANSACTION before the transaction's first statement.
+// The driver passes over its empty result, so a query's rows are its
+// statement's.
+func (t *txn) start(query string) string {
+	if t.begun {
+		return query
+	}
+	t.begun = true
+	return "START TRANSACTION;\n" + query
+}
+
+func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return t.conn.ExecContext(ctx, t.start(query), args...)
+}
+
+func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	return t.conn.QueryContext(ctx, t.start(query), args...)
+}
+
+func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	return t.conn.QueryRowContext(ctx, t.start(query), args...)
+}
+
+// Last has stmts run with the COMMIT, after those Last was given before:
+// they must be the transaction's last statements, and their errors are
+// Commit's. They are upserts, or inserts whose taken key means
+// backends.ErrDuplicate (the new events of txRows.write).
+func (t *txn) Last(stmts ...stmt) {
+	t.last = append(t.last, stmts...)
+}
+
+// Commit runs the last writes and the COMMIT in one query and gives the
+// connection back. The server stops at the first statement that fails, so
+// an error it answers means nothing was committed; any other error (the
+// connection lost before the reply) leaves the outcome unknown, and the
+// connection is closed.
+func (t *txn) Commit() error {
+	if !t.begun && len(t.last) == 0 {
+		t.end(nil) // nothing ran
+		return nil
+	}
+	err := execAll(t.ctx, t, append(t.last, stmt{query: "COMMIT"}))
+	t.last = nil
+	var me *mysql.MySQLError
+	switch {
+	case err == nil:
+		t.end(nil)
+		return nil
+	case errors.As(err, &me) && me.Number == 1062:
+		return fmt.Errorf("event: %w", backends.ErrDuplicate)
+	case errors.As(err, &me):
+		return err // Rollback ends the transaction.
+	}
+	t.end(driver.ErrBadConn)
+	return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+}
+
+// Rollback ends a transaction Commit did not, and gives the connection
+// back; a connection whose ROLLBACK fails is closed, which rolls back too.
+func (t *txn) Rollback() {
+	if t.ended {
+		return
+	}
+	var err error
+	if t.begun {
+		_, err = t.conn.ExecContext(context.WithoutCancel(t.ctx), "ROLLBACK")
+	}
+	if err != nil {
+		err = driver.ErrBadConn
+	}
+	t.end(err)
+}
+
+// end gives the connection back to the pool, or closes it when bad is
+// driver.ErrBadConn (database/sql then discards it).
+func (t *txn) end(bad error) {
+	t.ended = true
+	if bad != nil {
+		t.conn.Raw(func(any) error { return bad })
+	}
+	t.conn.Close()
+}
