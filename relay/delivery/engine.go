@@ -114,7 +114,11 @@ type Engine struct {
 	mu       sync.Mutex
 	dests    map[string]*destination
 	inflight int
-	freed    chan struct{}
+	// drained says that the last claim, with room to spare, found all
+	// that was due: until the next claim starts, a message made READY may
+	// be claimed straight away (Reserve) without passing one in line.
+	drained bool
+	freed   chan struct{}
 
 	// abort ends the upstream sessions when the shutdown deadline passes.
 	abort    context.Context
@@ -154,44 +158,78 @@ func (e *Engine) Run(ctx context.Context) {
 	poll := time.NewTicker(e.cfg.Poll)
 	defer poll.Stop()
 	failures := 0
+	defer e.setDrained(false) // no more claims straight from READY
 	for ctx.Err() == nil {
-		free := e.cfg.MaxInFlight - e.inFlight()
-		n := 0
+		n, free, err := e.claim(ctx)
 		var wait time.Duration
-		if free > 0 {
-			var err error
-			n, err = e.claim(ctx, min(free, 256))
-			if err != nil {
-				failures++
-				wait = backoff.Outage().Delay(failures)
-				e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
-			} else {
-				failures = 0
-			}
+		if err != nil {
+			failures++
+			wait = backoff.Outage().Delay(failures)
+			e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
+		} else {
+			failures = 0
 		}
-		if n > 0 && n == min(free, 256) {
+		if n > 0 && n == free {
 			continue // there may be more
 		}
 		var retry <-chan time.Time
 		if failures > 0 {
 			retry = time.After(wait)
 		}
+		// A flight that lands makes room, which matters only when the
+		// engine had none: a claim with room to spare found all that was
+		// due, and another now would find nothing.
+		var freed <-chan struct{}
+		if free <= 0 {
+			freed = e.freed
+		}
 		select {
 		case <-ctx.Done():
 		case <-e.wake:
 		case <-poll.C:
 		case <-retry:
-		case <-e.freed:
+		case <-freed:
 		}
 	}
 	e.shutdown()
 }
 
-func (e *Engine) inFlight() int {
+func (e *Engine) setDrained(d bool) {
+	e.mu.Lock()
+	e.drained = d
+	e.mu.Unlock()
+}
+
+// Reserve is for the intake worker: it adds to t, which makes a message
+// READY and due now, the move that claims it for delivery, and holds its
+// place, when the engine has room and its last claim found nothing else
+// due (so that no message is passed in claim order; one that fell due
+// since waits for the next claim, as it would have). The caller then
+// delivers the message (Deliver) once t has landed, or gives the place
+// back (Release). A claim is a round trip and a write of its own, and
+// each relay sharing an outbox would make one for every batch its intake
+// prepares. Reserve refuses once Run has ended.
+func (e *Engine) Reserve(t *backends.Transition) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.inflight
+	if !e.drained || e.inflight >= e.cfg.MaxInFlight {
+		return false
+	}
+	e.inflight++
+	e.flights.Add(1)
+	t.LeaseUntil = time.Now().UTC().Add(e.cfg.Lease)
+	t.Then = append(t.Then, backends.Step{To: backends.StatusProcessing, Reason: e.claimReason()})
+	return true
 }
+
+// Deliver delivers m, which the transition Reserve added to claimed.
+func (e *Engine) Deliver(m *backends.Message) { e.dispatch(m) }
+
+// Release gives back a place Reserve held for a transition that did not
+// land.
+func (e *Engine) Release() { e.landed() }
+
+func (e *Engine) claimReason() string { return "claimed for delivery by " + e.cfg.Owner }
 
 func (e *Engine) shutdown() {
 	done := make(chan struct{})
@@ -224,21 +262,30 @@ func (e *Engine) shutdown() {
 	<-done
 }
 
-func (e *Engine) claim(ctx context.Context, limit int) (int, error) {
-	now := time.Now().UTC()
-	leaseUntil := now.Add(e.cfg.Lease)
-	msgs, err := e.store.Claim(context.WithoutCancel(ctx), backends.Claim{
-		From: backends.StatusReady, To: backends.StatusProcessing,
-		Now: now, LeaseUntil: leaseUntil, Limit: limit,
-		Reason: "claimed for delivery by " + e.cfg.Owner,
-	})
-	if err != nil {
-		return 0, err
+// claim claims as many READY messages as there is room for, at most 256,
+// and dispatches them. It returns how many it claimed, and the room.
+func (e *Engine) claim(ctx context.Context) (n, room int, err error) {
+	e.mu.Lock()
+	room = min(e.cfg.MaxInFlight-e.inflight, 256)
+	e.drained = false
+	e.mu.Unlock()
+	var msgs []*backends.Message
+	if room > 0 {
+		now := time.Now().UTC()
+		msgs, err = e.store.Claim(context.WithoutCancel(ctx), backends.Claim{
+			From: backends.StatusReady, To: backends.StatusProcessing,
+			Now: now, LeaseUntil: now.Add(e.cfg.Lease), Limit: room, Reason: e.claimReason(),
+		})
 	}
+	e.mu.Lock()
+	e.inflight += len(msgs)
+	e.drained = err == nil && len(msgs) < room
+	e.mu.Unlock()
+	e.flights.Add(len(msgs))
 	for _, m := range msgs {
 		e.dispatch(m)
 	}
-	return len(msgs), nil
+	return len(msgs), room, err
 }
 
 // flight is one delivery attempt of a message: one job per destination.
@@ -275,7 +322,8 @@ type job struct {
 	rcpts []int // indexes into the message's recipients
 }
 
-// dispatch queues m's jobs; m, as claimed, carries the claim's lease.
+// dispatch queues m's jobs; m, as claimed, carries the claim's lease, and
+// its place is counted in flight.
 func (e *Engine) dispatch(m *backends.Message) {
 	route := e.routes.get(m)
 	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
@@ -295,10 +343,6 @@ func (e *Engine) dispatch(m *backends.Message) {
 		byDest[key] = append(byDest[key], i)
 		f.tried = append(f.tried, i)
 	}
-	e.mu.Lock()
-	e.inflight++
-	e.mu.Unlock()
-	e.flights.Add(1)
 	f.jobs = len(order)
 	if f.jobs == 0 {
 		go f.finish() // nothing to send: only the record, off the claim loop

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/emersion/go-message"
@@ -32,6 +33,17 @@ type Bodies interface {
 	Open(path string) (io.ReadCloser, error)
 }
 
+// Deliverer claims messages for delivery in the transition that makes them
+// READY (delivery.Engine): Reserve adds the claim to t and holds a place
+// for the message, when delivery has room and nothing else due waits for
+// it; then Deliver takes the message once t has landed, or Release gives
+// the place back.
+type Deliverer interface {
+	Reserve(t *backends.Transition) bool
+	Deliver(m *backends.Message)
+	Release()
+}
+
 // Router names the route a message will take, or says why it cannot be sent.
 type Router func(m *backends.Message) (string, error)
 
@@ -48,8 +60,10 @@ type WorkerConfig struct {
 	Poll time.Duration
 	// Owner names this worker in the history.
 	Owner string
-	// Ready, when set, is told that messages became READY.
+	// Ready, when set, is told that messages became READY for a claim.
 	Ready func()
+	// Delivery, when set, takes READY messages straight from the worker.
+	Delivery Deliverer
 	// MaxAge ends a message whose file could not be read for this long
 	// (the delivery's maximum age); until then its lease brings it back.
 	MaxAge time.Duration
@@ -178,6 +192,7 @@ func (w *Worker) takeInbox(first *backends.Message) []*backends.Message {
 func (w *Worker) prepareAll(msgs []*backends.Message) bool {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
+	var waiting atomic.Bool // a message is READY for a claim
 	for _, m := range msgs {
 		var hold *lease.Hold
 		if m.Status == backends.StatusIntaking {
@@ -191,13 +206,13 @@ func (w *Worker) prepareAll(msgs []*backends.Message) bool {
 			if hold != nil {
 				leases = w.leases.Release(hold)
 			}
-			if ok {
-				w.record(m, t, leases)
+			if ok && w.record(m, t, leases) {
+				waiting.Store(true)
 			}
 		})
 	}
 	wg.Wait()
-	if len(msgs) > 0 && w.cfg.Ready != nil {
+	if waiting.Load() && w.cfg.Ready != nil {
 		w.cfg.Ready()
 	}
 	return len(msgs) > 0
@@ -249,12 +264,18 @@ func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	return t, true
 }
 
-// record moves the message on. A claimed one holds its lease: the first of
-// leases, or the next when the outbox refuses it (a renewal whose outcome
-// was unknown may have landed); whatever happens, it leaves INTAKING, or
-// its lease brings it back to ACCEPTED. One handed over holds none, and
-// stays ACCEPTED for a claim when its move fails.
-func (w *Worker) record(m *backends.Message, t backends.Transition, leases []time.Time) {
+// record moves the message on, and reports whether it left it READY for a
+// claim. A claimed one holds its lease: the first of leases, or the next
+// when the outbox refuses it (a renewal whose outcome was unknown may have
+// landed); whatever happens, it leaves INTAKING, or its lease brings it
+// back to ACCEPTED. One handed over holds none, and stays ACCEPTED for a
+// claim when its move fails. A READY message goes on to delivery in the
+// same move when delivery takes it (Deliverer); one of a batch waits for a
+// claim, which knows whether the batch is suspended.
+func (w *Worker) record(m *backends.Message, t backends.Transition, leases []time.Time) bool {
+	t.At = time.Now().UTC()
+	deliver := w.cfg.Delivery != nil && t.To == backends.StatusReady && m.Batch == "" && !m.DueAt.After(t.At) &&
+		w.cfg.Delivery.Reserve(&t)
 	write := func(t backends.Transition) error { return w.store.Transition(context.Background(), t) }
 	var err error
 	if t.From == backends.StatusIntaking {
@@ -262,20 +283,28 @@ func (w *Worker) record(m *backends.Message, t backends.Transition, leases []tim
 	} else {
 		err = write(t)
 	}
-	if t.From == backends.StatusAccepted && errors.Is(err, backends.ErrLockNotAcquired) {
-		w.log.Debug("intake: another worker claimed the message first; it prepares it", "id", t.ID)
-		return
+	if deliver && err != nil {
+		w.cfg.Delivery.Release()
 	}
-	if err != nil {
+	switch {
+	case t.From == backends.StatusAccepted && errors.Is(err, backends.ErrLockNotAcquired):
+		w.log.Debug("intake: another worker claimed the message first; it prepares it", "id", t.ID)
+		return false
+	case err != nil:
 		// The lease or a claim takes the message again; nothing is lost.
 		w.log.Error("intake: cannot record the prepared message; it is tried again within a lease", "id", t.ID, "to", t.To, "error", err)
-		return
-	}
-	if t.To == backends.StatusInvalid {
+		return false
+	case t.To == backends.StatusInvalid:
 		w.log.Warn("invalid", "id", t.ID, "reason", t.Reason)
-		return
+		return false
 	}
-	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt)
+	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt, "delivering", deliver)
+	if !deliver {
+		return true
+	}
+	t.Apply(m, t.Final())
+	w.cfg.Delivery.Deliver(m)
+	return false
 }
 
 // adoptAndCheck refuses a message intake refused; it gives a row taken over from the seed layout, which has no
