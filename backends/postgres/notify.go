@@ -16,7 +16,8 @@ import (
 // Listen passes on: a relay sharing the database wakes its worker at once
 // instead of at its next poll.
 const (
-	// ChannelAccepted: a message was created or returned to ACCEPTED.
+	// ChannelAccepted: a message returned to ACCEPTED (a lease ran out, an
+	// operator's retry). Not a new one: its own relay prepares it.
 	ChannelAccepted = "postino_accepted"
 	// ChannelReady: a message became READY and due now.
 	ChannelReady = "postino_ready"

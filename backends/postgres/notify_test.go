@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -57,18 +56,41 @@ func TestNotify(t *testing.T) {
 			}
 		}
 	}
-	expect("create", postgres.ChannelAccepted, func(i int) {
-		if err := writer.Create(ctx, &backends.Message{ID: fmt.Sprintf("n-%d", i), Priority: 2, EmlPath: "x.eml"}); err != nil {
-			t.Fatal(err)
+	// A new message wakes no one (its relay prepares it): the first
+	// notification after its create is that of the event added next,
+	// since a listener gets them in commit order.
+	if err := writer.Create(ctx, &backends.Message{ID: "n-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writer.AddEvent(ctx, &backends.Event{ID: backends.NewEventID(), MessageID: "n-1", Outcome: "DELAYED"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ch := <-woken:
+		if ch != postgres.ChannelEvents {
+			t.Errorf("first notification after a create: %s, want %s", ch, postgres.ChannelEvents)
 		}
-	})
+	case <-time.After(deadline):
+		t.Fatalf("no notification of the event within %s", deadline)
+	}
 	now := time.Now().UTC()
 	claimed, err := writer.Claim(ctx, backends.Claim{From: backends.StatusAccepted, To: backends.StatusIntaking, Now: now.Add(time.Second),
 		LeaseUntil: now.Add(time.Minute), Limit: 1})
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v, %v", claimed, err)
 	}
-	drain(woken)
+	expect("lease returned to ACCEPTED", postgres.ChannelAccepted, func(i int) {
+		if i == 0 {
+			if err := writer.Transition(ctx, backends.Transition{ID: "n-1", From: backends.StatusIntaking, To: backends.StatusAccepted}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	claimed, err = writer.Claim(ctx, backends.Claim{From: backends.StatusAccepted, To: backends.StatusIntaking, Now: now.Add(time.Second),
+		LeaseUntil: now.Add(time.Minute), Limit: 1})
+	if err != nil || len(claimed) != 1 {
+		t.Fatalf("claim again: %v, %v", claimed, err)
+	}
 	expect("transition to READY", postgres.ChannelReady, func(i int) {
 		if i == 0 {
 			if err := writer.Transition(ctx, backends.Transition{ID: claimed[0].ID, From: backends.StatusIntaking, To: backends.StatusReady}); err != nil {
@@ -138,18 +160,19 @@ func TestNotifyReconnects(t *testing.T) {
 	}()
 	defer func() { stop(); <-done }()
 	caughtUp(t, woken)
-	n := 0
-	createUntilWoken := func(what string) {
+	if err := writer.Create(ctx, &backends.Message{ID: "r-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	addUntilWoken := func(what string) {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
 		for {
-			n++
-			if err := writer.Create(ctx, &backends.Message{ID: fmt.Sprintf("r-%d", n), Priority: 2, EmlPath: "x.eml"}); err != nil {
+			if err := writer.AddEvent(ctx, &backends.Event{ID: backends.NewEventID(), MessageID: "r-1", Outcome: "DELAYED"}); err != nil {
 				t.Fatal(err)
 			}
 			select {
 			case ch := <-woken:
-				if ch == postgres.ChannelAccepted {
+				if ch == postgres.ChannelEvents {
 					return
 				}
 			case <-timeout:
@@ -158,7 +181,7 @@ func TestNotifyReconnects(t *testing.T) {
 			}
 		}
 	}
-	createUntilWoken("before the connection is lost")
+	addUntilWoken("before the connection is lost")
 
 	// The server ends the listening connection, as a restart or a proxy
 	// would.
@@ -175,5 +198,5 @@ func TestNotifyReconnects(t *testing.T) {
 	}
 	// Once listening again, it wakes every channel.
 	caughtUp(t, woken)
-	createUntilWoken("after the connection was lost")
+	addUntilWoken("after the connection was lost")
 }

@@ -101,7 +101,10 @@ func (s *Store) insertMessages(w *txRows, creates []*op) error {
 		}
 		w.Changes.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
 		w.Changes.Count(m.Status, 1)
-		w.notifyDue(m.Status, m.DueAt)
+		// No notification: the relay that creates a message prepares it
+		// (intake.Worker.Accepted), and another that woke would only race
+		// it for the message. A relay that dies first leaves it to the
+		// others' polls.
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}
