@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -58,8 +59,15 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 func lockCursor(ctx context.Context, tx *txn, name string) (backends.Cursor, error) {
 	var c backends.Cursor
 	var lease sql.NullTime
-	err := tx.QueryRowContext(ctx, "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE", name).
-		Scan(&c.UIDValidity, &c.LastUID, &c.Owner, &lease)
+	rows, err := tx.QueryContext(ctx, "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE", name)
+	if err != nil {
+		return c, err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return c, cmp.Or(rows.Err(), sql.ErrNoRows)
+	}
+	err = rows.Scan(&c.UIDValidity, &c.LastUID, &c.Owner, &lease)
 	c.LeaseUntil = lease.Time
 	return c, err
 }

@@ -16,7 +16,7 @@ func (s *Store) Create(ctx context.Context, m *backends.Message) error {
 }
 
 func (s *Store) Get(ctx context.Context, id string) (*backends.Message, error) {
-	return getMessage(ctx, s.db, id, "")
+	return getMessage(ctx, s.db, id)
 }
 
 func (s *Store) History(ctx context.Context, id string) ([]backends.HistoryEntry, error) {

@@ -273,12 +273,11 @@ func nullTime(t time.Time) sql.NullTime { return sql.NullTime{Time: t.UTC(), Val
 // querier is a database or a transaction.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func getMessage(ctx context.Context, q querier, id, lock string) (*backends.Message, error) {
-	m, err := scanMessage(q.QueryRowContext(ctx, "SELECT "+messageCols+" FROM emails WHERE id = ?"+lock, id))
+func getMessage(ctx context.Context, db *sql.DB, id string) (*backends.Message, error) {
+	m, err := scanMessage(db.QueryRowContext(ctx, "SELECT "+messageCols+" FROM emails WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
 	}

@@ -121,7 +121,7 @@ func TestPlans(t *testing.T) {
 	plans := []plan{
 		{"claim: pick", mysql.ClaimPickStmt(claim, limit), map[string]int{"emails/idx_claim": 4}, limit + 1, false},
 		{"claim: lock", mysql.ClaimLockStmt(claim, ids), map[string]int{byID: 1}, len(ids), false},
-		{"transitions: lock", mysql.MessageLockStmt(ids), map[string]int{byID: 1}, len(ids), false},
+		{"transitions: lock", mysql.MessageLockStmt(ids), map[string]int{byID: 1, "v/idx_email_seq": 1}, len(ids), false},
 		{"list READY: first page", mysql.ListStatusStmt(ready, nil, 0), page(2), 2 * (limit + 1), false},
 		{"list READY: held, first page", mysql.ListStatusStmt(ready, nil, 1), page(2), 2 * (limit + 1), false},
 		{"list READY: page 400", mysql.ListStatusStmt(ready, lateReady, 0), page(6), 2 * (limit + 1), false},

@@ -52,6 +52,17 @@ func changesStmts(c *backends.Changes) []stmt {
 // first that fails, and that failure is the error. Empty ones are left
 // out.
 func execAll(ctx context.Context, tx querier, stmts []stmt) error {
+	all := joinStmts(stmts)
+	if all.query == "" {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, all.query, all.args...)
+	return err
+}
+
+// joinStmts makes one query of the statements, in order, leaving out the
+// empty ones.
+func joinStmts(stmts []stmt) stmt {
 	var (
 		query strings.Builder
 		args  []any
@@ -66,11 +77,7 @@ func execAll(ctx context.Context, tx querier, stmts []stmt) error {
 		query.WriteString(st.query)
 		args = append(args, st.args...)
 	}
-	if query.Len() == 0 {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, query.String(), args...)
-	return err
+	return stmt{query.String(), args}
 }
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }

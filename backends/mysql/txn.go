@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -20,11 +21,19 @@ import (
 // those two were a third of them, paid again for each relay sharing the
 // database.
 type txn struct {
-	ctx   context.Context
-	conn  *sql.Conn
-	begun bool   // START TRANSACTION has been sent
-	last  []stmt // the writes that go with the COMMIT
-	ended bool
+	ctx      context.Context
+	conn     *sql.Conn
+	begun    bool       // START TRANSACTION has been sent
+	deferred []deferred // statements that go with the next query
+	last     []stmt     // the writes that go with the COMMIT
+	ended    bool
+}
+
+// deferred is a statement that waits for the transaction's next query,
+// and what reads its rows there (nil for a statement that returns none).
+type deferred struct {
+	st   stmt
+	read func(*sql.Rows) error
 }
 
 // begin takes a connection for a transaction, which starts with its first
@@ -49,15 +58,60 @@ func (t *txn) start(query string) string {
 }
 
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := t.Flush(ctx); err != nil {
+		return nil, err
+	}
 	return t.conn.ExecContext(ctx, t.start(query), args...)
 }
 
+// QueryContext runs query after the deferred statements, in one round
+// trip, and hands each of their results to its reader first: the rows it
+// returns are query's.
 func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return t.conn.QueryContext(ctx, t.start(query), args...)
+	pending := t.deferred
+	t.deferred = nil
+	stmts := make([]stmt, 0, len(pending)+1)
+	for _, d := range pending {
+		stmts = append(stmts, d.st)
+	}
+	all := joinStmts(append(stmts, stmt{query, args}))
+	rows, err := t.conn.QueryContext(ctx, t.start(all.query), all.args...)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range pending {
+		if d.read == nil {
+			continue // its result has no rows, which the driver passes over
+		}
+		if err = d.read(rows); err == nil && !rows.NextResultSet() {
+			err = cmp.Or(rows.Err(), errors.New("mysql: a statement's result is missing"))
+		}
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+	}
+	return rows, nil
 }
 
-func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return t.conn.QueryRowContext(ctx, t.start(query), args...)
+// Defer has st run at the start of the transaction's next query, in the
+// same round trip; read, unless nil, reads its rows there (the rows of
+// st's result, and no further). An Exec or Commit runs what is deferred
+// first, in a round trip of its own (Flush).
+func (t *txn) Defer(st stmt, read func(*sql.Rows) error) {
+	t.deferred = append(t.deferred, deferred{st, read})
+}
+
+// Flush runs the deferred statements now.
+func (t *txn) Flush(ctx context.Context) error {
+	if len(t.deferred) == 0 {
+		return nil
+	}
+	rows, err := t.QueryContext(ctx, "SELECT 1")
+	if err != nil {
+		return err
+	}
+	return rows.Close()
 }
 
 // Last has stmts run with the COMMIT, after those Last was given before:
@@ -74,6 +128,9 @@ func (t *txn) Last(stmts ...stmt) {
 // connection lost before the reply) leaves the outcome unknown, and the
 // connection is closed.
 func (t *txn) Commit() error {
+	if err := t.Flush(t.ctx); err != nil {
+		return err
+	}
 	if !t.begun && len(t.last) == 0 {
 		t.end(nil) // nothing ran
 		return nil

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
@@ -23,11 +24,25 @@ func TestTxn(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE txn_probe (k INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
-	kill := func(tx *mysql.Txn) {
-		var id int64
-		if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+	// one reads the one number query returns.
+	one := func(tx *mysql.Txn, query string) int64 {
+		t.Helper()
+		rows, err := tx.QueryContext(ctx, query)
+		if err != nil {
 			t.Fatal(err)
 		}
+		defer rows.Close()
+		var n int64
+		if !rows.Next() {
+			t.Fatalf("%s: no row, %v", query, rows.Err())
+		}
+		if err := rows.Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	kill := func(tx *mysql.Txn) {
+		id := one(tx, "SELECT CONNECTION_ID()")
 		tx.Last(mysql.Stmt("INSERT INTO txn_probe VALUES (3)"), mysql.Stmt(fmt.Sprintf("KILL CONNECTION %d", id)))
 	}
 	tests := []struct {
@@ -55,9 +70,8 @@ func TestTxn(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tx.Rollback()
-			var in int
-			if err := tx.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); err != nil || in != 1 {
-				t.Fatalf("the first statement ran in a transaction: %d, %v; want 1", in, err)
+			if in := one(tx, "SELECT @@in_transaction"); in != 1 {
+				t.Fatalf("the first statement ran in a transaction: %d; want 1", in)
 			}
 			if _, err := tx.ExecContext(ctx, "INSERT INTO txn_probe VALUES (1)"); err != nil {
 				t.Fatal(err)
@@ -74,10 +88,67 @@ func TestTxn(t *testing.T) {
 			}
 			// The pool's connections hold no transaction left open.
 			for range 4 {
+				var in int
 				if err := db.QueryRowContext(ctx, "SELECT @@in_transaction").Scan(&in); err != nil || in != 0 {
 					t.Errorf("a pooled connection is in a transaction: %d, %v", in, err)
 				}
 			}
 		})
+	}
+}
+
+// Deferred statements go with the next query, whose rows are its own, or
+// with the COMMIT when none comes; each reader gets its statement's rows.
+func TestTxnDefer(t *testing.T) {
+	ctx := context.Background()
+	db, err := mysql.Connect(ctx, freshDatabase(t), mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "CREATE TABLE txn_probe (k INT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, query := range []bool{true, false} {
+		if _, err := db.ExecContext(ctx, "DELETE FROM txn_probe"); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := mysql.Begin(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seen []int
+		tx.Defer(mysql.Stmt("INSERT INTO txn_probe VALUES (5), (6)"), nil)
+		tx.Defer(mysql.Stmt("SELECT k FROM txn_probe ORDER BY k"), func(rows *sql.Rows) error {
+			for rows.Next() {
+				var k int
+				if err := rows.Scan(&k); err != nil {
+					return err
+				}
+				seen = append(seen, k)
+			}
+			return rows.Err()
+		})
+		if query {
+			rows, err := tx.QueryContext(ctx, "SELECT COUNT(*) + 100 FROM txn_probe")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if !rows.Next() || rows.Scan(&n) != nil || n != 102 {
+				t.Errorf("the query's own rows: %d, want 102", n)
+			}
+			rows.Close()
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(seen) != "[5 6]" {
+			t.Errorf("with a query %v: the reader saw %v, want [5 6]", query, seen)
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM txn_probe").Scan(&n); err != nil || n != 2 {
+			t.Errorf("with a query %v: %d rows committed, %v; want 2", query, n, err)
+		}
 	}
 }

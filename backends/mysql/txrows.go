@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"strings"
 
@@ -20,10 +21,13 @@ type txRows struct {
 	backends.Rows
 	ctx context.Context
 	tx  *txn
+	// lastSeq is the last event number of each message LockMessages
+	// locked, 0 for none.
+	lastSeq map[string]int64
 }
 
 func newTxRows(ctx context.Context, tx *txn) *txRows {
-	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx}
+	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
 }
 
 // sortedIDs returns ids once each, sorted (backends.SortedIDs), as
@@ -38,15 +42,39 @@ func (w *txRows) LockMessages(ids []string) error {
 		return nil
 	}
 	lock := messageLockStmt(sortedIDs(ids))
-	msgs, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
-	w.Adopt(msgs)
-	return err
+	rows, err := w.tx.QueryContext(w.ctx, lock.query, lock.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq sql.NullInt64
+		m, err := scanMessage(withSeq{rows, &seq})
+		if err != nil {
+			return err
+		}
+		w.Adopt([]*backends.Message{m})
+		w.lastSeq[m.ID] = seq.Int64
+	}
+	return rows.Err()
 }
 
-// messageLockStmt reads and locks messages by id, in id order.
+// messageLockStmt reads and locks messages by id, in id order, each with
+// the number of its last event (idx_email_seq), which the events this
+// transaction adds follow (insertEvents): the lock keeps others from
+// adding any meanwhile.
 func messageLockStmt(ids []any) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
+	return stmt{"SELECT " + messageCols + ", (SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id) FROM emails WHERE id IN (" +
+		inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
 }
+
+// withSeq scans a row of messageCols followed by a last event number.
+type withSeq struct {
+	r   scanner
+	seq *sql.NullInt64
+}
+
+func (s withSeq) Scan(dest ...any) error { return s.r.Scan(append(dest, s.seq)...) }
 
 // LockEvents reads and locks the events of ids that exist, in id order;
 // skip passes over those another transaction holds.
@@ -85,36 +113,48 @@ func (w *txRows) insertEvents() (stmt, error) {
 	if len(w.NewEvents) == 0 {
 		return stmt{}, nil
 	}
-	var owners []string
-	for _, e := range w.NewEvents {
-		owners = append(owners, e.MessageID)
-	}
-	last := lastSeqStmt(sortedIDs(owners))
-	rows, err := w.tx.QueryContext(w.ctx, last.query, last.args...)
-	if err != nil {
-		return stmt{}, err
-	}
-	seqs := map[string]int64{}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			rows.Close()
-			return stmt{}, err
-		}
-		seqs[strings.TrimRight(id, " ")] = seq
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	if err := w.readLastSeqs(); err != nil {
 		return stmt{}, err
 	}
 	args := make([]any, 0, 14*len(w.NewEvents))
 	for _, e := range w.NewEvents {
-		seqs[e.MessageID]++
-		e.Seq = seqs[e.MessageID]
+		w.lastSeq[e.MessageID]++
+		e.Seq = w.lastSeq[e.MessageID]
 		args = append(args, eventArgs(e)...)
 	}
 	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
+}
+
+// readLastSeqs reads the last event numbers of the new events' messages
+// that LockMessages did not lock (those an event update locked, say).
+func (w *txRows) readLastSeqs() error {
+	var owners []string
+	for _, e := range w.NewEvents {
+		if _, ok := w.lastSeq[e.MessageID]; !ok {
+			owners = append(owners, e.MessageID)
+		}
+	}
+	if len(owners) == 0 {
+		return nil
+	}
+	last := lastSeqStmt(sortedIDs(owners))
+	rows, err := w.tx.QueryContext(w.ctx, last.query, last.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for _, id := range owners {
+		w.lastSeq[id] = 0
+	}
+	for rows.Next() {
+		var id string
+		var seq int64
+		if err := rows.Scan(&id, &seq); err != nil {
+			return err
+		}
+		w.lastSeq[strings.TrimRight(id, " ")] = seq
+	}
+	return rows.Err()
 }
 
 // lastSeqStmt reads the last event number of each message of ids

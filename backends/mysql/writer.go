@@ -40,6 +40,11 @@ func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
+	// Creates deferred to a query that did not come: their outcome must
+	// be known before the writes.
+	if err := tx.Flush(ctx); err != nil {
+		return err
+	}
 	return w.write()
 }
 
@@ -47,25 +52,31 @@ func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 // when the store keeps them. An id already taken keeps its row (ON
 // DUPLICATE KEY changes nothing); reading the spool paths back tells which
 // rows are ours, since each submission has its own file or BodyRef.
+//
+// Creates that need no more statements (no bytes kept, no batch to check)
+// go with the transaction's next query (txn.Defer), the lock of the moved
+// messages in a group under load, and read their paths back there: one
+// round trip fewer for each group.
 func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *backends.Changes) error {
 	if len(creates) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 16*len(creates))
-	ids := make([]any, 0, len(creates))
-	for _, o := range creates {
-		m := o.Create
-		env, err := json.Marshal(m.Envelope)
-		if err != nil {
-			return err
-		}
-		args = append(args, m.ID, m.Status, null(m.EmlPath), null(m.PayloadPath), null(m.Reason), 1, m.CreatedAt.UTC(), m.UpdatedAt.UTC(),
-			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
-		ids = append(ids, m.ID)
+	insert, ids, err := insertStmt(creates)
+	if err != nil {
+		return err
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
-		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES `+
-		rowsOf(16, len(creates))+" ON DUPLICATE KEY UPDATE id = id", args...)
+	if plain(creates) {
+		tx.Defer(insert, nil)
+		tx.Defer(pathsStmt(ids), func(rows *sql.Rows) error {
+			paths, err := scanPaths(rows)
+			if err == nil {
+				madeBy(creates, paths, h)
+			}
+			return err
+		})
+		return nil
+	}
+	res, err := tx.ExecContext(ctx, insert.query, insert.args...)
 	if err != nil {
 		return err
 	}
@@ -73,6 +84,51 @@ func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *b
 	if err != nil {
 		return err
 	}
+	bodies, batched := madeBy(creates, paths, h)
+	// The bytes commit with their row, or not at all: only the rows this
+	// group made get them.
+	if err := s.insertBodies(ctx, tx, bodies); err != nil {
+		return err
+	}
+	return holdSuspended(ctx, tx, batched)
+}
+
+// plain reports whether the creates need no statement beyond their
+// insert: no bytes to keep, no batch to check.
+func plain(creates []*op) bool {
+	for _, o := range creates {
+		if o.Create.Body != nil || o.Create.Batch != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// insertStmt inserts the creates' rows, leaving a row whose id is taken as
+// it is, and returns their ids.
+func insertStmt(creates []*op) (stmt, []any, error) {
+	args := make([]any, 0, 16*len(creates))
+	ids := make([]any, 0, len(creates))
+	for _, o := range creates {
+		m := o.Create
+		env, err := json.Marshal(m.Envelope)
+		if err != nil {
+			return stmt{}, nil, err
+		}
+		args = append(args, m.ID, m.Status, null(m.EmlPath), null(m.PayloadPath), null(m.Reason), 1, m.CreatedAt.UTC(), m.UpdatedAt.UTC(),
+			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
+		ids = append(ids, m.ID)
+	}
+	return stmt{`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
+		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES ` +
+		rowsOf(16, len(creates)) + " ON DUPLICATE KEY UPDATE id = id", args}, ids, nil
+}
+
+// madeBy records the history and counts of the rows the creates made,
+// whose paths are theirs, and marks the others duplicates. It returns
+// those of the rows made whose bytes the store keeps, and their ids by
+// batch.
+func madeBy(creates []*op, paths map[string]string, h *backends.Changes) ([]*backends.Message, map[string][]any) {
 	mine := map[string]bool{}
 	batched := map[string][]any{}
 	var bodies []*backends.Message
@@ -93,12 +149,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *b
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}
 	}
-	// The bytes commit with their row, or not at all: only the rows this
-	// group made get them.
-	if err := s.insertBodies(ctx, tx, bodies); err != nil {
-		return err
-	}
-	return holdSuspended(ctx, tx, batched)
+	return bodies, batched
 }
 
 // insertedPaths returns the spool path of each row the creates' ids hold.
@@ -107,18 +158,31 @@ func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *b
 // ask for found rows: Connect), those are the creates' own, and nothing
 // is read.
 func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, ids []any) (map[string]string, error) {
-	paths := make(map[string]string, len(creates))
 	if n, err := res.RowsAffected(); err == nil && n == int64(len(creates)) {
+		paths := make(map[string]string, len(creates))
 		for _, o := range creates {
 			paths[o.Create.ID] = o.Create.EmlPath
 		}
 		return paths, nil
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT id, eml_file_path FROM emails WHERE id IN ("+inList(len(ids))+")", ids...)
+	read := pathsStmt(ids)
+	rows, err := tx.QueryContext(ctx, read.query, read.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
+	return scanPaths(rows)
+}
+
+// pathsStmt reads the spool path of the rows of ids.
+func pathsStmt(ids []any) stmt {
+	return stmt{"SELECT id, eml_file_path FROM emails WHERE id IN (" + inList(len(ids)) + ")", ids}
+}
+
+// scanPaths reads the result of pathsStmt, leaving rows open for what
+// follows it.
+func scanPaths(rows *sql.Rows) (map[string]string, error) {
+	paths := map[string]string{}
 	for rows.Next() {
 		var id string
 		var path sql.NullString
