@@ -263,11 +263,15 @@ func (e *Engine) shutdown() {
 }
 
 // claim claims as many READY messages as there is room for, at most 256,
-// and dispatches them. It returns how many it claimed, and the room.
+// and dispatches them. It returns how many it claimed, and the room. The
+// room is held while the claim runs, so that what Reserve takes meanwhile
+// stays within MaxInFlight; Reserve goes on meanwhile as the last claim
+// allowed, or every message the intake worker prepared while a claim ran
+// would wait for the next.
 func (e *Engine) claim(ctx context.Context) (n, room int, err error) {
 	e.mu.Lock()
-	room = min(e.cfg.MaxInFlight-e.inflight, 256)
-	e.drained = false
+	room = max(min(e.cfg.MaxInFlight-e.inflight, 256), 0)
+	e.inflight += room
 	e.mu.Unlock()
 	var msgs []*backends.Message
 	if room > 0 {
@@ -278,7 +282,7 @@ func (e *Engine) claim(ctx context.Context) (n, room int, err error) {
 		})
 	}
 	e.mu.Lock()
-	e.inflight += len(msgs)
+	e.inflight -= room - len(msgs)
 	e.drained = err == nil && len(msgs) < room
 	e.mu.Unlock()
 	e.flights.Add(len(msgs))
