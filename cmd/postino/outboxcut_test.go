@@ -38,8 +38,11 @@ func (p *cutProxy) requests(s, c net.Conn, lose *atomic.Bool) {
 		if _, err := io.ReadFull(r, packet[4:]); err != nil {
 			return
 		}
+		p.mu.Lock()
+		matched = matched || p.loseAfter != nil && bytes.Contains(packet, p.loseAfter)
+		p.mu.Unlock()
 		switch cmd := string(packet[4:]); {
-		case cmd == "\x03COMMIT" && matched:
+		case ends(cmd, "COMMIT") && matched:
 			p.mu.Lock()
 			if p.loseAfter != nil {
 				p.loseAfter = nil
@@ -47,17 +50,20 @@ func (p *cutProxy) requests(s, c net.Conn, lose *atomic.Bool) {
 			}
 			p.mu.Unlock()
 			matched = false
-		case cmd == "\x03COMMIT" || cmd == "\x03ROLLBACK":
+		case ends(cmd, "COMMIT") || ends(cmd, "ROLLBACK"):
 			matched = false
-		default:
-			p.mu.Lock()
-			matched = matched || p.loseAfter != nil && bytes.Contains(packet, p.loseAfter)
-			p.mu.Unlock()
 		}
 		if _, err := s.Write(packet); err != nil {
 			return
 		}
 	}
+}
+
+// ends reports whether the command cmd is a query that ends the
+// transaction with word: alone, or as the last of its statements (the
+// store sends COMMIT with the transaction's last writes).
+func ends(cmd, word string) bool {
+	return strings.HasPrefix(cmd, "\x03") && (cmd[1:] == word || strings.HasSuffix(cmd, ";\n"+word))
 }
 
 // replies writes the server's replies to the client until one is to be
