@@ -484,4 +484,36 @@ func testChain(t *testing.T, s messageStore) {
 	if got := mustGet(t, s, "chain-2").Status; got != backends.StatusProcessing {
 		t.Errorf("the refused chain moved the message to %s", got)
 	}
+	testChainToDelivery(t, s)
+}
+
+// testChainToDelivery: the intake of the relay that accepted a message
+// claims it for delivery in the same move (ACCEPTED, READY, PROCESSING
+// under a lease). The lease is the delivery's: a claim of READY does not
+// take the message, and the lease's end returns it to READY.
+func testChainToDelivery(t *testing.T, s messageStore) {
+	ctx := context.Background()
+	walk(t, s, "chain-3", backends.StatusAccepted)
+	lease := at(2 * time.Hour)
+	err := s.Transition(ctx, backends.Transition{ID: "chain-3", From: backends.StatusAccepted, To: backends.StatusReady,
+		At: at(time.Hour), Reason: "ready for route default", Route: "default", LeaseUntil: lease,
+		Then: []backends.Step{{To: backends.StatusProcessing, Reason: "claimed for delivery"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mustGet(t, s, "chain-3")
+	if m.Status != backends.StatusProcessing || !m.LeaseUntil.Equal(lease) || m.Route != "default" || m.Reason != "ready for route default" {
+		t.Errorf("after the chain: %s lease %v route %q reason %q", m.Status, m.LeaseUntil, m.Route, m.Reason)
+	}
+	claimed, err := s.Claim(ctx, backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: at(90 * time.Minute),
+		LeaseUntil: at(3 * time.Hour), Limit: 10})
+	if err != nil || len(claimed) != 0 {
+		t.Errorf("a claim of READY took %d messages (%v); the chain's message is held", len(claimed), err)
+	}
+	if _, err := s.Restore(ctx, at(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "chain-3").Status; got != backends.StatusReady {
+		t.Errorf("after its lease the message is %s, want READY", got)
+	}
 }

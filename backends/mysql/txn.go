@@ -124,9 +124,9 @@ func (t *txn) Last(stmts ...stmt) {
 
 // Commit runs the last writes and the COMMIT in one query and gives the
 // connection back. The server stops at the first statement that fails, so
-// an error it answers means nothing was committed; any other error (the
-// connection lost before the reply) leaves the outcome unknown, and the
-// connection is closed.
+// a statement it refuses means nothing was committed; any other error (the
+// connection lost or killed before the reply) leaves the outcome unknown,
+// and the connection is closed.
 func (t *txn) Commit() error {
 	if err := t.Flush(t.ctx); err != nil {
 		return err
@@ -142,13 +142,26 @@ func (t *txn) Commit() error {
 	case err == nil:
 		t.end(nil)
 		return nil
+	case retryable(err):
+		return err // Rollback ends the transaction, which runs again.
 	case errors.As(err, &me) && me.Number == 1062:
 		return fmt.Errorf("event: %w", backends.ErrDuplicate)
-	case errors.As(err, &me):
-		return err // Rollback ends the transaction.
+	case errors.As(err, &me) && !interrupted(me):
+		return err // refused: Rollback ends the transaction.
 	}
 	t.end(driver.ErrBadConn)
 	return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+}
+
+// interrupted reports whether me ends the session rather than refuses a
+// statement (the server shutting down, the query or connection killed): it
+// may answer the COMMIT itself, after the commit landed.
+func interrupted(me *mysql.MySQLError) bool {
+	switch me.Number {
+	case 1053, 1317, 1927:
+		return true
+	}
+	return false
 }
 
 // Rollback ends a transaction Commit did not, and gives the connection

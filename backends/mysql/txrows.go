@@ -62,7 +62,11 @@ func (w *txRows) LockMessages(ids []string) error {
 // messageLockStmt reads and locks messages by id, in id order, each with
 // the number of its last event (idx_email_seq), which the events this
 // transaction adds follow (insertEvents): the lock keeps others from
-// adding any meanwhile.
+// adding any until the commit. The number is read as of the statement's
+// start (READ COMMITTED gives each statement one view): for a message whose
+// lock the statement waited for, an event committed meanwhile is not seen,
+// the number is taken, the insert meets idx_email_seq, and the transaction
+// runs again (retryable), rarely and never wrongly.
 func messageLockStmt(ids []any) stmt {
 	return stmt{"SELECT " + messageCols + ", (SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id) FROM emails WHERE id IN (" +
 		inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}

@@ -158,7 +158,6 @@ func (e *Engine) Run(ctx context.Context) {
 	poll := time.NewTicker(e.cfg.Poll)
 	defer poll.Stop()
 	failures := 0
-	defer e.setDrained(false) // no more claims straight from READY
 	for ctx.Err() == nil {
 		n, free, err := e.claim(ctx)
 		var wait time.Duration
@@ -191,6 +190,9 @@ func (e *Engine) Run(ctx context.Context) {
 		case <-freed:
 		}
 	}
+	// No more claims straight from intake: shutdown waits for the flights
+	// there are.
+	e.setDrained(false)
 	e.shutdown()
 }
 
@@ -208,7 +210,9 @@ func (e *Engine) setDrained(d bool) {
 // delivers the message (Deliver) once t has landed, or gives the place
 // back (Release). A claim is a round trip and a write of its own, and
 // each relay sharing an outbox would make one for every batch its intake
-// prepares. Reserve refuses once Run has ended.
+// prepares. Reserve refuses once Run's claims have ended; a message it
+// took must be delivered before Run returns (the relay stops its intake
+// worker first).
 func (e *Engine) Reserve(t *backends.Transition) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -287,7 +287,11 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 	s.log.Info("accepted", "id", m.ID, "message_id", m.MessageID, "from", m.Envelope.Sender,
 		"rcpts", len(m.Envelope.Recipients), "size", f.Size(), "client", cmp.Or(m.Envelope.ClientAddr, m.Envelope.Helo), "user", m.Envelope.AuthUser)
 	if s.accepted != nil {
-		s.accepted(m)
+		// The worker reads the bytes by their path, as it does those of
+		// a claimed row: the copy it holds keeps none in memory.
+		h := *m
+		h.Body = nil
+		s.accepted(&h)
 	}
 	return nil
 }

@@ -244,7 +244,7 @@ func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	var u unreadable
 	if errors.As(err, &u) {
 		if age := time.Since(m.CreatedAt); age < w.cfg.MaxAge {
-			w.log.Error("intake: the message's file cannot be read; it is tried again within a lease", "id", m.ID,
+			w.log.Error("intake: the message's file cannot be read; it is tried again when its lease ends, or, not claimed, at the next claim", "id", m.ID,
 				"error", err, "lease", w.cfg.Lease)
 			return t, false
 		}
@@ -292,7 +292,7 @@ func (w *Worker) record(m *backends.Message, t backends.Transition, leases []tim
 		return false
 	case err != nil:
 		// The lease or a claim takes the message again; nothing is lost.
-		w.log.Error("intake: cannot record the prepared message; it is tried again within a lease", "id", t.ID, "to", t.To, "error", err)
+		w.log.Error("intake: cannot record the prepared message; it is tried again when its lease ends, or, not claimed, at the next claim", "id", t.ID, "to", t.To, "error", err)
 		return false
 	case t.To == backends.StatusInvalid:
 		w.log.Warn("invalid", "id", t.ID, "reason", t.Reason)
