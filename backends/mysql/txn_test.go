@@ -11,19 +11,28 @@ import (
 	"github.com/genropy/postino/backends/mysql"
 )
 
-// A transaction starts with its first statement and ends with its last
-// writes: committed together, or not at all when the server refuses one of
-// them or the connection ends before the COMMIT.
-func TestTxn(t *testing.T) {
+// probeDB connects to a fresh database holding a table txn_probe of keys,
+// closed with the test.
+func probeDB(t *testing.T) *sql.DB {
+	t.Helper()
 	ctx := context.Background()
 	db, err := mysql.Connect(ctx, freshDatabase(t), mysql.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	if _, err := db.ExecContext(ctx, "CREATE TABLE txn_probe (k INT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
 	}
+	return db
+}
+
+// A transaction starts with its first statement and ends with its last
+// writes: committed together, or not at all when the server refuses one of
+// them or the connection ends before the COMMIT.
+func TestTxn(t *testing.T) {
+	ctx := context.Background()
+	db := probeDB(t)
 	// one reads the one number query returns.
 	one := func(tx *mysql.Txn, query string) int64 {
 		t.Helper()
@@ -101,14 +110,7 @@ func TestTxn(t *testing.T) {
 // with the COMMIT when none comes; each reader gets its statement's rows.
 func TestTxnDefer(t *testing.T) {
 	ctx := context.Background()
-	db, err := mysql.Connect(ctx, freshDatabase(t), mysql.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := db.ExecContext(ctx, "CREATE TABLE txn_probe (k INT PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
+	db := probeDB(t)
 	for _, query := range []bool{true, false} {
 		if _, err := db.ExecContext(ctx, "DELETE FROM txn_probe"); err != nil {
 			t.Fatal(err)
