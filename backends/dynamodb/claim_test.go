@@ -236,3 +236,26 @@ func TestClaimHoldsSlippedMessage(t *testing.T) {
 		t.Errorf("the slipped message is in queue %q after the claim, want it held", q)
 	}
 }
+
+// The relay that creates a message moves it next, without a claim
+// (intake's hand-over): that move is its transaction alone, the message
+// not read first.
+func TestMoveAfterCreateReadsNothing(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	counter := counted(&opts)
+	s := openStore(t, opts)
+	if err := s.Create(ctx, &backends.Message{ID: "m", Priority: backends.PriorityNormal, EmlPath: "m.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	counter.reset()
+	if err := s.Transition(ctx, backends.Transition{ID: "m", From: backends.StatusAccepted, To: backends.StatusReady, Route: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, byOp := counter.total(); byOp != "ExecuteTransaction=1" {
+		t.Errorf("the move after the create sent %s, want ExecuteTransaction=1", byOp)
+	}
+	if m, err := s.Get(ctx, "m"); err != nil || m.Status != backends.StatusReady || m.Route != "default" {
+		t.Errorf("after the move: %+v, %v", m, err)
+	}
+}

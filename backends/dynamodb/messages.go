@@ -86,6 +86,11 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 		case err != nil:
 			return fmt.Errorf("create message %s: %w", msg.ID, err)
 		}
+		// The relay that creates a message moves it next (intake's
+		// hand-over): as written, it need not be read first.
+		if written, err := metaFromItem(item); err == nil {
+			s.recent.remember(written)
+		}
 		return nil
 	}
 }

@@ -89,7 +89,9 @@ func TestQueueCommands(t *testing.T) {
 		}
 	}
 	hist, _ := show["history"].([]any)
-	if len(hist) != 2 {
+	// ACCEPTED and READY, with INTAKING between when the intake's poll
+	// claimed the message before the hand-over was prepared.
+	if len(hist) != 2 && len(hist) != 3 {
 		t.Fatalf("history %v", show["history"])
 	}
 	for _, h := range hist {
