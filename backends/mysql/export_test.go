@@ -18,7 +18,6 @@ var (
 	DueAlarmsStmt     = dueAlarmsStmt
 	EventPickStmt     = eventPickStmt
 	EventLockStmt     = eventLockStmt
-	LastSeqStmt       = lastSeqStmt
 	HoldBatchStmt     = holdBatchStmt
 	CountsStmt        = stmt{query: countsQuery}
 )

@@ -136,7 +136,6 @@ func TestPlans(t *testing.T) {
 		{"event claim: pick", mysql.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
 			map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, 3 * limit, false},
 		{"event claim: lock", mysql.EventLockStmt([]any{"e-000001", "e-000101"}, true), map[string]int{"email_events/PRIMARY": 1}, 2, false},
-		{"new events: last numbers", mysql.LastSeqStmt([]any{"m-000001", "m-000002", "m-000003"}), map[string]int{"email_events/idx_email_seq": 1}, 6, false},
 		{"suspend a batch", mysql.HoldBatchStmt("camp", true), map[string]int{"emails/idx_batch": 1}, 0, false},
 		{"event updates: lock", mysql.EventLockStmt([]any{"e-000003", "e-000103"}, false), map[string]int{"email_events/PRIMARY": 1}, 2, false},
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
 	"strings"
 
 	"github.com/genropy/postino/backends"
@@ -110,61 +111,25 @@ func (w *txRows) write() error {
 	return nil
 }
 
-// insertEvents numbers the new events after their messages' last ones
-// (whose rows the transaction holds, so no one else numbers them) and
-// returns their insert.
+// insertEvents numbers the new events after their messages' last ones,
+// which LockMessages read with the locks that keep anyone else from
+// numbering them until the commit, and returns their insert. Every rule
+// that adds an event locks its message that way.
 func (w *txRows) insertEvents() (stmt, error) {
 	if len(w.NewEvents) == 0 {
 		return stmt{}, nil
 	}
-	if err := w.readLastSeqs(); err != nil {
-		return stmt{}, err
-	}
 	args := make([]any, 0, 14*len(w.NewEvents))
 	for _, e := range w.NewEvents {
-		w.lastSeq[e.MessageID]++
-		e.Seq = w.lastSeq[e.MessageID]
+		last, ok := w.lastSeq[e.MessageID]
+		if !ok {
+			return stmt{}, fmt.Errorf("event %s: its message %s was not locked with its last event number", e.ID, e.MessageID)
+		}
+		e.Seq = last + 1
+		w.lastSeq[e.MessageID] = e.Seq
 		args = append(args, eventArgs(e)...)
 	}
 	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
-}
-
-// readLastSeqs reads the last event numbers of the new events' messages
-// that LockMessages did not lock (those an event update locked, say).
-func (w *txRows) readLastSeqs() error {
-	var owners []string
-	for _, e := range w.NewEvents {
-		if _, ok := w.lastSeq[e.MessageID]; !ok {
-			owners = append(owners, e.MessageID)
-		}
-	}
-	if len(owners) == 0 {
-		return nil
-	}
-	last := lastSeqStmt(sortedIDs(owners))
-	rows, err := w.tx.QueryContext(w.ctx, last.query, last.args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for _, id := range owners {
-		w.lastSeq[id] = 0
-	}
-	for rows.Next() {
-		var id string
-		var seq int64
-		if err := rows.Scan(&id, &seq); err != nil {
-			return err
-		}
-		w.lastSeq[strings.TrimRight(id, " ")] = seq
-	}
-	return rows.Err()
-}
-
-// lastSeqStmt reads the last event number of each message of ids
-// (idx_email_seq).
-func lastSeqStmt(ids []any) stmt {
-	return stmt{"SELECT email_id, MAX(seq) FROM email_events WHERE email_id IN (" + inList(len(ids)) + ") GROUP BY email_id", ids}
 }
 
 // eventArgs are an event's values in the order of eventCols.
