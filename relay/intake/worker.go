@@ -140,8 +140,9 @@ func (w *Worker) Run(ctx context.Context) {
 			} else {
 				failures, retry = 0, nil
 			}
-			if w.prepareAll(msgs) && ctx.Err() == nil {
-				continue
+			w.prepareAll(msgs)
+			if len(msgs) == w.cfg.claimLimit() && ctx.Err() == nil {
+				continue // there may be more
 			}
 		}
 		claim = true
@@ -187,9 +188,8 @@ func (w *Worker) takeInbox(first *backends.Message) []*backends.Message {
 // prepareAll checks the messages, claimed ones (INTAKING) and ones handed
 // over (ACCEPTED), at most Concurrency at once, and records each outcome
 // without holding a checking slot: the records of a whole batch then share
-// the outbox's commits instead of waiting for one another. It reports
-// whether there were any.
-func (w *Worker) prepareAll(msgs []*backends.Message) bool {
+// the outbox's commits instead of waiting for one another.
+func (w *Worker) prepareAll(msgs []*backends.Message) {
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var wg sync.WaitGroup
 	var waiting atomic.Bool // a message is READY for a claim
@@ -215,7 +215,6 @@ func (w *Worker) prepareAll(msgs []*backends.Message) bool {
 	if waiting.Load() && w.cfg.Ready != nil {
 		w.cfg.Ready()
 	}
-	return len(msgs) > 0
 }
 
 // unreadable is a message whose file could not be read: not its fault, so

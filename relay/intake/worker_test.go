@@ -248,3 +248,27 @@ func TestWorkerAccepted(t *testing.T) {
 	default:
 	}
 }
+
+// A claim that took less than it asked for found every message waiting:
+// the worker does not claim again until woken or its poll.
+func TestWorkerPartialClaimIsLast(t *testing.T) {
+	sp, bs := outboxtest.Open(t)
+	for i := range 3 {
+		outboxtest.Add(t, sp, bs, &backends.Message{ID: fmt.Sprintf("m%d", i), Priority: 2,
+			Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}},
+			[]byte("Subject: hi\r\n\r\nhello\r\n"))
+	}
+	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
+		store, sp, func(*backends.Message) (string, error) { return "default", nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	outboxtest.WaitCounts(t, bs, time.Minute, func(n map[backends.Status]int) bool { return n[backends.StatusReady] == 3 })
+	cancel()
+	<-done
+	if n := len(store.claims); n != 1 {
+		t.Errorf("%d claims for 3 messages waiting, want 1", n)
+	}
+}
