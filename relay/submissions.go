@@ -30,28 +30,21 @@ type SubmissionsConfig struct {
 	Poll Duration `yaml:"poll"`
 }
 
-func (s *SubmissionsConfig) table() string {
-	if s.Table == "" {
-		return submissions.DefaultTable
-	}
-	return s.Table
-}
-
-func (s *SubmissionsConfig) name() string {
-	if s.Name == "" {
-		return s.Driver + ":" + s.table()
-	}
-	return s.Name
+// reader is the reader's configuration of s, with dsn, its defaults
+// filled in.
+func (s *SubmissionsConfig) reader(dsn string) submissions.Config {
+	return submissions.Config{Name: s.Name, Driver: s.Driver, DSN: dsn, Table: s.Table, Poll: s.Poll.D()}.WithDefaults()
 }
 
 func (c *Config) checkSubmissions() error {
 	named := map[string]int{}
 	for i, s := range c.Submissions {
-		if j, ok := named[s.name()]; ok {
-			return fmt.Errorf("submissions[%d] and submissions[%d] are both named %q, which would mix up their readiness and metrics; give one a name", j, i, s.name())
+		rc := s.reader("")
+		if j, ok := named[rc.Name]; ok {
+			return fmt.Errorf("submissions[%d] and submissions[%d] are both named %q, which would mix up their readiness and metrics; give one a name", j, i, rc.Name)
 		}
-		named[s.name()] = i
-		if _, err := submissions.Schema(s.Driver, s.table()); err != nil {
+		named[rc.Name] = i
+		if _, err := submissions.Schema(s.Driver, rc.Table); err != nil {
 			return fmt.Errorf("submissions[%d]: %w", i, err)
 		}
 		if err := checkDSN(fmt.Sprintf("submissions[%d]", i), "", s.DSN, s.DSNFile, s.DSNEnv); err != nil {
@@ -74,7 +67,7 @@ func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *subm
 			closeAll(out)
 			return nil, err
 		}
-		rd, err := submissions.Open(ctx, submissions.Config{Name: s.name(), Driver: s.Driver, DSN: dsn, Table: s.table(), Poll: s.Poll.D()}, in, m, log)
+		rd, err := submissions.Open(ctx, s.reader(dsn), in, m, log)
 		if err != nil {
 			closeAll(out)
 			return nil, fmt.Errorf("submissions[%d]: %w", i, err)

@@ -75,17 +75,21 @@ type Reader struct {
 	state [claimers]error
 }
 
-// Open connects to the database of cfg; Run reads it.
+// WithDefaults returns c with what it leaves out filled in: the table
+// DefaultTable, the name driver:table, a poll of a second, batches of 256
+// rows, 32 rows taken at once.
+func (c Config) WithDefaults() Config {
+	c.Table = cmp.Or(c.Table, DefaultTable)
+	c.Name = cmp.Or(c.Name, c.Driver+":"+c.Table)
+	c.Poll = cmp.Or(c.Poll, time.Second)
+	c.Batch = cmp.Or(c.Batch, 256)
+	c.Concurrency = cmp.Or(c.Concurrency, 32)
+	return c
+}
+
+// Open connects to the database of cfg (WithDefaults); Run reads it.
 func Open(ctx context.Context, cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) {
-	if cfg.Table == "" {
-		cfg.Table = DefaultTable
-	}
-	if cfg.Name == "" {
-		cfg.Name = cfg.Driver + ":" + cfg.Table
-	}
-	cfg.Poll = cmp.Or(cfg.Poll, time.Second)
-	cfg.Batch = cmp.Or(cfg.Batch, 256)
-	cfg.Concurrency = cmp.Or(cfg.Concurrency, 32)
+	cfg = cfg.WithDefaults()
 	d, err := lookup(cfg.Driver, cfg.Table)
 	if err != nil {
 		return nil, err
