@@ -172,10 +172,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
-	wcfg := cfg.workerConfig(r.engine.Wake)
-	// The intake worker stops before the engine (Run), as Reserve needs.
-	wcfg.Delivery = r.engine
-	r.worker = intake.NewWorker(wcfg, r.outbox, r.bodies, routes.Choose, log)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Accepted)
 	if r.submissions, err = cfg.openSubmissions(context.Background(), r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err

@@ -139,11 +139,12 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 	return out
 }
 
-// workerConfig is the intake workers' settings; ready is called when
-// messages become READY.
-func (c *Config) workerConfig(ready func()) intake.WorkerConfig {
+// workerConfig is the intake workers' settings: the messages they make
+// READY go to delivery, woken for a claim or taken straight away. The
+// relay stops its intake worker before the engine, as Reserve needs.
+func (c *Config) workerConfig(engine *delivery.Engine) intake.WorkerConfig {
 	return intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
-		Owner: c.Hostname, Ready: ready, MaxAge: c.Delivery.Retry.MaxAge.D()}
+		Owner: c.Hostname, Ready: engine.Wake, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D()}
 }
 
 // deliveryRoutes builds the routes and their rules, reading the passwords.

@@ -159,27 +159,24 @@ func (e *Engine) Run(ctx context.Context) {
 	defer poll.Stop()
 	failures := 0
 	for ctx.Err() == nil {
-		n, free, err := e.claim(ctx)
-		var wait time.Duration
+		n, room, err := e.claim(ctx)
+		var retry <-chan time.Time // nil, so never, unless backing off
 		if err != nil {
 			failures++
-			wait = backoff.Outage().Delay(failures)
+			wait := backoff.Outage().Delay(failures)
 			e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
+			retry = time.After(wait)
 		} else {
 			failures = 0
 		}
-		if n > 0 && n == free {
+		if n > 0 && n == room {
 			continue // there may be more
-		}
-		var retry <-chan time.Time
-		if failures > 0 {
-			retry = time.After(wait)
 		}
 		// A flight that lands makes room, which matters only when the
 		// engine had none: a claim with room to spare found all that was
 		// due, and another now would find nothing.
 		var freed <-chan struct{}
-		if free <= 0 {
+		if room == 0 {
 			freed = e.freed
 		}
 		select {
