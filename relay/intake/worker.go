@@ -80,6 +80,9 @@ type Worker struct {
 	wake   chan struct{}
 	// inbox holds the messages this relay has just accepted (Accepted).
 	inbox chan *backends.Message
+	// claimed are the ids the last claim took, which their copies in the
+	// inbox must not prepare again (Run's alone).
+	claimed map[string]bool
 }
 
 func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log *slog.Logger) *Worker {
@@ -131,6 +134,13 @@ func (w *Worker) Run(ctx context.Context) {
 	claim := true
 	for {
 		if claim {
+			// What was handed over goes first: a claim would take it
+			// too, and it would be prepared twice.
+			select {
+			case m := <-w.inbox:
+				w.prepareAll(w.takeInbox(m))
+			default:
+			}
 			msgs, err := w.claim()
 			if err != nil {
 				failures++
@@ -163,26 +173,35 @@ func (w *Worker) Run(ctx context.Context) {
 // claim claims a batch of ACCEPTED messages.
 func (w *Worker) claim() ([]*backends.Message, error) {
 	now := time.Now().UTC()
-	return w.store.Claim(context.Background(), backends.Claim{
+	msgs, err := w.store.Claim(context.Background(), backends.Claim{
 		From: backends.StatusAccepted, To: backends.StatusIntaking,
 		Now: now, LeaseUntil: now.Add(w.cfg.Lease),
 		Limit: w.cfg.claimLimit(), Reason: "claimed for intake by " + w.cfg.Owner,
 	})
+	w.claimed = make(map[string]bool, len(msgs))
+	for _, m := range msgs {
+		w.claimed[m.ID] = true
+	}
+	return msgs, err
 }
 
 // takeInbox returns first and the messages waiting behind it in the
-// inbox, up to a claim's worth.
+// inbox, up to a claim's worth, but for those the last claim took.
 func (w *Worker) takeInbox(first *backends.Message) []*backends.Message {
-	msgs := []*backends.Message{first}
-	for len(msgs) < w.cfg.claimLimit() {
-		select {
-		case m := <-w.inbox:
+	var msgs []*backends.Message
+	for m := first; ; {
+		if !w.claimed[m.ID] {
 			msgs = append(msgs, m)
+		}
+		if len(msgs) == w.cfg.claimLimit() {
+			return msgs
+		}
+		select {
+		case m = <-w.inbox:
 		default:
 			return msgs
 		}
 	}
-	return msgs
 }
 
 // prepareAll checks the messages, claimed ones (INTAKING) and ones handed

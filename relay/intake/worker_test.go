@@ -272,3 +272,64 @@ func TestWorkerPartialClaimIsLast(t *testing.T) {
 		t.Errorf("%d claims for 3 messages waiting, want 1", n)
 	}
 }
+
+// refusedMoves is an outbox that counts the moves it refuses for a status
+// the message had left.
+type refusedMoves struct {
+	*countedClaims
+	refused atomic.Int32
+}
+
+func (s *refusedMoves) Transition(ctx context.Context, t backends.Transition) error {
+	err := s.countedClaims.Transition(ctx, t)
+	if errors.Is(err, backends.ErrLockNotAcquired) {
+		s.refused.Add(1)
+	}
+	return err
+}
+
+// A message both handed over and claimable is prepared once: what waits
+// in the inbox goes before a claim, and a copy that arrives after a claim
+// took its message is dropped.
+func TestWorkerPreparesOnce(t *testing.T) {
+	sp, bs := outboxtest.Open(t)
+	store := &refusedMoves{countedClaims: &countedClaims{Store: bs, claims: make(chan int, 100)}}
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
+		store, sp, func(*backends.Message) (string, error) { return "default", nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	add := func(id string) *backends.Message {
+		m := &backends.Message{ID: id, Priority: 2, Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}}
+		outboxtest.Add(t, sp, bs, m, []byte("Subject: hi\r\n\r\nhello\r\n"))
+		return m
+	}
+	// Handed over before the worker's first claim.
+	w.Accepted(add("early"))
+	// Claimed by the first claim, its copy handed over after.
+	late := add("late")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	if n := <-store.claims; n != 1 {
+		t.Fatalf("the first claim took %d messages, want late alone", n)
+	}
+	w.Accepted(late)
+	w.Accepted(add("after"))
+	outboxtest.WaitCounts(t, bs, time.Minute, func(n map[backends.Status]int) bool { return n[backends.StatusReady] == 3 })
+	if n := store.refused.Load(); n != 0 {
+		t.Errorf("%d moves refused: a message was prepared twice", n)
+	}
+	for id, want := range map[string]string{"early": "ACCEPTED READY", "late": "ACCEPTED INTAKING READY", "after": "ACCEPTED READY"} {
+		h, err := bs.History(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range h {
+			got = append(got, string(e.Status))
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: history %v, want %s", id, got, want)
+		}
+	}
+}
