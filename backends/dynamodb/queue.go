@@ -301,7 +301,9 @@ func (s *Store) claimable(ctx context.Context, c backends.Claim, n int) ([]map[s
 // dueFirst reads up to n due entries of a shard of a prioritized queue in
 // DueIndex, the first due first, and whether it has more. It asks for one
 // more than n: a query stopped at its limit gives a key to go on from even
-// when nothing is left, and a shard with exactly n due is no backlog.
+// when nothing is left, and a shard with exactly n due is no backlog. A
+// query that stopped short of its limit with a key to go on from met
+// DynamoDB's size bound on a page (1 MB), and has more.
 func (s *Store) dueFirst(ctx context.Context, queue string, now time.Time, n int) ([]map[string]types.AttributeValue, bool, error) {
 	resp, err := s.db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String(dueIndex),
 		KeyConditionExpression:    aws.String("#q = :q AND DueKey <= :now"),
@@ -314,7 +316,7 @@ func (s *Store) dueFirst(ctx context.Context, queue string, now time.Time, n int
 	if len(resp.Items) > n {
 		return resp.Items[:n], true, nil
 	}
-	return resp.Items, false, nil
+	return resp.Items, resp.LastEvaluatedKey != nil, nil
 }
 
 // claimOrder reads the first n due entries of a shard of a prioritized
