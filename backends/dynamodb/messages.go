@@ -88,9 +88,8 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 		}
 		// The relay that creates a message moves it next (intake's
 		// hand-over): as written, it need not be read first.
-		if written, err := metaFromItem(item); err == nil {
-			s.recent.remember(written)
-		}
+		m.hasSeq, m.ttl, m.msg.Body = true, ttl, nil
+		s.recent.remember(m)
 		return nil
 	}
 }
