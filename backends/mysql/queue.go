@@ -115,7 +115,7 @@ const claimRounds = 4
 // lockClaims is the backends.ClaimFunc of the group commit: a claim
 // alone keeps its first pick, claims together pick again.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
-	var cands []backends.ListKey
+	var cands []string
 	if len(same) == 1 {
 		cands = same[0].cands
 	}
@@ -129,7 +129,7 @@ func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message
 // walking the index made concurrent claimers deadlock.) When others took
 // some, it picks again, past them. It returns the messages it holds in
 // claim order.
-func (w *txRows) lockClaimable(c backends.Claim, cands []backends.ListKey) ([]*backends.Message, error) {
+func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Message, error) {
 	var out []*backends.Message
 	// seen holds the candidates locked already, true, or not to take,
 	// false: held by another claimer, or by this transaction for another
@@ -150,9 +150,9 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []backends.ListKey) ([]*b
 			}
 		}
 		var ids []any
-		for _, k := range cands {
-			if _, ok := seen[k.ID]; !ok && len(ids) < want {
-				ids = append(ids, k.ID)
+		for _, id := range cands {
+			if _, ok := seen[id]; !ok && len(ids) < want {
+				ids = append(ids, id)
 			}
 		}
 		if len(ids) > 0 {
@@ -188,7 +188,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []backends.ListKey) ([]*b
 // due is read), in one statement, where a UNION of one per priority cost
 // MariaDB twice the time.
 func claimPickStmt(c backends.Claim, n int) stmt {
-	q := `SELECT id, priority, queue_at, created_at FROM emails
+	q := `SELECT id FROM emails
 		WHERE status = ? AND claim_held = 0 AND priority IN (` + inList(int(backends.PriorityLow-backends.PriorityImmediate)+1) + `) AND queue_at <= ?
 		ORDER BY priority, queue_at, created_at, id LIMIT ?`
 	args := []any{c.From}
@@ -206,25 +206,15 @@ func claimLockStmt(c backends.Claim, ids []any) stmt {
 		append(slices.Clip(ids), c.From, c.Now.UTC())}
 }
 
-// claimCandidates reads, without locks, the first n messages a claim may
+// claimCandidates reads, without locks, the ids of the first n messages a claim may
 // take, in claim order (the statement's).
-func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]backends.ListKey, error) {
+func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]string, error) {
 	pick := claimPickStmt(c, n)
 	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []backends.ListKey
-	for rows.Next() {
-		var k backends.ListKey
-		if err := rows.Scan(&k.ID, &k.Priority, &k.At, &k.Created); err != nil {
-			return nil, err
-		}
-		k.ID = strings.TrimRight(k.ID, " ")
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return scanIDs(rows)
 }
 
 const restoreChunk = 500

@@ -15,7 +15,7 @@ import (
 // store keeps beside it.
 type op struct {
 	backends.Write
-	cands []backends.ListKey // the claim's first pick
+	cands []string // the claim's first pick, ids in claim order
 }
 
 // commitConfig shapes the writer's groups: under load a group waits a
