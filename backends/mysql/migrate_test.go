@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -266,4 +267,44 @@ func TestMigrateFromVersion5(t *testing.T) {
 		t.Errorf("Purge = %v, %v; want legacy-1", gone, err)
 	}
 	wantCounts(map[backends.Status]int{backends.StatusReady: 1, backends.StatusAccepted: 1, backends.StatusProcessing: 3})
+}
+
+// TestMigrateEventNumbers: 0009 keeps each message's last event number on
+// its row, from the events an outbox of schema 8 holds, and the next event
+// follows them.
+func TestMigrateEventNumbers(t *testing.T) {
+	ctx := context.Background()
+	dsn, db := seedDatabase(t)
+	if _, err := mysql.MigrateTo(ctx, db, 8); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	if _, err := db.Exec(`INSERT INTO emails (id, status, eml_file_path, priority, created_at, updated_at, due_at, queue_at)
+		VALUES ('m', 'SENT-ACKNOWLEDGED', 'x.eml', 2, ?, ?, ?, ?)`, now, now, now, now); err != nil {
+		t.Fatal(err)
+	}
+	for seq := 1; seq <= 2; seq++ {
+		if _, err := db.Exec(`INSERT INTO email_events (event_id, email_id, seq, outcome, at, state, due_at, updated_at)
+			VALUES (?, 'm', ?, 'SENT', ?, 'acked', ?, ?)`, fmt.Sprintf("e-%d", seq), seq, now, now, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := mysql.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	s, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.AddEvent(ctx, &backends.Event{ID: "e-3", MessageID: "m", Outcome: "DELAYED"}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := s.Events(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 3 || events[2].ID != "e-3" || events[2].Seq != 3 {
+		t.Errorf("events after the migration: %d, the last %+v; want e-3 numbered 3", len(events), events[len(events)-1])
+	}
 }

@@ -178,13 +178,11 @@ func (s *Store) Close() error {
 }
 func (s *Store) Ping(ctx context.Context) error { return s.db.PingContext(ctx) }
 
-// retryable are the errors after which a transaction runs again: deadlocks,
-// lock wait timeouts, and an event number taken meanwhile (see
-// messageLockStmt).
+// retryable are the errors after which a transaction runs again: deadlocks
+// and lock wait timeouts.
 func retryable(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205 ||
-		me.Number == 1062 && strings.Contains(me.Message, "idx_email_seq"))
+	return errors.As(err, &me) && (me.Number == 1213 || me.Number == 1205)
 }
 
 // tx runs fn in a transaction (READ COMMITTED, the sessions' level), again

@@ -11,8 +11,8 @@ import (
 )
 
 // A group that waits for a message's lock while another transaction adds
-// an event to it numbers its own event after that one: the number its lock
-// read first is out of date, and the group runs again.
+// an event to it numbers its own event after that one, in one commit: the
+// locking read sees the number the other committed meanwhile.
 func TestEventNumberAfterLockWait(t *testing.T) {
 	ctx := context.Background()
 	dsn := sqltest.Database(t, "mysql")
@@ -34,7 +34,7 @@ func TestEventNumberAfterLockWait(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// Another writer holds m2 and adds its first event.
+	// Another writer holds m2 and adds its first event, as the store does.
 	other, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +46,10 @@ func TestEventNumberAfterLockWait(t *testing.T) {
 	}
 	if _, err := other.ExecContext(ctx, `INSERT INTO email_events (event_id, email_id, seq, outcome, at, state, due_at, updated_at)
 		VALUES ('e-other', 'm2', 1, 'DELAYED', ?, 'acked', ?, ?)`, now, now, now); err != nil {
+		t.Fatal(err)
+	}
+	// As the store writes it with the event (txRows.write).
+	if _, err := other.ExecContext(ctx, "UPDATE emails SET event_seq = 1 WHERE id = 'm2'"); err != nil {
 		t.Fatal(err)
 	}
 	// One group moves m1, then m2, which it waits for.
@@ -95,5 +99,43 @@ func TestEventNumberAfterLockWait(t *testing.T) {
 			t.Logf("event %s seq %d", e.ID, e.Seq)
 		}
 		t.Errorf("m2's events: want e-other then the group's, numbered 2")
+	}
+}
+
+// An event a relay of an earlier version added, keeping no event_seq, is
+// counted all the same: the next is numbered after it.
+func TestEventNumberAfterEarlierRelay(t *testing.T) {
+	ctx := context.Background()
+	dsn := sqltest.Database(t, "mysql")
+	db, err := Connect(ctx, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Create(ctx, &backends.Message{ID: "m", Priority: 2, EmlPath: "m.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if _, err := db.ExecContext(ctx, `INSERT INTO email_events (event_id, email_id, seq, outcome, at, state, due_at, updated_at)
+		VALUES ('e-earlier', 'm', 1, 'DELAYED', ?, 'acked', ?, ?)`, now, now, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEvent(ctx, &backends.Event{ID: "e-now", MessageID: "m", Outcome: "DELAYED"}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := s.Events(ctx, "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(events) != 2 || events[1].ID != "e-now" || events[1].Seq != 2 {
+		t.Errorf("events: %d; want e-now numbered 2 after e-earlier", len(events))
 	}
 }

@@ -61,16 +61,18 @@ func (w *txRows) LockMessages(ids []string) error {
 }
 
 // messageLockStmt reads and locks messages by id, in id order, each with
-// the number of its last event (idx_email_seq), which the events this
-// transaction adds follow (insertEvents): the lock keeps others from
-// adding any until the commit. The number is read as of the statement's
-// start (READ COMMITTED gives each statement one view): for a message whose
-// lock the statement waited for, an event committed meanwhile is not seen,
-// the number is taken, the insert meets idx_email_seq, and the transaction
-// runs again (retryable), rarely and never wrongly.
+// the number of its last event, which the events this transaction adds
+// follow (insertEvents): the lock keeps others from adding any until the
+// commit, and a locking read sees the latest event_seq, even one committed
+// while it waited. A relay of an earlier version, which numbers from the
+// events and keeps no event_seq, may share the database while a fleet is
+// upgraded: the events' own last number (idx_email_seq) counts its events.
+// That read sees the events as of the statement's start, so it may miss
+// one such a relay committed while the lock waited; the insert then meets
+// idx_email_seq, and the group runs again write by write (CommitGroup).
 func messageLockStmt(ids []any) stmt {
-	return stmt{"SELECT " + messageCols + ", (SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id) FROM emails WHERE id IN (" +
-		inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
+	return stmt{"SELECT " + messageCols + `, GREATEST(event_seq, COALESCE((SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id), 0))
+		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
 }
 
 // withSeq scans a row of messageCols followed by a last event number.
@@ -127,6 +129,8 @@ func (w *txRows) insertEvents() (stmt, error) {
 		}
 		e.Seq = last + 1
 		w.lastSeq[e.MessageID] = e.Seq
+		// Its row keeps the number (writeMessages).
+		w.DirtyMessages = append(w.DirtyMessages, e.MessageID)
 		args = append(args, eventArgs(e)...)
 	}
 	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
@@ -161,7 +165,7 @@ func (w *txRows) writeMessages() (stmt, error) {
 	if len(ids) == 0 {
 		return stmt{}, nil
 	}
-	args := make([]any, 0, 12*len(ids))
+	args := make([]any, 0, 13*len(ids))
 	for _, id := range ids {
 		m := w.Messages[id.(string)]
 		var results, envelope []byte
@@ -181,14 +185,16 @@ func (w *txRows) writeMessages() (stmt, error) {
 		if queued.IsZero() { // a row of the seed layout, READY with no due time
 			queued = m.CreatedAt
 		}
+		// A message locked without its event number (a claim's) has
+		// none here: 0, which GREATEST leaves as it was.
 		args = append(args, m.ID, m.Status, null(m.Reason), m.Version, m.UpdatedAt.UTC(), nullTime(m.LeaseUntil), nullTime(m.DueAt),
-			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope))
+			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope), w.lastSeq[m.ID])
 	}
 	return stmt{`INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
-		attempts, route, results, envelope) VALUES ` + rowsOf(12, len(ids)) + ` ON DUPLICATE KEY UPDATE status = VALUES(status),
+		attempts, route, results, envelope, event_seq) VALUES ` + rowsOf(13, len(ids)) + ` ON DUPLICATE KEY UPDATE status = VALUES(status),
 		reason = VALUES(reason), version = VALUES(version), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
 		due_at = VALUES(due_at), queue_at = VALUES(queue_at), attempts = VALUES(attempts), route = VALUES(route),
-		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope)`, args}, nil
+		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope), event_seq = GREATEST(event_seq, VALUES(event_seq))`, args}, nil
 }
 
 func (w *txRows) writeAlarms() stmt {
