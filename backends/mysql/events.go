@@ -38,20 +38,7 @@ func scanEvent(r scanner) (*backends.Event, error) {
 }
 
 func queryEvents(ctx context.Context, q querier, query string, args ...any) ([]*backends.Event, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*backends.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, q, scanEvent, query, args...)
 }
 
 func nullJSON(v []string) sql.NullString {

@@ -285,18 +285,23 @@ func getMessage(ctx context.Context, db *sql.DB, id string) (*backends.Message, 
 }
 
 func queryMessages(ctx context.Context, q querier, query string, args ...any) ([]*backends.Message, error) {
+	return queryAll(ctx, q, scanMessage, query, args...)
+}
+
+// queryAll runs query and scans each row of its result with scan.
+func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*backends.Message
+	var out []T
 	for rows.Next() {
-		m, err := scanMessage(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }

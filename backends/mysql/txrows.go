@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -43,21 +42,16 @@ func (w *txRows) LockMessages(ids []string) error {
 		return nil
 	}
 	lock := messageLockStmt(sortedIDs(ids))
-	rows, err := w.tx.QueryContext(w.ctx, lock.query, lock.args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var seq sql.NullInt64
-		m, err := scanMessage(withSeq{rows, &seq})
-		if err != nil {
-			return err
+	msgs, err := queryAll(w.ctx, w.tx, func(r scanner) (*backends.Message, error) {
+		var seq int64
+		m, err := scanMessage(withSeq{r, &seq})
+		if err == nil {
+			w.lastSeq[m.ID] = seq
 		}
-		w.Adopt([]*backends.Message{m})
-		w.lastSeq[m.ID] = seq.Int64
-	}
-	return rows.Err()
+		return m, err
+	}, lock.query, lock.args...)
+	w.Adopt(msgs)
+	return err
 }
 
 // messageLockStmt reads and locks messages by id, in id order, each with
@@ -78,7 +72,7 @@ func messageLockStmt(ids []any) stmt {
 // withSeq scans a row of messageCols followed by a last event number.
 type withSeq struct {
 	r   scanner
-	seq *sql.NullInt64
+	seq *int64
 }
 
 func (s withSeq) Scan(dest ...any) error { return s.r.Scan(append(dest, s.seq)...) }
