@@ -28,12 +28,10 @@ type Listener struct {
 	Log      *slog.Logger
 }
 
-// retry is the wait before connecting again; it starts again from the
-// first once a connection has listened.
-var retry = backoff.Schedule{First: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
-
-// Run listens until ctx ends. A connection that fails is replaced, and
-// meanwhile the workers poll: a notification only shortens their wait.
+// Run listens until ctx ends. A connection that fails is replaced, on the
+// schedule of an outage (backoff.Outage), which starts again from the first
+// wait once a connection has listened; meanwhile the workers poll: a
+// notification only shortens their wait.
 func (l *Listener) Run(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
@@ -45,7 +43,7 @@ func (l *Listener) Run(ctx context.Context) {
 			failures = 0
 		}
 		failures++
-		wait := retry.Delay(failures)
+		wait := backoff.Outage().Delay(failures)
 		l.Log.Warn("PostgreSQL notifications lost; the workers poll until LISTEN is back", "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():
