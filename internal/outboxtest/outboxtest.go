@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,4 +149,40 @@ func Restoring(t testing.TB, store Restorer) (stop func()) {
 		}
 	}()
 	return func() { cancel(); <-done }
+}
+
+// Claims is a real outbox that tells, on Took, how many messages each
+// claim from From took (every claim when From is empty).
+type Claims struct {
+	*bolt.Store
+	From backends.Status
+	Took chan int
+}
+
+// CountClaims counts the claims of store from from.
+func CountClaims(store *bolt.Store, from backends.Status) *Claims {
+	return &Claims{Store: store, From: from, Took: make(chan int, 100)}
+}
+
+func (s *Claims) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
+	msgs, err := s.Store.Claim(ctx, c)
+	if s.From == "" || c.From == s.From {
+		s.Took <- len(msgs)
+	}
+	return msgs, err
+}
+
+// History is message id's statuses in the order it went through them,
+// spaced.
+func History(t testing.TB, store backends.Messages, id string) string {
+	t.Helper()
+	h, err := store.History(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	statuses := make([]string, len(h))
+	for i, e := range h {
+		statuses[i] = string(e.Status)
+	}
+	return strings.Join(statuses, " ")
 }

@@ -144,18 +144,27 @@ func runEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease ti
 // runEngineWith is runEngine with the outcomes written through outcomes.
 func runEngineWith(t *testing.T, store Store, sp *spool.Spool, route Route, lease time.Duration, outcomes Outcomes) (stop func()) {
 	t.Helper()
-	routes, err := NewRoutes([]Route{route}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := NewEngine(Config{
-		MaxInFlight: 64, Lease: lease, Poll: 10 * time.Millisecond, IdleTimeout: time.Second,
-		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
-		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
-		HeloName: "relay.test", Owner: "test", Acknowledge: true, Outcomes: outcomes,
-	}, store, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	e := testEngine(t, store, sp, route, lease, 10*time.Millisecond)
+	e.cfg.Outcomes = outcomes
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
 	return func() { cancel(); <-done }
+}
+
+// testEngine makes an engine that delivers through route as the default,
+// looks for READY messages every poll without a wake-up, and acknowledges
+// outcomes at once.
+func testEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease, poll time.Duration) *Engine {
+	t.Helper()
+	routes, err := NewRoutes([]Route{route}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewEngine(Config{
+		MaxInFlight: 64, Lease: lease, Poll: poll, IdleTimeout: time.Second,
+		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
+		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
+		HeloName: "relay.test", Owner: "test", Acknowledge: true,
+	}, store, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
 }

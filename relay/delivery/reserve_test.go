@@ -8,38 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/outboxtest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/relay/intake"
 )
 
-// countedClaims is an outbox that tells how many messages each claim of
-// READY messages took.
-type countedClaims struct {
-	*bolt.Store
-	claims chan int
-}
-
-func (s *countedClaims) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	msgs, err := s.Store.Claim(ctx, c)
-	if c.From == backends.StatusReady {
-		s.claims <- len(msgs)
-	}
-	return msgs, err
-}
-
 // Reserve takes a message straight into delivery only while the engine
 // runs, has room, and found nothing due at its last claim.
 func TestReserve(t *testing.T) {
-	_, bs := outboxtest.Open(t)
-	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
-	e := NewEngine(Config{MaxInFlight: 1, Lease: time.Minute, Poll: time.Hour, ShutdownTimeout: time.Second, Owner: "test"},
-		store, nil, nil, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	sp, bs := outboxtest.Open(t)
+	store := outboxtest.CountClaims(bs, backends.StatusReady)
+	e := testEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: "127.0.0.1:1", TLS: TLSNone, MaxConnections: 1}, time.Minute, time.Hour)
+	e.cfg.MaxInFlight = 1
 	ready := func() backends.Transition {
 		return backends.Transition{ID: "m", From: backends.StatusAccepted, To: backends.StatusReady}
 	}
@@ -49,7 +30,7 @@ func TestReserve(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()
-	if n := <-store.claims; n != 0 {
+	if n := <-store.Took; n != 0 {
 		t.Fatalf("the first claim took %d", n)
 	}
 	tr := ready()
@@ -80,27 +61,18 @@ func TestReserve(t *testing.T) {
 // claim, and one due later waits in READY.
 func TestIntakeStraightToDelivery(t *testing.T) {
 	sp, bs := outboxtest.Open(t)
-	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
+	store := outboxtest.CountClaims(bs, backends.StatusReady)
 	upstream := smtptest.Start(t, smtptest.Options{})
-	routes, err := NewRoutes([]Route{{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 2}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	e := NewEngine(Config{
-		MaxInFlight: 64, Lease: time.Minute, Poll: time.Hour, IdleTimeout: time.Second,
-		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
-		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
-		HeloName: "relay.test", Owner: "test", Acknowledge: true,
-	}, store, sp, routes, dns{}, log, NewMetrics(prometheus.NewRegistry()), nil)
+	e := testEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 2}, time.Minute, time.Hour)
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test",
-		Ready: e.Wake, Delivery: e}, store, sp, func(*backends.Message) (string, error) { return DefaultRoute, nil }, log)
+		Ready: e.Wake, Delivery: e}, store, sp, func(*backends.Message) (string, error) { return DefaultRoute, nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	engineDone, workerDone := make(chan struct{}), make(chan struct{})
 	go func() { e.Run(ctx); close(engineDone) }()
 	go func() { w.Run(ctx); close(workerDone) }()
 	defer func() { cancel(); <-workerDone; <-engineDone }()
-	if n := <-store.claims; n != 0 {
+	if n := <-store.Took; n != 0 {
 		t.Fatalf("the first claim took %d", n)
 	}
 
@@ -120,21 +92,13 @@ func TestIntakeStraightToDelivery(t *testing.T) {
 		return c[backends.StatusSentAcknowledged] == n+1 && c[backends.StatusReady] == 1
 	})
 	claimed := 0
-	for len(store.claims) > 0 {
-		claimed += <-store.claims
+	for len(store.Took) > 0 {
+		claimed += <-store.Took
 	}
 	if claimed != 1 {
 		t.Errorf("claims took %d messages; want only the batched one", claimed)
 	}
-	h, err := bs.History(context.Background(), "ma")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range h {
-		got = append(got, string(e.Status))
-	}
-	if want := "ACCEPTED READY PROCESSING SENT CALLING-SENT-CALLBACK SENT-ACKNOWLEDGED"; strings.Join(got, " ") != want {
-		t.Errorf("history %v, want %s", got, want)
+	if got, want := outboxtest.History(t, bs, "ma"), "ACCEPTED READY PROCESSING SENT CALLING-SENT-CALLBACK SENT-ACKNOWLEDGED"; got != want {
+		t.Errorf("history %s, want %s", got, want)
 	}
 }

@@ -74,14 +74,11 @@ func TestWorker(t *testing.T) {
 	}
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 3, Lease: time.Minute, Poll: 10 * time.Millisecond, Owner: "test",
 		MaxAge: 5 * 24 * time.Hour}, store, sp, route, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
+	stop := run(w)
 	outboxtest.WaitCounts(t, store, 60*time.Second, func(n map[backends.Status]int) bool {
 		return n[backends.StatusAccepted] == 0 && n[backends.StatusIntaking] == 1 && n[backends.StatusReady]+n[backends.StatusInvalid] == len(tests)-1
 	})
-	cancel()
-	<-done
+	stop()
 
 	for _, tt := range tests {
 		m, err := store.Get(context.Background(), tt.id)
@@ -97,16 +94,11 @@ func TestWorker(t *testing.T) {
 		if !tt.due.IsZero() && !m.DueAt.Equal(tt.due) {
 			t.Errorf("%s: due %v, want %v", tt.id, m.DueAt, tt.due)
 		}
-		h, _ := store.History(context.Background(), tt.id)
-		var statuses []string
-		for _, e := range h {
-			statuses = append(statuses, string(e.Status))
-		}
 		want := "ACCEPTED INTAKING"
 		if tt.status != backends.StatusIntaking {
 			want += " " + string(tt.status)
 		}
-		if got := strings.Join(statuses, " "); got != want {
+		if got := outboxtest.History(t, store, tt.id); got != want {
 			t.Errorf("%s: history %s, want %s", tt.id, got, want)
 		}
 	}
@@ -159,29 +151,14 @@ func TestWorkerRecordsShareCommits(t *testing.T) {
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 1, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
 		slow, sp, func(*backends.Message) (string, error) { return "default", nil },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
+	stop := run(w)
 	outboxtest.WaitCounts(t, store, time.Minute, func(counts map[backends.Status]int) bool {
 		return counts[backends.StatusReady] == n
 	})
-	cancel()
-	<-done
+	stop()
 	if slow.gaveUp.Load() {
 		t.Errorf("the %d records of one batch were not made together", n)
 	}
-}
-
-// countedClaims is an outbox that tells of every claim it answers.
-type countedClaims struct {
-	*bolt.Store
-	claims chan int // the number of messages each claim took
-}
-
-func (s *countedClaims) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	msgs, err := s.Store.Claim(ctx, c)
-	s.claims <- len(msgs)
-	return msgs, err
 }
 
 // A message handed over by the relay that accepted it goes to READY, or
@@ -189,15 +166,12 @@ func (s *countedClaims) Claim(ctx context.Context, c backends.Claim) ([]*backend
 // left to that worker.
 func TestWorkerAccepted(t *testing.T) {
 	sp, bs := outboxtest.Open(t)
-	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
+	store := outboxtest.CountClaims(bs, "")
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
 		store, sp, func(*backends.Message) (string, error) { return "default", nil },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if n := <-store.claims; n != 0 {
+	defer run(w)()
+	if n := <-store.Took; n != 0 {
 		t.Fatalf("the first claim took %d messages from an empty outbox", n)
 	}
 
@@ -227,23 +201,15 @@ func TestWorkerAccepted(t *testing.T) {
 		return n[backends.StatusReady] == 20 && n[backends.StatusInvalid] == 1
 	})
 	for id, statuses := range want {
-		h, err := bs.History(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range h {
-			got = append(got, string(e.Status))
-		}
-		if strings.Join(got, " ") != statuses {
-			t.Errorf("%s: history %v, want %s", id, got, statuses)
+		if got := outboxtest.History(t, bs, id); got != statuses {
+			t.Errorf("%s: history %s, want %s", id, got, statuses)
 		}
 	}
 	if m, err := bs.Get(context.Background(), "m0"); err != nil || m.Route != "default" || m.Reason != "ready for route default" {
 		t.Errorf("m0: %+v, %v; want routed and ready", m, err)
 	}
 	select {
-	case n := <-store.claims:
+	case n := <-store.Took:
 		t.Errorf("the worker claimed again (%d messages) for messages handed over", n)
 	default:
 	}
@@ -258,17 +224,14 @@ func TestWorkerPartialClaimIsLast(t *testing.T) {
 			Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"b@example.net"}}},
 			[]byte("Subject: hi\r\n\r\nhello\r\n"))
 	}
-	store := &countedClaims{Store: bs, claims: make(chan int, 100)}
+	store := outboxtest.CountClaims(bs, "")
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
 		store, sp, func(*backends.Message) (string, error) { return "default", nil },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
+	stop := run(w)
 	outboxtest.WaitCounts(t, bs, time.Minute, func(n map[backends.Status]int) bool { return n[backends.StatusReady] == 3 })
-	cancel()
-	<-done
-	if n := len(store.claims); n != 1 {
+	stop()
+	if n := len(store.Took); n != 1 {
 		t.Errorf("%d claims for 3 messages waiting, want 1", n)
 	}
 }
@@ -276,12 +239,12 @@ func TestWorkerPartialClaimIsLast(t *testing.T) {
 // refusedMoves is an outbox that counts the moves it refuses for a status
 // the message had left.
 type refusedMoves struct {
-	*countedClaims
+	*outboxtest.Claims
 	refused atomic.Int32
 }
 
 func (s *refusedMoves) Transition(ctx context.Context, t backends.Transition) error {
-	err := s.countedClaims.Transition(ctx, t)
+	err := s.Claims.Transition(ctx, t)
 	if errors.Is(err, backends.ErrLockNotAcquired) {
 		s.refused.Add(1)
 	}
@@ -293,7 +256,7 @@ func (s *refusedMoves) Transition(ctx context.Context, t backends.Transition) er
 // took its message is dropped.
 func TestWorkerPreparesOnce(t *testing.T) {
 	sp, bs := outboxtest.Open(t)
-	store := &refusedMoves{countedClaims: &countedClaims{Store: bs, claims: make(chan int, 100)}}
+	store := &refusedMoves{Claims: outboxtest.CountClaims(bs, "")}
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test"},
 		store, sp, func(*backends.Message) (string, error) { return "default", nil },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -306,11 +269,8 @@ func TestWorkerPreparesOnce(t *testing.T) {
 	w.Accepted(add("early"))
 	// Claimed by the first claim, its copy handed over after.
 	late := add("late")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
-	if n := <-store.claims; n != 1 {
+	defer run(w)()
+	if n := <-store.Took; n != 1 {
 		t.Fatalf("the first claim took %d messages, want late alone", n)
 	}
 	w.Accepted(late)
@@ -320,16 +280,16 @@ func TestWorkerPreparesOnce(t *testing.T) {
 		t.Errorf("%d moves refused: a message was prepared twice", n)
 	}
 	for id, want := range map[string]string{"early": "ACCEPTED READY", "late": "ACCEPTED INTAKING READY", "after": "ACCEPTED READY"} {
-		h, err := bs.History(context.Background(), id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, e := range h {
-			got = append(got, string(e.Status))
-		}
-		if strings.Join(got, " ") != want {
-			t.Errorf("%s: history %v, want %s", id, got, want)
+		if got := outboxtest.History(t, bs, id); got != want {
+			t.Errorf("%s: history %s, want %s", id, got, want)
 		}
 	}
+}
+
+// run runs w until the returned stop, which waits for it to end.
+func run(w *intake.Worker) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	return func() { cancel(); <-done }
 }
