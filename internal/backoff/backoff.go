@@ -33,3 +33,16 @@ func (s Schedule) Delay(n int) time.Duration {
 func Outage() Schedule {
 	return Schedule{First: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: 0.2}
 }
+
+// Outages counts the failures in a row of a loop that reads the outbox or
+// a database, and says how long it waits after each (Outage).
+type Outages struct{ n int }
+
+// Failed counts one more failure and returns the wait before the next try.
+func (o *Outages) Failed() time.Duration {
+	o.n++
+	return Outage().Delay(o.n)
+}
+
+// Recovered starts the count again, after a read that worked.
+func (o *Outages) Recovered() { o.n = 0 }

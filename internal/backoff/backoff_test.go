@@ -32,3 +32,21 @@ func TestDelay(t *testing.T) {
 		})
 	}
 }
+
+// Outages waits on the Outage schedule for the failures in a row, and
+// starts again once recovered.
+func TestOutages(t *testing.T) {
+	within := func(d, base time.Duration) bool {
+		return d >= time.Duration(float64(base)*0.8) && d <= time.Duration(float64(base)*1.2)
+	}
+	var o Outages
+	for i, base := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		if d := o.Failed(); !within(d, base) {
+			t.Errorf("failure %d: wait %s, want %s ±20%%", i+1, d, base)
+		}
+	}
+	o.Recovered()
+	if d := o.Failed(); !within(d, 100*time.Millisecond) {
+		t.Errorf("the first failure after recovering: wait %s, want 100ms ±20%%", d)
+	}
+}

@@ -33,17 +33,16 @@ type Listener struct {
 // wait once a connection has listened; meanwhile the workers poll: a
 // notification only shortens their wait.
 func (l *Listener) Run(ctx context.Context) {
-	failures := 0
+	var outages backoff.Outages
 	for ctx.Err() == nil {
 		listened, err := l.listen(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if listened {
-			failures = 0
+			outages.Recovered()
 		}
-		failures++
-		wait := backoff.Outage().Delay(failures)
+		wait := outages.Failed()
 		l.Log.Warn("PostgreSQL notifications lost; the workers poll until LISTEN is back", "error", err, "retry_in", wait)
 		select {
 		case <-ctx.Done():

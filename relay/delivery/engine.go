@@ -157,17 +157,16 @@ func (e *Engine) Run(ctx context.Context) {
 	defer stopRenewing()
 	poll := time.NewTicker(e.cfg.Poll)
 	defer poll.Stop()
-	failures := 0
+	var outages backoff.Outages
 	for ctx.Err() == nil {
 		n, room, err := e.claim(ctx)
 		var retry <-chan time.Time // nil, so never, unless backing off
 		if err != nil {
-			failures++
-			wait := backoff.Outage().Delay(failures)
+			wait := outages.Failed()
 			e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
 			retry = time.After(wait)
 		} else {
-			failures = 0
+			outages.Recovered()
 		}
 		if n > 0 && n == room {
 			continue // there may be more

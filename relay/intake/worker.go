@@ -129,7 +129,7 @@ func (w *Worker) Run(ctx context.Context) {
 	defer stopRenewing()
 	ticker := time.NewTicker(w.cfg.Poll)
 	defer ticker.Stop()
-	failures := 0
+	var outages backoff.Outages
 	var retry <-chan time.Time // nil, so never, unless backing off
 	claim := true
 	for {
@@ -143,12 +143,12 @@ func (w *Worker) Run(ctx context.Context) {
 			}
 			msgs, err := w.claim()
 			if err != nil {
-				failures++
-				wait := backoff.Outage().Delay(failures)
+				wait := outages.Failed()
 				w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", wait)
 				retry = time.After(wait)
 			} else {
-				failures, retry = 0, nil
+				outages.Recovered()
+				retry = nil
 			}
 			w.prepareAll(msgs)
 			if len(msgs) == w.cfg.claimLimit() && ctx.Err() == nil {

@@ -162,14 +162,13 @@ func (r *Reader) Run(ctx context.Context) {
 func (r *Reader) claimLoop(ctx context.Context, claimer int) {
 	ticker := time.NewTicker(r.cfg.Poll)
 	defer ticker.Stop()
-	failures := 0
+	var outages backoff.Outages
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
 		r.setState(claimer, err)
 		if err != nil {
 			// A failure waits its backoff, whatever wakes the reader.
-			failures++
-			wait := backoff.Outage().Delay(failures)
+			wait := outages.Failed()
 			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", wait)
 			select {
 			case <-ctx.Done():
@@ -178,7 +177,7 @@ func (r *Reader) claimLoop(ctx context.Context, claimer int) {
 			}
 			continue
 		}
-		failures = 0
+		outages.Recovered()
 		if n > 0 && ctx.Err() == nil {
 			continue
 		}
