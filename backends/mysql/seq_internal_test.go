@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"testing"
 	"time"
@@ -15,20 +16,7 @@ import (
 // locking read sees the number the other committed meanwhile.
 func TestEventNumberAfterLockWait(t *testing.T) {
 	ctx := context.Background()
-	dsn := sqltest.Database(t, "mysql")
-	db, err := Connect(ctx, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	db, s := openMigrated(t)
 	for _, id := range []string{"m1", "m2"} {
 		if err := s.Create(ctx, &backends.Message{ID: id, Priority: 2, EmlPath: id + ".eml"}); err != nil {
 			t.Fatal(err)
@@ -106,20 +94,7 @@ func TestEventNumberAfterLockWait(t *testing.T) {
 // counted all the same: the next is numbered after it.
 func TestEventNumberAfterEarlierRelay(t *testing.T) {
 	ctx := context.Background()
-	dsn := sqltest.Database(t, "mysql")
-	db, err := Connect(ctx, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if _, err := Migrate(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, dsn, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	db, s := openMigrated(t)
 	if err := s.Create(ctx, &backends.Message{ID: "m", Priority: 2, EmlPath: "m.eml"}); err != nil {
 		t.Fatal(err)
 	}
@@ -138,4 +113,26 @@ func TestEventNumberAfterEarlierRelay(t *testing.T) {
 	if len(events) != 2 || events[1].ID != "e-now" || events[1].Seq != 2 {
 		t.Errorf("events: %d; want e-now numbered 2 after e-earlier", len(events))
 	}
+}
+
+// openMigrated makes a migrated database of the test's own, and returns a
+// connection to it beside a store on it, both closed with the test.
+func openMigrated(t *testing.T) (*sql.DB, *Store) {
+	t.Helper()
+	ctx := context.Background()
+	dsn := sqltest.Database(t, "mysql")
+	db, err := Connect(ctx, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if _, err := Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, dsn, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return db, s
 }
