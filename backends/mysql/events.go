@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/go-sql-driver/mysql"
 )
 
 const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
@@ -58,6 +60,11 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 		}
 		return w.write()
 	})
+	// The event's id is taken: it was added before (a receipt read again).
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1062 {
+		err = backends.ErrDuplicate
+	}
 	if err != nil {
 		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
 	}

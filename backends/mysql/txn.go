@@ -116,8 +116,7 @@ func (t *txn) Flush(ctx context.Context) error {
 
 // Last has stmts run with the COMMIT, after those Last was given before:
 // they must be the transaction's last statements, and their errors are
-// Commit's. They are upserts, or inserts whose taken key means
-// backends.ErrDuplicate (the new events of txRows.write).
+// Commit's.
 func (t *txn) Last(stmts ...stmt) {
 	t.last = append(t.last, stmts...)
 }
@@ -144,8 +143,6 @@ func (t *txn) Commit() error {
 		return nil
 	case retryable(err):
 		return err // Rollback ends the transaction, which runs again.
-	case errors.As(err, &me) && me.Number == 1062:
-		return fmt.Errorf("event: %w", backends.ErrDuplicate)
 	case errors.As(err, &me) && !interrupted(me):
 		return err // refused: Rollback ends the transaction.
 	}
