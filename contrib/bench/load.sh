@@ -36,6 +36,13 @@
 # bytes in the outbox instead (spool.store, MySQL, PostgreSQL or DynamoDB): each relay then has
 # a data directory of its own.
 #
+# -c CPUS gives each relay a CPU budget of its own (a cgroup's CPU quota,
+# 0.5 for half a core), as a sidecar's CPU limit does: with it, -r 2 against
+# -r 1 asks whether a second relay adds throughput on the shared store,
+# rather than what two relays cost when they and the store share the same
+# cores (the comparison without -c). It needs root and the cgroup CPU
+# controller (v1 or v2).
+#
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
 # live in a temporary directory under the current one, removed at the end.
 # On ext4 without a journal, creating files in the minutes after deleting
@@ -46,8 +53,8 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local
-while getopts "db:S:r:s:m:l:" opt; do
+sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus=
+while getopts "db:S:r:s:m:l:c:" opt; do
   case $opt in
     d) deliver=1 ;;
     b) backend=$OPTARG ;;
@@ -56,12 +63,20 @@ while getopts "db:S:r:s:m:l:" opt; do
     s) sessions=$OPTARG ;;
     m) messages=$OPTARG ;;
     l) length=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes]" >&2; exit 2 ;;
+    c) cpus=$OPTARG ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus]" >&2; exit 2 ;;
   esac
 done
 if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
   echo "-r $relays needs a shared outbox: -b mysql, -b postgres or -b dynamodb (bbolt is one process's)" >&2
   exit 2
+fi
+
+quota=
+if [ -n "$cpus" ]; then
+  # The cgroup's quota, in microseconds of CPU per 100 ms period.
+  quota=$(awk -v c="$cpus" 'BEGIN { q = int(c * 100000); if (q < 1000) exit 1; print q }') ||
+    { echo "-c $cpus: give a number of cores, 0.01 or more" >&2; exit 2; }
 fi
 
 if [ "$spoolstore" = outbox ] && [ "$backend" = bolt ]; then
@@ -84,8 +99,26 @@ sink_bin=$(tool smtp-sink)
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "$PWD/postino-bench.XXXXXX")
-pids=() sink= proxy= cleanup=
-trap 'kill ${pids[*]} $sink $proxy 2>/dev/null || true; wait ${pids[*]} $sink $proxy 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"' EXIT
+pids=() sink= proxy= cleanup= cgroups=()
+trap 'kill ${pids[*]} $sink $proxy 2>/dev/null || true; wait ${pids[*]} $sink $proxy 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"; [ ${#cgroups[@]} -eq 0 ] || rmdir "${cgroups[@]}"' EXIT
+
+# cpu_cgroup NAME makes a cgroup whose processes share $cpus cores at most
+# ($quota), and prints its directory.
+cpu_cgroup() {
+  local dir
+  if grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then
+    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    dir=/sys/fs/cgroup/$1
+    mkdir "$dir" && echo "$quota 100000" >"$dir/cpu.max"
+  elif [ -d /sys/fs/cgroup/cpu ]; then
+    dir=/sys/fs/cgroup/cpu/$1
+    mkdir "$dir" && echo 100000 >"$dir/cpu.cfs_period_us" && echo "$quota" >"$dir/cpu.cfs_quota_us"
+  else
+    echo "-c needs the cgroup CPU controller, which this machine does not mount" >&2
+    return 1
+  fi || { echo "-c: cannot make the cgroup $dir (run as root)" >&2; return 1; }
+  echo "$dir"
+}
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -107,6 +140,12 @@ if [ -n "$deliver" ]; then
   # smtp-sink drops to the postfix user, who must reach the directory.
   chmod 711 "$work"
   mkdir -m 777 "$work/sink"
+  # A parent directory the postfix user cannot enter (mktemp's 0700) would
+  # make the sink exit at its first message, and the relay retry for ever.
+  if [ "$(id -u)" -eq 0 ] && ! runuser -u postfix -- test -w "$work/sink"; then
+    echo "smtp-sink runs as the postfix user, who cannot write to $work/sink: run from a directory whose parents every user may enter (chmod o+x)" >&2
+    exit 1
+  fi
   "$sink_bin" -u postfix -d "$work/sink/%H%M/%S." "$sinkaddr" 1024 &
   sink=$!
   upstream=(--smarthost "$sinkaddr")
@@ -156,7 +195,15 @@ for i in $(seq "$relays"); do
   [ "$spoolstore" = outbox ] && data=$work/var-$i
   # Each relay names itself: relays sharing a data directory keep their
   # outcome journals apart by host name.
-  POSTINO_HOSTNAME=bench-relay-$i "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
+  # A relay with a budget starts in its cgroup, so that the Go runtime
+  # sizes itself to the quota from the first instruction.
+  in_cgroup=()
+  if [ -n "$cpus" ]; then
+    cg=$(cpu_cgroup "postino-bench-$$-$i")
+    cgroups+=("$cg")
+    in_cgroup=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
+  fi
+  POSTINO_HOSTNAME=bench-relay-$i "${in_cgroup[@]}" "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
     "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
   pids+=($!) smtps+=("$smtp") admins+=("$admin")
 done
@@ -227,7 +274,7 @@ after=$(server_status)
 all_metrics=$(metrics)
 accepted=$(sum_metric postino_intake_accepted_total)
 
-echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B"
+echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay}"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then
   awk -v n="$messages" -v s="$start" -v e="$last" 'BEGIN { printf "delivered end to end: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
