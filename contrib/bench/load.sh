@@ -116,7 +116,7 @@ cpu_cgroup() {
   else
     echo "-c needs the cgroup CPU controller, which this machine does not mount" >&2
     return 1
-  fi || { echo "-c: cannot make the cgroup $dir (run as root)" >&2; return 1; }
+  fi || { rmdir "$dir" 2>/dev/null; echo "-c: cannot make the cgroup $dir (run as root)" >&2; return 1; }
   echo "$dir"
 }
 
