@@ -29,7 +29,10 @@
 # delivered (-d).
 #
 # -r 2 runs two relays on the one MySQL or PostgreSQL database or DynamoDB table, the
-# sessions and messages split between them. They share one data directory:
+# sessions and messages split between them. With -b bolt, whose outbox is
+# one process's, each relay has its own outbox and data directory: a fleet
+# with no shared store at all, the most a shared store's fleet can reach on
+# the machine. They share one data directory:
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
 # share the spool (README, Outbox stores). -S outbox keeps the messages'
@@ -67,10 +70,6 @@ while getopts "db:S:r:s:m:l:c:" opt; do
     *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus]" >&2; exit 2 ;;
   esac
 done
-if [ "$relays" -gt 1 ] && [ "$backend" = bolt ]; then
-  echo "-r $relays needs a shared outbox: -b mysql, -b postgres or -b dynamodb (bbolt is one process's)" >&2
-  exit 2
-fi
 
 quota=
 if [ -n "$cpus" ]; then
@@ -192,7 +191,8 @@ for i in $(seq "$relays"); do
   smtp=127.0.0.1:$(free_port)
   admin=127.0.0.1:$(free_port)
   data=$work/var
-  [ "$spoolstore" = outbox ] && data=$work/var-$i
+  # bbolt is one process's: each relay then has an outbox of its own.
+  [ "$spoolstore" = outbox ] || [ "$backend" = bolt ] && data=$work/var-$i
   # Each relay names itself: relays sharing a data directory keep their
   # outcome journals apart by host name.
   # A relay with a budget starts in its cgroup, so that the Go runtime
@@ -265,8 +265,14 @@ if [ -n "$deliver" ]; then
   wait_for delivered_all
   last=$(date +%s.%N)
 else
-  # Counts come from the shared outbox: one relay's suffice.
-  all_ready() { [ "$(curl -sf "http://${admins[0]}/metrics" | awk '/^postino_queue_messages\{status="READY"\}/{print $2}')" -ge "$messages" ]; }
+  # Counts come from the shared outbox: one relay's suffice, unless each
+  # relay has its own (bbolt).
+  counted=("${admins[0]}")
+  [ "$backend" = bolt ] && counted=("${admins[@]}")
+  all_ready() {
+    [ "$(for admin in "${counted[@]}"; do curl -sf "http://$admin/metrics"; done |
+      awk '/^postino_queue_messages\{status="READY"\}/ { n += $2 } END { print n + 0 }')" -ge "$messages" ]
+  }
   wait_for all_ready
 fi
 after=$(server_status)

@@ -30,6 +30,15 @@ type Config struct {
 	// takes only the requests already waiting, so a lone caller never
 	// waits.
 	Window time.Duration
+	// Paced makes the window as long as the previous group's commit took,
+	// and Window its most: each caller then waits at most one more commit,
+	// and the groups grow with the commits' cost. A store on a database
+	// server pays for each commit on the server, again for each relay of a
+	// fleet, and most when the server is loaded and its commits slow: a
+	// relay of two that gathered only for a fixed moment made twice as many
+	// commits a message as a relay alone, and their cost, not the relays',
+	// made the fleet slower than one relay.
+	Paced bool
 }
 
 // Committer runs requests in groups, one group at a time.
@@ -141,7 +150,8 @@ func (c *Committer[T]) loop() {
 	var (
 		reqs  []*Pending
 		vals  []T
-		last  int
+		last  int           // requests in the previous group
+		took  time.Duration // the previous group's commit
 		timer = time.NewTimer(0)
 	)
 	<-timer.C
@@ -151,18 +161,32 @@ func (c *Committer[T]) loop() {
 			return
 		}
 		reqs, vals = c.take(reqs[:0], vals[:0], r)
-		if c.cfg.Window > 0 && last > 1 {
-			timer.Reset(c.cfg.Window)
+		if w := c.cfg.window(last, took); w > 0 {
+			timer.Reset(w)
 			reqs, vals = c.gather(reqs, vals, timer.C)
 			timer.Stop() // since Go 1.23 no stale tick is left behind
 		}
 		reqs, vals = c.drain(reqs, vals)
 		last = len(reqs)
 		if len(reqs) > 0 {
+			start := time.Now()
 			c.run(reqs, vals)
+			took = time.Since(start)
 		}
 		clear(vals) // hold on to no value of a committed group
 	}
+}
+
+// window is how long a group waits for more after its first request, when
+// the previous group held last requests and its commit took that long.
+func (cfg Config) window(last int, took time.Duration) time.Duration {
+	switch {
+	case last <= 1: // not under load: a lone caller never waits
+		return 0
+	case cfg.Paced:
+		return min(took, cfg.Window)
+	}
+	return cfg.Window
 }
 
 // take adds r to the group unless its caller withdrew it.

@@ -89,6 +89,53 @@ func TestGroups(t *testing.T) {
 	}
 }
 
+func TestWindow(t *testing.T) {
+	fixed := Config{Window: 3 * time.Millisecond}
+	paced := Config{Window: 10 * time.Millisecond, Paced: true}
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		last int
+		took time.Duration
+		want time.Duration
+	}{
+		{"no window", Config{}, 5, time.Second, 0},
+		{"a lone caller never waits", fixed, 1, time.Second, 0},
+		{"under load a fixed window", fixed, 2, time.Second, 3 * time.Millisecond},
+		{"paced: as long as the last commit", paced, 2, 4 * time.Millisecond, 4 * time.Millisecond},
+		{"paced: never past the window", paced, 2, time.Second, 10 * time.Millisecond},
+		{"paced: a lone caller never waits", paced, 1, time.Second, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.cfg.window(tt.last, tt.took); got != tt.want {
+				t.Errorf("window(%d, %v) = %v, want %v", tt.last, tt.took, got, tt.want)
+			}
+		})
+	}
+}
+
+// A paced group under load waits no longer than the previous commit took:
+// with quick commits, an hour's window never holds a caller (unpaced, the
+// last request waits out the hour, and the test's deadline fails it).
+func TestPacedGroupWaitsOneCommit(t *testing.T) {
+	g := newGate()
+	c := New(Config{Window: time.Hour, Paced: true}, g.commit)
+	defer c.Close()
+	first, rest := pileUp(t, c, g, 2) // {0}, then {1, 2}: under load
+	close(g.release)
+	for _, p := range append([]*Pending{first}, rest...) {
+		if err := p.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Do(context.Background(), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(g.committed()), fmt.Sprint([][]int{{0}, {1, 2}, {3}}); got != want {
+		t.Errorf("groups %v, want %v", got, want)
+	}
+}
+
 func TestEachRequestGetsItsOwnError(t *testing.T) {
 	g := newGate()
 	bad := errors.New("refused")
