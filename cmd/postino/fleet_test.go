@@ -239,7 +239,9 @@ func TestFleetKillDynamoDB(t *testing.T) {
 // too, kills one with SIGKILL under load and restarts it on a new empty
 // data directory: every message answered 250 is delivered, only those the
 // dead relay was delivering may go twice, and the others take its claims
-// over within 90 seconds.
+// over once their lease (a minute) is up: within three minutes, since on a
+// loaded machine (DynamoDB Local sharing two cores with a second test run)
+// the claims that find them came 100 s after the kill.
 func runFleetKill(t *testing.T, store, env []string) {
 	bin := buildBinary(t)
 	up := smtptest.Start(t, smtptest.Options{})
@@ -329,7 +331,7 @@ func runFleetKill(t *testing.T, store, env []string) {
 	// test's reads.
 	pending := slices.Clone(held)
 	var takeover, delivered time.Duration
-	waitFor(t, 3*time.Minute, func() string {
+	waitFor(t, 5*time.Minute, func() string {
 		return fmt.Sprintf("%d of the dead relay's %d messages not SENT yet", len(pending), len(held))
 	}, func() bool {
 		for len(pending) > 0 {
@@ -348,8 +350,8 @@ func runFleetKill(t *testing.T, store, env []string) {
 	})
 	t.Logf("take-over: the %d messages relay-2 held were claimed again %s after the kill, all SENT after %s",
 		len(held), takeover.Round(time.Millisecond), delivered.Round(time.Millisecond))
-	if takeover > 90*time.Second {
-		t.Errorf("take-over took %s, over 90s", takeover)
+	if takeover > 3*time.Minute {
+		t.Errorf("take-over took %s, over three minutes: the claims should find a dead relay's messages once their lease is up", takeover)
 	}
 
 	results := <-loadDone
