@@ -12,7 +12,9 @@
 # -n is the number of pairs (3), -r the relays of the second run of a pair
 # (2). The other options go to both runs, -b included (mysql by default):
 # -c CPUS gives every relay a CPU budget of its own, as sidecars have; without
-# it, the relays, the store and the load share the machine's cores.
+# it, the relays, the store and the load share the machine's cores. With
+# -b bolt the relays share no store (each has a bbolt outbox of its own):
+# the control, what a second process costs or wins on the machine.
 #
 # Each run works in a directory of its own under the current one, removed at
 # its end: run it from the filesystem's root (cd /) so that each is a new

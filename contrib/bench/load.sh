@@ -29,15 +29,16 @@
 # delivered (-d).
 #
 # -r 2 runs two relays on the one MySQL or PostgreSQL database or DynamoDB table, the
-# sessions and messages split between them. With -b bolt, whose outbox is
-# one process's, each relay has its own outbox and data directory: a fleet
-# with no shared store at all, the most a shared store's fleet can reach on
-# the machine. They share one data directory:
+# sessions and messages split between them. They share one data directory:
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
 # share the spool (README, Outbox stores). -S outbox keeps the messages'
 # bytes in the outbox instead (spool.store, MySQL, PostgreSQL or DynamoDB): each relay then has
 # a data directory of its own.
+#
+# With -b bolt, whose outbox is one process's, each relay has its own
+# outbox and data directory: a fleet that shares no store at all, the most
+# a shared store's fleet can reach on the machine.
 #
 # -c CPUS gives each relay a CPU budget of its own (a cgroup's CPU quota,
 # 0.5 for half a core), as a sidecar's CPU limit does: with it, -r 2 against
