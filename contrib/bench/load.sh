@@ -222,9 +222,12 @@ for i in "${!admins[@]}"; do
   wait_for ready "$i"
 done
 
-# metrics prints every relay's metrics, one after the other.
+# metrics [ADMIN...] prints the metrics of the relays of those admin
+# addresses, every relay's by default, one after the other.
 metrics() {
-  for admin in "${admins[@]}"; do curl -sf "http://$admin/metrics"; done
+  local admin
+  [ $# -gt 0 ] || set -- "${admins[@]}"
+  for admin in "$@"; do curl -sf "http://$admin/metrics"; done
 }
 # server_status prints the store server's counters, name and value a line.
 server_status() {
@@ -257,9 +260,12 @@ for i in $(seq "$relays"); do
 done
 wait "${sources[@]}"
 end=$(date +%s.%N)
-# sum_metric NAME sums a metric over every relay's lines.
+# sum_metric NAME [ADMIN...] sums a metric (a name, or a name with its
+# labels) over the lines of those relays, every relay's by default.
 sum_metric() {
-  metrics | awk -v name="$1" '$1 == name || index($1, name "{") == 1 { n += $2 } END { print n + 0 }'
+  local name=$1
+  shift
+  metrics "$@" | awk -v name="$name" '$1 == name || index($1, name "{") == 1 { n += $2 } END { print n + 0 }'
 }
 if [ -n "$deliver" ]; then
   delivered_all() { [ "$(sum_metric postino_delivery_delivered_total)" -ge "$messages" ]; }
@@ -270,10 +276,7 @@ else
   # relay has its own (bbolt).
   counted=("${admins[0]}")
   [ "$backend" = bolt ] && counted=("${admins[@]}")
-  all_ready() {
-    [ "$(for admin in "${counted[@]}"; do curl -sf "http://$admin/metrics"; done |
-      awk '/^postino_queue_messages\{status="READY"\}/ { n += $2 } END { print n + 0 }')" -ge "$messages" ]
-  }
+  all_ready() { [ "$(sum_metric 'postino_queue_messages{status="READY"}' "${counted[@]}")" -ge "$messages" ]; }
   wait_for all_ready
 fi
 after=$(server_status)

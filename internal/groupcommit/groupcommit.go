@@ -32,12 +32,8 @@ type Config struct {
 	Window time.Duration
 	// Paced makes the window as long as the previous group's commit took,
 	// and Window its most: each caller then waits at most one more commit,
-	// and the groups grow with the commits' cost. A store on a database
-	// server pays for each commit on the server, again for each relay of a
-	// fleet, and most when the server is loaded and its commits slow: a
-	// relay of two that gathered only for a fixed moment made twice as many
-	// commits a message as a relay alone, and their cost, not the relays',
-	// made the fleet slower than one relay.
+	// and the groups grow with what a commit costs, which is most where a
+	// loaded database server commits slowly.
 	Paced bool
 }
 
