@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/textproto"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,8 +197,9 @@ func (r *row) header(h *mail.Header) error {
 			if strings.ContainsAny(v, "\r\n") {
 				return fmt.Errorf("headers: the value of %s holds a line break; give it on one line", k)
 			}
-			// Encoded only when it needs to be (RFC 2047).
-			h.SetText(k, v)
+			if err := setField(h, k, v); err != nil {
+				return err
+			}
 		}
 	}
 	if r.subject.Valid {
@@ -218,6 +220,61 @@ func (r *row) header(h *mail.Header) error {
 		h.SetAddressList("To", list)
 	}
 	return nil
+}
+
+// setField sets the extra header k to v, encoded only where it needs to be
+// (RFC 2047). An address field is an address list: only its display names
+// may be encoded words, so a whole mailbox encoded as one word reads as an
+// address without a domain.
+func setField(h *mail.Header, k, v string) error {
+	if !isAddressField(k) {
+		h.SetText(k, v)
+		return nil
+	}
+	list, err := mail.ParseAddressList(v)
+	if err != nil {
+		return fmt.Errorf("headers: %s %q is not an address list (%v); write it as Name <user@example.com>, "+
+			"several separated by commas, and a name holding a comma or a quote in double quotes (\"Doe, Jane\" <jane@example.com>)", k, v, err)
+	}
+	formatted := make([]string, len(list))
+	for i, a := range list {
+		formatted[i] = formatAddress(a)
+	}
+	h.Set(k, strings.Join(formatted, ", "))
+	return nil
+}
+
+// formatAddress writes a mailbox with its display name, when not plain
+// ASCII, in one encoded word. RFC 2047 splits a longer word into several,
+// but Python's email package keeps the space between two encoded words of a
+// name, which decoders that keep the RFC drop: the same name read two ways.
+// One word, over 75 octets if need be, reads the same in both.
+// A mailbox without a name stays a bare address, as the app wrote it.
+func formatAddress(a *mail.Address) string {
+	addr := (&mail.Address{Address: a.Address}).String()
+	switch {
+	case a.Name == "":
+		return strings.TrimSuffix(strings.TrimPrefix(addr, "<"), ">")
+	case isPrintableASCII(a.Name):
+		return a.String()
+	}
+	return "=?utf-8?b?" + base64.StdEncoding.EncodeToString([]byte(a.Name)) + "?= " + addr
+}
+
+func isPrintableASCII(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool { return r < ' ' || r > '~' })
+}
+
+// isAddressField says whether the field named k holds an address list
+// (RFC 5322 sections 3.6.2, 3.6.3 and 3.6.6, RFC 8098's
+// Disposition-Notification-To).
+func isAddressField(k string) bool {
+	switch textproto.CanonicalMIMEHeaderKey(k) {
+	case "From", "Sender", "Reply-To", "To", "Cc", "Bcc",
+		"Resent-From", "Resent-Sender", "Resent-To", "Resent-Cc", "Resent-Bcc", "Disposition-Notification-To":
+		return true
+	}
+	return false
 }
 
 func writeAttachment(mw *mail.Writer, i int, a attachment) error {

@@ -332,6 +332,44 @@ func TestParts(t *testing.T) {
 	})
 }
 
+// TestPartsAddressNames: address fields with names beyond ASCII (umlauts,
+// emoji, quotes, commas, several mailboxes) reach the recipient as
+// address lists that go-message and Python's email package read back with
+// the names and addresses the app gave.
+func TestPartsAddressNames(t *testing.T) {
+	forEachDriver(t, func(t *testing.T, a *app, up *smtptest.Server, c *admin.Client) {
+		headers := map[string]string{}
+		for _, tc := range submissions.AddressCases {
+			headers[tc.Field] = tc.Value
+		}
+		a.commit(t, submission{ID: "names-1", From: "shop@example.com", To: []string{"juergen@example.net"},
+			Subject: "Grüße", Text: "Hallo.", Headers: headers})
+		status(t, c, "names-1", "SENT-ACKNOWLEDGED")
+		msgs := up.Messages()
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages delivered; want 1", len(msgs))
+		}
+		r, err := mail.CreateReader(bytes.NewReader(msgs[0].Data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		python := submissions.PythonAddresses(t, msgs[0].Data)
+		for _, tc := range submissions.AddressCases {
+			list, err := r.Header.AddressList(tc.Field)
+			var got []string
+			for _, a := range list {
+				got = append(got, a.Name+" <"+a.Address+">")
+			}
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(tc.Want) {
+				t.Errorf("%s delivered as %q: go-message reads %q (%v); want %q", tc.Field, r.Header.Get(tc.Field), got, err, tc.Want)
+			}
+			if py := python[strings.ToLower(tc.Field)]; fmt.Sprint(py) != fmt.Sprint(tc.Want) {
+				t.Errorf("%s delivered as %q: Python reads %q; want %q", tc.Field, r.Header.Get(tc.Field), py, tc.Want)
+			}
+		}
+	})
+}
+
 func checkParts(t *testing.T, data, pdf []byte) {
 	t.Helper()
 	r, err := mail.CreateReader(bytes.NewReader(data))
