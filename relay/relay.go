@@ -174,7 +174,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Accepted)
-	if r.submissions, err = cfg.openSubmissions(context.Background(), r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
+	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err
 	}
 

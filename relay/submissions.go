@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 
@@ -59,7 +58,7 @@ func (c *Config) checkSubmissions() error {
 
 // openSubmissions connects to the submissions tables of the configuration,
 // which the relay's intake takes mail from.
-func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *submissions.Metrics, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
+func (c *Config) openSubmissions(in *intake.Server, m *submissions.Metrics, getenv func(string) string, log *slog.Logger) ([]*submissions.Reader, error) {
 	var out []*submissions.Reader
 	for i, s := range c.Submissions {
 		dsn, err := dsnOf(fmt.Sprintf("submissions[%d]", i), s.DSN, s.DSNFile, s.DSNEnv, getenv)
@@ -67,7 +66,7 @@ func (c *Config) openSubmissions(ctx context.Context, in *intake.Server, m *subm
 			closeAll(out)
 			return nil, err
 		}
-		rd, err := submissions.Open(ctx, s.reader(dsn), in, m, log)
+		rd, err := submissions.Open(s.reader(dsn), in, m, log)
 		if err != nil {
 			closeAll(out)
 			return nil, fmt.Errorf("submissions[%d]: %w", i, err)

@@ -32,10 +32,20 @@ type Listener struct {
 // schedule of an outage (backoff.Outage), which starts again from the first
 // wait once a connection has listened; meanwhile the workers poll: a
 // notification only shortens their wait.
+//
+// The log says when notifications are lost and when they are back, not at
+// every try in between: a server down for a minute is one warning.
 func (l *Listener) Run(ctx context.Context) {
 	var outages backoff.Outages
+	lost := false
+	back := func() {
+		if lost {
+			l.Log.Info("PostgreSQL notifications are back")
+			lost = false
+		}
+	}
 	for ctx.Err() == nil {
-		listened, err := l.listen(ctx)
+		listened, err := l.listen(ctx, back)
 		if ctx.Err() != nil {
 			return
 		}
@@ -43,7 +53,12 @@ func (l *Listener) Run(ctx context.Context) {
 			outages.Recovered()
 		}
 		wait := outages.Failed()
-		l.Log.Warn("PostgreSQL notifications lost; the workers poll until LISTEN is back", "error", err, "retry_in", wait)
+		if lost {
+			l.Log.Debug("PostgreSQL LISTEN failed again", "error", err, "retry_in", wait)
+		} else {
+			l.Log.Warn("PostgreSQL notifications lost; the workers poll until LISTEN is back", "error", err)
+			lost = true
+		}
 		select {
 		case <-ctx.Done():
 		case <-time.After(wait):
@@ -51,9 +66,10 @@ func (l *Listener) Run(ctx context.Context) {
 	}
 }
 
-// listen holds one connection until it fails or ctx ends; listened says
-// whether LISTEN took effect on it.
-func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
+// listen holds one connection until it fails or ctx ends, calling
+// listening once LISTEN has taken effect on it; listened says whether it
+// did.
+func (l *Listener) listen(ctx context.Context, listening func()) (listened bool, err error) {
 	conn, err := l.Connect(ctx)
 	if err != nil {
 		return false, err
@@ -64,6 +80,7 @@ func (l *Listener) listen(ctx context.Context) (listened bool, err error) {
 			return false, err
 		}
 	}
+	listening()
 	l.CaughtUp()
 	for {
 		n, err := conn.WaitForNotification(ctx)

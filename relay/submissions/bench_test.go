@@ -112,7 +112,7 @@ func benchIDs(prefix string, n int) []string {
 }
 
 // sendSMTP sends the message of each id on one session.
-func sendSMTP(b *testing.B, addr string, ids <-chan string) {
+func sendSMTP(b testing.TB, addr string, ids <-chan string) {
 	c, err := smtp.Dial(addr)
 	if err != nil {
 		b.Error(err)

@@ -65,14 +65,18 @@ type Reader struct {
 	intake  Intake
 	log     *slog.Logger
 	wake    chan struct{}
-	// queued and refused count the rows taken.
-	queued, refused prometheus.Counter
+	// queued and refused count the rows taken, failures the batches that
+	// could not be.
+	queued, refused, failures prometheus.Counter
 
 	mu sync.Mutex
 	// state is, for each claimer, why its last batch failed, nil after
 	// one that did not: one claimer's success does not hide the other's
 	// failure.
-	state [claimers]error
+	state [claimers]*failure
+	// logged is the cause of failure last logged, "" when none: the log
+	// says when the reader's state changes, not at every retry.
+	logged cause
 }
 
 // WithDefaults returns c with what it leaves out filled in: the table
@@ -87,23 +91,24 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// Open connects to the database of cfg (WithDefaults); Run reads it.
-func Open(ctx context.Context, cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) {
+// Open prepares the connections to the database of cfg (WithDefaults);
+// Run reads it.
+func Open(cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) {
 	cfg = cfg.WithDefaults()
 	d, err := lookup(cfg.Driver, cfg.Table)
 	if err != nil {
 		return nil, err
 	}
+	// sql.Open connects to nothing: only a DSN it cannot parse fails here.
+	// A database that is down, missing, or refuses the user is what the
+	// reader meets at its claims, and the relay starts degraded meanwhile.
 	db, err := sql.Open(d.driver, cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("submissions %s: %w", cfg.Name, err)
-	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("submissions %s: cannot reach the database: %w", cfg.Name, err)
+		return nil, fmt.Errorf("submissions %s: the DSN cannot be read: %w", cfg.Name, err)
 	}
 	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), wake: make(chan struct{}, 1),
-		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused")}, nil
+		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused"),
+		failures: m.failures.WithLabelValues(cfg.Name)}, nil
 }
 
 // claimers is how many batches a reader takes at once: while one is taken
@@ -122,18 +127,35 @@ func (r *Reader) Name() string { return r.cfg.Name }
 func (r *Reader) Ready() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, err := range r.state {
-		if err != nil {
-			return err
+	for _, f := range r.state {
+		if f != nil {
+			return f
 		}
 	}
 	return nil
 }
 
-func (r *Reader) setState(claimer int, err error) {
+// setState keeps how the claimer's last batch went, and logs the reader's
+// state when it changes.
+func (r *Reader) setState(claimer int, f *failure) {
 	r.mu.Lock()
-	r.state[claimer] = err
-	r.mu.Unlock()
+	defer r.mu.Unlock()
+	r.state[claimer] = f
+	var now *failure
+	for _, f := range r.state {
+		if f != nil {
+			now = f
+			break
+		}
+	}
+	switch {
+	case now != nil && now.cause != r.logged:
+		r.log.Warn("submissions: cannot read the table; the relay takes SMTP mail meanwhile and reads it again when it can", "error", now)
+		r.logged = now.cause
+	case now == nil && r.logged != "":
+		r.log.Info("submissions: the table is read again")
+		r.logged = ""
+	}
 }
 
 // Wake tells the reader that rows may be waiting.
@@ -165,11 +187,13 @@ func (r *Reader) claimLoop(ctx context.Context, claimer int) {
 	var outages backoff.Outages
 	for {
 		n, err := r.takeBatch(context.WithoutCancel(ctx))
-		r.setState(claimer, err)
 		if err != nil {
+			f := r.diagnose(err)
+			r.setState(claimer, f)
+			r.failures.Inc()
 			// A failure waits its backoff, whatever wakes the reader.
 			wait := outages.Failed()
-			r.log.Error("submissions: cannot take the submissions; retrying", "error", err, "retry_in", wait)
+			r.log.Debug("submissions: cannot take the submissions; retrying", "error", f, "retry_in", wait)
 			select {
 			case <-ctx.Done():
 				return
@@ -177,6 +201,7 @@ func (r *Reader) claimLoop(ctx context.Context, claimer int) {
 			}
 			continue
 		}
+		r.setState(claimer, nil)
 		outages.Recovered()
 		if n > 0 && ctx.Err() == nil {
 			continue

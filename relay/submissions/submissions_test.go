@@ -47,6 +47,13 @@ func newApp(t testing.TB, driver string) *app {
 	if err := submissions.Migrate(ctx, driver, dsn, submissions.DefaultTable); err != nil {
 		t.Fatalf("migrate again: %v", err)
 	}
+	return openApp(t, driver, dsn)
+}
+
+// openApp is the app of the database at dsn, whose submissions table
+// exists: it makes its table of memos.
+func openApp(t testing.TB, driver, dsn string) *app {
+	t.Helper()
 	sqlDriver := map[string]string{"postgres": "pgx", "mysql": "mysql"}[driver]
 	db, err := sql.Open(sqlDriver, dsn)
 	if err != nil {
@@ -158,6 +165,13 @@ func startRelay(t testing.TB, a *app, up *smtptest.Server) *admin.Client {
 // returns the relay's SMTP address too.
 func startRelayPoll(t testing.TB, a *app, up *smtptest.Server, poll time.Duration) (string, *admin.Client) {
 	t.Helper()
+	r, _ := relaytest.Start(t, relayConfig(t, a.driver, a.dsn, up, poll))
+	return r.SMTPAddr().String(), &admin.Client{Base: r.AdminAddr().String()}
+}
+
+// relayConfig is a relay's configuration for reading the table of driver
+// at dsn every poll, and delivering to up.
+func relayConfig(t testing.TB, driver, dsn string, up *smtptest.Server, poll time.Duration) relay.Config {
 	cfg := relay.DefaultConfig()
 	cfg.Routes.Default.Smarthost = up.Addr
 	cfg.DataDir = t.TempDir()
@@ -166,9 +180,8 @@ func startRelayPoll(t testing.TB, a *app, up *smtptest.Server, poll time.Duratio
 	cfg.Admin.Listen = "127.0.0.1:0"
 	cfg.Intake.Poll = relay.Duration(50 * time.Millisecond)
 	cfg.Delivery.Poll = relay.Duration(50 * time.Millisecond)
-	cfg.Submissions = []relay.SubmissionsConfig{{Driver: a.driver, DSN: a.dsn, Poll: relay.Duration(poll)}}
-	r, _ := relaytest.Start(t, cfg)
-	return r.SMTPAddr().String(), &admin.Client{Base: r.AdminAddr().String()}
+	cfg.Submissions = []relay.SubmissionsConfig{{Driver: driver, DSN: dsn, Poll: relay.Duration(poll)}}
+	return cfg
 }
 
 func waitFor(t testing.TB, d time.Duration, what func() string, ok func() bool) {
