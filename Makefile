@@ -12,16 +12,31 @@ DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 export TEST_POSTINO_POSTGRES_DSN ?= postgres://root@127.0.0.1:5432/test
 
-.PHONY: test test-deps deps lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-bounces
+.PHONY: test test-deps deps corpora corpora-if-missing lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-bounces
 
 # The tests run beside a DynamoDB Local of their own (.ci/with-dynamodb), so
 # that two runs at once share none; TEST_POSTINO_DYNAMODB_ENDPOINT set in the
 # environment names one to use instead.
-test: test-deps lint vet
+test: test-deps corpora-if-missing lint vet
 	$(if $(TEST_POSTINO_DYNAMODB_ENDPOINT),,.ci/with-dynamodb) $(GO) test -race -count=1 -timeout 20m ./...
 
 test-deps:
 	@.ci/deps
+
+# corpora fetches the real mail the bounce and PEC tests read (third-party
+# mail, kept out of the repository) into testdata/, at pinned commits,
+# checked file by file (contrib/corpora). The tests read testdata/ first,
+# then ../shared/corpora.
+corpora:
+	contrib/corpora/fetch testdata
+
+# make test fetches the corpora when neither place has them and the network
+# allows; when it does not, the tests that read them say so (and fail under
+# CI=true).
+corpora-if-missing:
+	@for c in bounces-sisimai pec-real; do \
+		[ -d testdata/$$c ] || [ -d ../shared/corpora/$$c ] || { contrib/corpora/fetch testdata || echo "corpora: not fetched; the tests that read them will skip (run make corpora)" >&2; break; }; \
+	done
 
 # deps also starts the shared DynamoDB Local on DYNAMODB_PORT, which the
 # benchmarks and tests run by hand use.
@@ -101,7 +116,7 @@ bench-depth:
 	$(GO) run ./contrib/bench/depth -store $(DEPTH_STORE) -n $(DEPTH_N) $(DEPTH_FLAGS)
 
 # bench-bounces scores the bounce parser against sisimai's corpus
-# (../shared/corpora/bounces-sisimai): recipients, status codes, hard or
+# (testdata/bounces-sisimai or ../shared/corpora/bounces-sisimai): recipients, status codes, hard or
 # soft, and reasons agreeing with its expected.tsv.
 bench-bounces:
 	$(GO) run ./contrib/bench/bouncescore

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genropy/postino/internal/bouncescore"
+	"github.com/genropy/postino/relay/bounce/bouncescore"
 	"github.com/genropy/postino/internal/corpus"
 	"github.com/genropy/postino/relay/bounce"
 )

@@ -1,10 +1,13 @@
 // Command bouncescore runs the bounce reader of `postino bounce parse` over
 // the shared sisimai corpus and prints how often it agrees with sisimai's
 // expected.tsv: recipients, status codes, hard or soft, and reasons after
-// the mapping in internal/bouncescore/reasons.tsv. -v lists every
+// the mapping in relay/bounce/bouncescore/reasons.tsv. -v lists every
 // disagreement as "file, index, field, expected, got".
 //
-//	go run ./contrib/bench/bouncescore [-v] [-corpus ../shared/corpora/bounces-sisimai]
+//	go run ./contrib/bench/bouncescore [-v] [-corpus DIR]
+//
+// The corpus is testdata/bounces-sisimai (make corpora), else
+// ../shared/corpora/bounces-sisimai.
 package main
 
 import (
@@ -13,14 +16,20 @@ import (
 	"os"
 	"strings"
 
-	"github.com/genropy/postino/internal/bouncescore"
+	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/relay/bounce/bouncescore"
 	"github.com/genropy/postino/relay/bounce"
 )
 
 func main() {
-	dir := flag.String("corpus", "../shared/corpora/bounces-sisimai", "`folder` of the sisimai corpus and its expected.tsv")
+	found, _ := corpus.Find("bounces-sisimai")
+	dir := flag.String("corpus", found, "`folder` of the sisimai corpus and its expected.tsv (default: testdata/, else ../shared/corpora/)")
 	verbose := flag.Bool("v", false, "list every disagreement")
 	flag.Parse()
+	if *dir == "" {
+		fmt.Fprintln(os.Stderr, "bouncescore: the sisimai corpus is in neither testdata/ nor ../shared/corpora/: run make corpora, or give -corpus")
+		os.Exit(1)
+	}
 	res, err := bouncescore.Score(*dir, parse)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bouncescore: %v\n", err)
