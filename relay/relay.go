@@ -171,9 +171,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
-	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher.Wake)
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine), r.outbox, r.bodies, routes.Choose, log)
-	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker.Accepted)
+	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
 	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err
 	}

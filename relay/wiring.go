@@ -144,7 +144,7 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 // relay stops its intake worker before the engine, as Reserve needs.
 func (c *Config) workerConfig(engine *delivery.Engine) intake.WorkerConfig {
 	return intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
-		Owner: c.Hostname, Ready: engine.Wake, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D()}
+		Owner: c.Hostname, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D()}
 }
 
 // deliveryRoutes builds the routes and their rules, reading the passwords.

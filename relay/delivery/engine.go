@@ -107,9 +107,9 @@ type Engine struct {
 	resolver Resolver
 	log      *slog.Logger
 	metrics  *Metrics
-	// onOutcome is told when messages reach SENT or FAILED.
-	onOutcome func()
-	wake      chan struct{}
+	// events is woken when messages reach SENT or FAILED.
+	events Waker
+	wake   chan struct{}
 
 	mu       sync.Mutex
 	dests    map[string]*destination
@@ -127,11 +127,17 @@ type Engine struct {
 	flights  sync.WaitGroup
 }
 
-// NewEngine builds the engine; Run starts it.
-func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, onOutcome func()) *Engine {
+// Waker is woken when there is work for it.
+type Waker interface {
+	Wake()
+}
+
+// NewEngine builds the engine; Run starts it. events, when not nil, is
+// woken when an outcome adds an event for the plugins: the dispatcher.
+func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, events Waker) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
-		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
+		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, events: events,
 		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
 		abort: abort, stop: stop,
 	}
@@ -502,8 +508,8 @@ func (f *flight) finish() {
 	}
 	e.log.Log(context.Background(), level, strings.ToLower(string(t.To)), "id", m.ID, "route", f.route.Name,
 		"attempt", attemptNo, "reason", t.Reason)
-	if len(t.Then) == 0 && t.To != backends.StatusReady && e.onOutcome != nil {
-		e.onOutcome()
+	if len(t.Then) == 0 && t.To != backends.StatusReady && e.events != nil {
+		e.events.Wake()
 	}
 }
 

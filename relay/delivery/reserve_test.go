@@ -65,7 +65,7 @@ func TestIntakeStraightToDelivery(t *testing.T) {
 	upstream := smtptest.Start(t, smtptest.Options{})
 	e := testEngine(t, store, sp, Route{Name: DefaultRoute, Smarthost: upstream.Addr, TLS: TLSNone, MaxConnections: 2}, time.Minute, time.Hour)
 	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 2, Lease: time.Minute, Poll: time.Hour, Owner: "test",
-		Ready: e.Wake, Delivery: e}, store, sp, func(*backends.Message) (string, error) { return DefaultRoute, nil },
+		Delivery: e}, store, sp, func(*backends.Message) (string, error) { return DefaultRoute, nil },
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ctx, cancel := context.WithCancel(context.Background())
 	engineDone, workerDone := make(chan struct{}), make(chan struct{})

@@ -21,15 +21,13 @@ func checkAddress(addr string, smtputf8 bool, code smtp.EnhancedCode) error {
 	// The reply does not repeat the address, which would carry them back.
 	if i := strings.IndexFunc(addr, unicode.IsControl); i >= 0 {
 		r, _ := utf8.DecodeRuneInString(addr[i:])
-		return &smtp.SMTPError{Code: 501, EnhancedCode: code,
-			Message: fmt.Sprintf("Bad address: it holds the control character U+%04X at octet %d; no address may hold one", r, i)}
+		return refusal(501, code, "Bad address: it holds the control character U+%04X at octet %d; no address may hold one", r, i)
 	}
 	bad := func(why string) error {
-		return &smtp.SMTPError{Code: 501, EnhancedCode: code, Message: fmt.Sprintf("Bad address <%s>: %s", addr, why)}
+		return refusal(501, code, "Bad address <%s>: %s", addr, why)
 	}
 	if !smtputf8 && !isASCII(addr) {
-		return &smtp.SMTPError{Code: 553, EnhancedCode: smtp.EnhancedCode{5, 6, 7},
-			Message: fmt.Sprintf("Address <%s> holds non-ASCII characters: MAIL FROM must say SMTPUTF8", addr)}
+		return refusal(553, smtp.EnhancedCode{5, 6, 7}, "Address <%s> holds non-ASCII characters: MAIL FROM must say SMTPUTF8", addr)
 	}
 	if !utf8.ValidString(addr) {
 		return bad("not valid UTF-8")

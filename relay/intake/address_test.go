@@ -48,7 +48,7 @@ func TestCheckAddress(t *testing.T) {
 	}
 	for _, tt := range tests {
 		err := checkAddress(tt.addr, tt.utf8, rcpt)
-		var se *smtp.SMTPError
+		var se *Refusal
 		switch {
 		case tt.code == (smtp.EnhancedCode{}) && err != nil:
 			t.Errorf("%s: %v, want valid", tt.addr, err)

@@ -97,7 +97,7 @@ func checkControl(t *testing.T, h *textproto.Header, c control, now time.Time) {
 // checkRefusal checks that a refusal is a content error of one line.
 func checkRefusal(t *testing.T, err error) {
 	t.Helper()
-	var se *smtp.SMTPError
+	var se *Refusal
 	if !errors.As(err, &se) || se.Code != 554 || se.EnhancedCode != (smtp.EnhancedCode{5, 6, 0}) {
 		t.Fatalf("refused with %v, want a 554 5.6.0 reply", err)
 	}

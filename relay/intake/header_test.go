@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/emersion/go-message/textproto"
-	"github.com/emersion/go-smtp"
 )
 
 func readHeader(t *testing.T, s string) textproto.Header {
@@ -60,7 +59,7 @@ func TestReadControl(t *testing.T) {
 			h := readHeader(t, tt.header)
 			c, err := readControl(&h, now)
 			if tt.wantErr != "" {
-				var se *smtp.SMTPError
+				var se *Refusal
 				if !errors.As(err, &se) || se.Code != 554 || !strings.Contains(se.Message, tt.wantErr) {
 					t.Fatalf("error %v, want a 554 saying %q", err, tt.wantErr)
 				}

@@ -49,7 +49,7 @@ func (s *Server) pecAccount(env Envelope) (PECAccount, bool) {
 }
 
 func pecRefusal(format string, args ...any) error {
-	return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 7, 1}, Message: oneLine(fmt.Sprintf(format, args...))}
+	return refusal(550, smtp.EnhancedCode{5, 7, 1}, format, args...)
 }
 
 // checkPEC holds a message from a PEC account to what its provider

@@ -1,7 +1,6 @@
 package intake
 
 import (
-	"fmt"
 	"io"
 	"strings"
 
@@ -60,8 +59,8 @@ func (s *scanner) reset(r io.Reader, rejectBare bool, maxLine int) {
 	}
 }
 
-func contentError(format string, args ...any) *smtp.SMTPError {
-	return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 6, 0}, Message: oneLine(fmt.Sprintf(format, args...))}
+func contentError(format string, args ...any) *Refusal {
+	return refusal(554, smtp.EnhancedCode{5, 6, 0}, format, args...)
 }
 
 // oneLine keeps text quoted from a message (a malformed header line, say)

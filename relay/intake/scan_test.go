@@ -50,7 +50,7 @@ func TestScanner(t *testing.T) {
 			s := newScanner(iotest.OneByteReader(strings.NewReader(tt.in)), tt.rejectBare, maxLine)
 			got, err := io.ReadAll(s)
 			if tt.wantCode != (smtp.EnhancedCode{}) {
-				var se *smtp.SMTPError
+				var se *Refusal
 				if !errors.As(err, &se) || se.EnhancedCode != tt.wantCode {
 					t.Fatalf("error %v, want an SMTP error %v", err, tt.wantCode)
 				}
@@ -98,8 +98,8 @@ func FuzzScanner(f *testing.F) {
 			t.Fatalf("chunks of %d: %q, %v; whole: %q, %v", 1+int(chunk)%64, got, err, ref, refErr)
 		}
 		if err != nil {
-			if _, ok := errors.AsType[*smtp.SMTPError](err); !ok {
-				t.Fatalf("error %v is not an SMTP reply", err)
+			if _, ok := errors.AsType[*Refusal](err); !ok {
+				t.Fatalf("error %v is not a refusal", err)
 			}
 			return
 		}

@@ -93,11 +93,10 @@ type Server struct {
 	log     *slog.Logger
 	metrics *Metrics
 	auth    *authLimiter
-	// accepted is handed every newly queued message, for the intake
-	// worker to prepare.
-	accepted func(*backends.Message)
-	smtp     *smtp.Server
-	limits   *sessionLimits
+	// prep is handed every newly queued message.
+	prep   Preparer
+	smtp   *smtp.Server
+	limits *sessionLimits
 	// readers keeps the buffers of finished sessions for the next ones:
 	// allocating them per message keeps the collector busy under load.
 	readers sync.Pool
@@ -109,9 +108,16 @@ type reader struct {
 	br *bufio.Reader
 }
 
-// NewServer builds the SMTP server; Serve starts it.
-func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, accepted func(*backends.Message)) *Server {
-	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, accepted: accepted, auth: newAuthLimiter(cfg.AuthLimits),
+// Preparer takes each message the server has queued, to prepare it for
+// sending: the intake worker (Worker.Accepted).
+type Preparer interface {
+	Accepted(m *backends.Message)
+}
+
+// NewServer builds the SMTP server; Serve starts it. prep, when not nil,
+// is handed each message queued.
+func NewServer(cfg Config, outbox Outbox, sp *spool.Spool, log *slog.Logger, m *Metrics, prep Preparer) *Server {
+	s := &Server{cfg: cfg, outbox: outbox, spool: sp, log: log, metrics: m, prep: prep, auth: newAuthLimiter(cfg.AuthLimits),
 		limits: &sessionLimits{max: cfg.MaxSessions, perClient: cfg.MaxSessionsPerClient, reserved: cfg.ReservedSessions,
 			log: log, metrics: m, byClient: map[netip.Prefix]int{}}}
 	srv := smtp.NewServer(s)
@@ -244,7 +250,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 			Message: "Authentication required: use AUTH (over TLS) before MAIL"}
 	}
 	if err := s.srv.spoolFull(); err != nil {
-		return err
+		return asReply(err)
 	}
 	if strings.ContainsFunc(s.conn.Hostname(), unicode.IsControl) {
 		// The name goes into the Received field, where a bare CR would
@@ -258,7 +264,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 	if from != "" {
 		if err := checkAddress(from, opts.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
 			s.srv.metrics.rejected("address")
-			return err
+			return asReply(err)
 		}
 	}
 	s.from = from
@@ -271,7 +277,7 @@ func (s *session) Mail(from string, opts *smtp.MailOptions) error {
 func (s *session) Rcpt(to string, opts *smtp.RcptOptions) error {
 	if err := checkAddress(to, s.opts.UTF8, smtp.EnhancedCode{5, 1, 3}); err != nil {
 		s.srv.metrics.rejected("address")
-		return err
+		return asReply(err)
 	}
 	s.rcpts = append(s.rcpts, to)
 	return nil
@@ -290,39 +296,37 @@ func (s *session) Data(r io.Reader) error {
 	start := time.Now()
 	s.lim.beginData(start)
 	id, err := s.srv.Take(context.Background(), s.envelope(), r)
-	var cause error
-	if f, ok := errors.AsType[*localFailure](err); ok {
-		err, cause = f.reply, f.cause
-	}
 	if cut := s.lim.reply(); cut != nil {
 		// Whatever the read in progress made of it, the limits ended the
 		// transaction: nothing was stored, and the session closes.
-		err = cut
+		s.srv.metrics.rejected("slow")
+		s.srv.log.Info("message refused", "id", id, "client", s.clientIP, "from", s.from, "error", cut)
+		return cut
 	}
-	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
+	if err == nil {
 		s.srv.metrics.accept(time.Since(start))
-		return err
+		// go-smtp sends the code and text of an SMTPError as they are, 250
+		// included: the client learns the id.
+		return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "Ok: queued as " + id}
 	}
-	reason := "content"
-	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
-		switch {
-		case reply == s.lim.reply():
-			reason = "slow"
-		case reply.Code/100 == 4:
-			reason = "temporary"
-		case reply.EnhancedCode == smtp.ErrDataTooLarge.EnhancedCode:
-			reason = "size"
-		}
-	} else {
-		reason = "connection"
+	refused, ok := errors.AsType[*Refusal](err)
+	reason := "connection"
+	switch {
+	case !ok:
+	case refused.Code/100 == 4:
+		reason = "temporary"
+	case refused.EnhancedCode == smtp.ErrDataTooLarge.EnhancedCode:
+		reason = "size"
+	default:
+		reason = "content"
 	}
 	s.srv.metrics.rejected(reason)
-	if cause != nil {
-		s.srv.log.Error("message refused: the relay failed", "id", id, "client", s.clientIP, "from", s.from, "reply", err, "error", cause)
-		return err
+	if ok && refused.cause != nil {
+		s.srv.log.Error("message refused: the relay failed", "id", id, "client", s.clientIP, "from", s.from, "reply", refused.reply(), "error", refused.cause)
+		return refused.reply()
 	}
 	s.srv.log.Info("message refused", "id", id, "client", s.clientIP, "from", s.from, "error", err)
-	return err
+	return asReply(err)
 }
 
 // envelope is the transaction's envelope, for Take.
@@ -330,28 +334,6 @@ func (s *session) envelope() Envelope {
 	return Envelope{From: s.from, To: s.rcpts, UTF8: s.opts.UTF8,
 		ClientIP: s.clientIP.String(), ClientAddr: s.conn.Conn().RemoteAddr().String(), Helo: s.conn.Hostname(),
 		AuthUser: s.authUser, TLS: s.tls, Protocol: s.protocol(), Broken: s.lim.broken}
-}
-
-// queued is the reply that hands the message over: go-smtp sends the code and
-// text of an SMTPError as they are, 250 included.
-func queued(id string) error {
-	return &smtp.SMTPError{Code: 250, EnhancedCode: smtp.EnhancedCode{2, 0, 0}, Message: "Ok: queued as " + id}
-}
-
-// localFailure is a temporary failure of the relay's own (its spool, its
-// outbox): the client is told what failed and to try again later, and the
-// cause, which names paths and servers of this machine, goes to the log
-// only (Data).
-type localFailure struct {
-	reply *smtp.SMTPError
-	cause error
-}
-
-func (f *localFailure) Error() string { return f.reply.Message + ": " + f.cause.Error() }
-
-func tempFailure(what string, cause error) error {
-	return &localFailure{cause: cause,
-		reply: &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 3, 0}, Message: what + ", try again later"}}
 }
 
 // getReader takes a reader from the pool, or makes one, and sets it to
@@ -418,10 +400,10 @@ func (s *Server) spoolMessage(id string, h textproto.Header, body io.Reader, now
 		_, err := io.Copy(w, body)
 		return err
 	})
-	if _, local := errors.AsType[*localFailure](err); err != nil && !local {
+	if err != nil {
 		return nil, readError(err, "%v")
 	}
-	return f, err
+	return f, nil
 }
 
 // writeDraft makes a draft of message id, writes it with write and commits
@@ -468,8 +450,11 @@ func (s *session) protocol() string {
 // readError turns an error met while reading the message into its reply:
 // the scanner's and go-smtp's own replies pass as they are.
 func readError(err error, format string) error {
+	if refused, ok := errors.AsType[*Refusal](err); ok {
+		return refused
+	}
 	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok {
-		return reply
+		return &Refusal{Code: reply.Code, EnhancedCode: reply.EnhancedCode, Message: reply.Message}
 	}
 	if errors.Is(err, smtp.ErrTooLongLine) {
 		return contentError("a line is longer than this relay accepts")

@@ -27,8 +27,7 @@ func (s *Server) spoolFull() error {
 		return nil
 	}
 	s.metrics.rejected("storage")
-	return &smtp.SMTPError{Code: 452, EnhancedCode: smtp.EnhancedCode{4, 3, 1},
-		Message: "Insufficient system storage: the relay's spool is full, try again later"}
+	return refusal(452, smtp.EnhancedCode{4, 3, 1}, "Insufficient system storage: the relay's spool is full, try again later")
 }
 
 // noSpace tells Space of a write that failed for want of space.

@@ -63,8 +63,7 @@ func (s *Server) CheckEnvelope(env Envelope, size int64) error {
 		return err
 	}
 	if s.cfg.MaxMessageSize > 0 && size > s.cfg.MaxMessageSize {
-		return &smtp.SMTPError{Code: 552, EnhancedCode: smtp.ErrDataTooLarge.EnhancedCode,
-			Message: fmt.Sprintf("The message is %d bytes, over the %d this relay accepts", size, s.cfg.MaxMessageSize)}
+		return refusal(552, smtp.ErrDataTooLarge.EnhancedCode, "The message is %d bytes, over the %d this relay accepts", size, s.cfg.MaxMessageSize)
 	}
 	if env.From != "" {
 		if err := checkAddress(env.From, env.UTF8, smtp.EnhancedCode{5, 1, 7}); err != nil {
@@ -72,11 +71,10 @@ func (s *Server) CheckEnvelope(env Envelope, size int64) error {
 		}
 	}
 	if len(env.To) == 0 {
-		return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 5, 1}, Message: "No recipients: give at least one"}
+		return refusal(554, smtp.EnhancedCode{5, 5, 1}, "No recipients: give at least one")
 	}
 	if s.cfg.MaxRecipients > 0 && len(env.To) > s.cfg.MaxRecipients {
-		return &smtp.SMTPError{Code: 554, EnhancedCode: smtp.EnhancedCode{5, 5, 3},
-			Message: fmt.Sprintf("%d recipients, over the %d this relay accepts in one message", len(env.To), s.cfg.MaxRecipients)}
+		return refusal(554, smtp.EnhancedCode{5, 5, 3}, "%d recipients, over the %d this relay accepts in one message", len(env.To), s.cfg.MaxRecipients)
 	}
 	for _, to := range env.To {
 		if err := checkAddress(to, env.UTF8, smtp.EnhancedCode{5, 1, 3}); err != nil {
@@ -86,24 +84,12 @@ func (s *Server) CheckEnvelope(env Envelope, size int64) error {
 	return nil
 }
 
-// Refusal says whether err, a reply of Take or CheckEnvelope, refuses the
-// message for good (5xx: a fault of the message), and why.
-func Refusal(err error) (string, bool) {
-	if _, local := errors.AsType[*localFailure](err); local {
-		return "", false
-	}
-	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code/100 == 5 {
-		return reply.Message, true
-	}
-	return "", false
-}
-
-// Take reads, checks and records one message handed over as env says, and
-// returns the message id when it knows it, and the reply: 250 (an
-// *smtp.SMTPError) once the outbox holds the message, also when it held
-// it already under that id; a permanent refusal (5xx) for a fault of the
-// message; a temporary one (4xx, a *localFailure when the relay failed)
-// otherwise. SMTP's DATA and the submissions tables both take mail here.
+// Take reads, checks and records one message handed over as env says. It
+// returns the message id when it knows it, and nil once the outbox holds
+// the message, also when it held it already under that id; a *Refusal when
+// it does not take it, permanent for a fault of the message; another error
+// when the message could not be read whole (the connection failed). SMTP's
+// DATA and the submissions tables both take mail here.
 func (s *Server) Take(ctx context.Context, env Envelope, r io.Reader) (string, error) {
 	now := time.Now().UTC()
 	rd := s.getReader(r)
@@ -130,8 +116,8 @@ func (s *Server) Take(ctx context.Context, env Envelope, r io.Reader) (string, e
 	if ident.id == "" {
 		ident.id = newID()
 		addField(&h, HeaderMailID, ident.id)
-	} else if reply, done := s.resubmitted(lookup, env, ident.id, rd.br); done {
-		return ident.id, reply
+	} else if err, done := s.resubmitted(lookup, env, ident.id, rd.br); done {
+		return ident.id, err
 	}
 	if err := s.checkPEC(lookup, env, &h, ctrl, ident); err != nil {
 		return ident.id, err
@@ -175,17 +161,17 @@ func applyEnvelope(h *textproto.Header, env Envelope) error {
 }
 
 // resubmitted answers an app that hands over again a message the outbox
-// holds under id: the rest of the message is read and dropped, and the
-// reply says it is queued. done is false when the outbox has no such
-// message, and the message is new.
-func (s *Server) resubmitted(ctx context.Context, env Envelope, id string, body io.Reader) (reply error, done bool) {
+// holds under id: the rest of the message is read and dropped, and it is
+// taken, with no error. done is false when the outbox has no such message,
+// and the message is new.
+func (s *Server) resubmitted(ctx context.Context, env Envelope, id string, body io.Reader) (err error, done bool) {
 	switch _, err := s.outbox.Get(ctx, id); {
 	case err == nil:
 		if _, err := io.Copy(io.Discard, body); err != nil {
 			return readError(err, "%v"), true
 		}
 		s.log.Info("duplicate submission answered with the queued message", "id", id, "client", env.source())
-		return queued(id), true
+		return nil, true
 	case !errors.Is(err, backends.ErrNotFound):
 		return tempFailure("Outbox unavailable", err), true
 	}
@@ -246,22 +232,18 @@ func newMessage(f draft, env Envelope, ident identity, ctrl control, eightBit bo
 	return m
 }
 
-// record records the spooled message f in the outbox and returns the
-// reply: queued, also when the outbox has the message already (an app's
-// retry that raced with the first submission).
+// record records the spooled message f in the outbox: nil once it holds
+// it, also when it had it already (an app's retry that raced with the first
+// submission).
 func (s *Server) record(ctx context.Context, f draft, env Envelope, ident identity, ctrl control, eightBit bool, now time.Time) error {
 	m := newMessage(f, env, ident, ctrl, eightBit, now)
 	if env.Broken != nil && env.Broken() {
 		// The data may be cut short (BDAT), or the limits cut it: Data
 		// replies with the cut, or to a client gone.
 		f.Abort()
-		return &smtp.SMTPError{Code: 451, EnhancedCode: smtp.EnhancedCode{4, 4, 2},
-			Message: "The connection failed during the data; nothing was kept, send the message again"}
+		return refusal(451, smtp.EnhancedCode{4, 4, 2}, "The connection failed during the data; nothing was kept, send the message again")
 	}
-	if err := s.create(ctx, f, m); err != nil {
-		return err
-	}
-	return queued(ident.id)
+	return s.create(ctx, f, m)
 }
 
 // create creates the row m of the draft f and hands it to the worker; a row the
@@ -286,12 +268,12 @@ func (s *Server) create(ctx context.Context, f draft, m *backends.Message) error
 	}
 	s.log.Info("accepted", "id", m.ID, "message_id", m.MessageID, "from", m.Envelope.Sender,
 		"rcpts", len(m.Envelope.Recipients), "size", f.Size(), "client", cmp.Or(m.Envelope.ClientAddr, m.Envelope.Helo), "user", m.Envelope.AuthUser)
-	if s.accepted != nil {
+	if s.prep != nil {
 		// The worker reads the bytes by their path, as it does those of
 		// a claimed row: the copy it holds keeps none in memory.
 		h := *m
 		h.Body = nil
-		s.accepted(&h)
+		s.prep.Accepted(&h)
 	}
 	return nil
 }

@@ -42,6 +42,8 @@ type Deliverer interface {
 	Reserve(t *backends.Transition) bool
 	Deliver(m *backends.Message)
 	Release()
+	// Wake tells it that messages became READY for a claim.
+	Wake()
 }
 
 // Router names the route a message will take, or says why it cannot be sent.
@@ -60,9 +62,8 @@ type WorkerConfig struct {
 	Poll time.Duration
 	// Owner names this worker in the history.
 	Owner string
-	// Ready, when set, is told that messages became READY for a claim.
-	Ready func()
-	// Delivery, when set, takes READY messages straight from the worker.
+	// Delivery, when set, takes READY messages straight from the worker,
+	// and is woken when messages became READY for a claim.
 	Delivery Deliverer
 	// MaxAge ends a message whose file could not be read for this long
 	// (the delivery's maximum age); until then its lease brings it back.
@@ -231,8 +232,8 @@ func (w *Worker) prepareAll(msgs []*backends.Message) {
 		})
 	}
 	wg.Wait()
-	if waiting.Load() && w.cfg.Ready != nil {
-		w.cfg.Ready()
+	if waiting.Load() && w.cfg.Delivery != nil {
+		w.cfg.Delivery.Wake()
 	}
 }
 

@@ -23,7 +23,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/emersion/go-smtp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/internal/backoff"
@@ -329,12 +328,12 @@ func (r *Reader) take(ctx context.Context, row *row) error {
 	if err == nil {
 		_, err = r.intake.Take(ctx, env, bytes.NewReader(raw))
 	}
-	if reply, ok := errors.AsType[*smtp.SMTPError](err); ok && reply.Code == 250 {
+	if err == nil {
 		r.queued.Inc()
 		return nil
 	}
-	if reason, refused := intake.Refusal(err); refused {
-		return r.refuse(ctx, env, row, raw, reason)
+	if refused, ok := errors.AsType[*intake.Refusal](err); ok && refused.Permanent() {
+		return r.refuse(ctx, env, row, raw, refused.Message)
 	}
 	return fmt.Errorf("submission %s: %w", row.id, err)
 }
