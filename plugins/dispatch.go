@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/plugins/sdk"
 )
@@ -52,21 +53,20 @@ type Dispatcher struct {
 	metrics *Metrics
 	leases  *lease.Renewer
 	runners []*runner
-	wake    chan struct{}
+	sig     *claimloop.Signals
 
 	// calling holds a token per event being handled, up to Concurrency;
-	// freed is told when one is done. Events are claimed as slots free
-	// up, not batch after batch: one slow plugin call does not keep a
-	// relay from taking over the events of a relay that died.
+	// the loop is woken when one is done. Events are claimed as slots
+	// free up, not batch after batch: one slow plugin call does not keep
+	// a relay from taking over the events of a relay that died.
 	calling chan struct{}
-	freed   chan struct{}
 	handles sync.WaitGroup
 }
 
 // NewDispatcher prepares the plugins; they start when Run does.
 func NewDispatcher(cfg Config, store Store, specs []Spec, log *slog.Logger, m *Metrics) *Dispatcher {
-	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, leases: lease.ForEvents(store, cfg.Lease, log), wake: make(chan struct{}, 1),
-		calling: make(chan struct{}, cfg.Concurrency), freed: make(chan struct{}, 1)}
+	d := &Dispatcher{cfg: cfg, store: store, log: log, metrics: m, leases: lease.ForEvents(store, cfg.Lease, log), sig: claimloop.NewSignals(),
+		calling: make(chan struct{}, cfg.Concurrency)}
 	for _, s := range specs {
 		d.runners = append(d.runners, newRunner(s, log, cfg.Version))
 	}
@@ -74,12 +74,7 @@ func NewDispatcher(cfg Config, store Store, specs []Spec, log *slog.Logger, m *M
 }
 
 // Wake tells the dispatcher that events are waiting.
-func (d *Dispatcher) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
+func (d *Dispatcher) Wake() { d.sig.Wake() }
 
 // Ready reports each plugin's health, for /readyz: a plugin is not well
 // while its process is down, and while its last calls all failed (until
@@ -110,35 +105,27 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	for _, r := range d.runners {
 		r.running()
 	}
-	poll := time.NewTicker(d.cfg.Poll)
-	defer poll.Stop()
-	for ctx.Err() == nil {
-		free := cap(d.calling) - len(d.calling)
-		n := 0
-		if free > 0 {
-			var err error
-			if n, err = d.dispatch(ctx, free); err != nil {
-				d.log.Error("callbacks: cannot claim events; retrying", "error", err)
+	claimloop.Run(ctx, d.sig, claimloop.Stage[struct{}]{
+		Poll: d.cfg.Poll, Log: d.log, What: "callbacks: claims of events",
+		Claim: func() (claimloop.Result, error) {
+			free := cap(d.calling) - len(d.calling)
+			if free == 0 {
+				return claimloop.NoRoom, nil
 			}
-		}
-		if n > 0 && n == free {
-			continue // there may be more
-		}
-		select {
-		case <-ctx.Done():
-		case <-d.wake:
-		case <-d.freed:
-			// Claims take one event per message, the first in line: the
-			// acknowledgement just made may have put the next in line,
-			// which must not wait for the poll.
-		case <-poll.C:
+			n, err := d.dispatch(ctx, free)
+			if n == free {
+				return claimloop.More, err
+			}
+			return claimloop.Drained, err
+		},
+		Polled: func() {
 			for _, r := range d.runners {
 				if r.down() != nil {
 					r.running() // a plugin down is started again in time
 				}
 			}
-		}
-	}
+		},
+	})
 	d.handles.Wait()
 }
 
@@ -157,10 +144,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, limit int) (int, error) {
 		d.handles.Go(func() {
 			d.handle(context.WithoutCancel(ctx), e, hold)
 			<-d.calling
-			select {
-			case d.freed <- struct{}{}:
-			default:
-			}
+			// A slot is free, and claims take one event per message, the
+			// first in line: the acknowledgement just made may have put
+			// the next in line, which must not wait for the poll.
+			d.sig.Wake()
 		})
 	}
 	return len(events), nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/dkim"
@@ -109,7 +110,7 @@ type Engine struct {
 	metrics  *Metrics
 	// events is woken when messages reach SENT or FAILED.
 	events Waker
-	wake   chan struct{}
+	sig    *claimloop.Signals
 
 	mu       sync.Mutex
 	dests    map[string]*destination
@@ -118,7 +119,6 @@ type Engine struct {
 	// that was due: until the next claim starts, a message made READY may
 	// be claimed straight away (Reserve) without passing one in line.
 	drained bool
-	freed   chan struct{}
 
 	// abort ends the upstream sessions when the shutdown deadline passes.
 	abort    context.Context
@@ -138,18 +138,13 @@ func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver,
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, events: events,
-		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
+		sig: claimloop.NewSignals(), dests: map[string]*destination{},
 		abort: abort, stop: stop,
 	}
 }
 
 // Wake tells the engine that messages may be ready.
-func (e *Engine) Wake() {
-	select {
-	case e.wake <- struct{}{}:
-	default:
-	}
-}
+func (e *Engine) Wake() { e.sig.Wake() }
 
 // Run claims and delivers until ctx ends. Then it claims nothing more, lets
 // the deliveries in progress finish for ShutdownTimeout, ends the others
@@ -161,37 +156,22 @@ func (e *Engine) Run(ctx context.Context) {
 	renewer.Go(func() { e.leases.Run(renewCtx) })
 	defer renewer.Wait()
 	defer stopRenewing()
-	poll := time.NewTicker(e.cfg.Poll)
-	defer poll.Stop()
-	var outages backoff.Outages
-	for ctx.Err() == nil {
-		n, room, err := e.claim(ctx)
-		var retry <-chan time.Time // nil, so never, unless backing off
-		if err != nil {
-			wait := outages.Failed()
-			e.log.Error("delivery: cannot claim ready messages; retrying", "error", err, "retry_in", wait)
-			retry = time.After(wait)
-		} else {
-			outages.Recovered()
-		}
-		if n > 0 && n == room {
-			continue // there may be more
-		}
-		// A flight that lands makes room, which matters only when the
-		// engine had none: a claim with room to spare found all that was
-		// due, and another now would find nothing.
-		var freed <-chan struct{}
-		if room == 0 {
-			freed = e.freed
-		}
-		select {
-		case <-ctx.Done():
-		case <-e.wake:
-		case <-poll.C:
-		case <-retry:
-		case <-freed:
-		}
-	}
+	claimloop.Run(ctx, e.sig, claimloop.Stage[struct{}]{
+		Poll: e.cfg.Poll, Log: e.log, What: "delivery: claims of ready messages",
+		Claim: func() (claimloop.Result, error) {
+			n, room, err := e.claim(ctx)
+			switch {
+			// A flight that lands makes room, which matters only when
+			// the engine had none: a claim with room to spare found all
+			// that was due, and another now would find nothing.
+			case room == 0:
+				return claimloop.NoRoom, err
+			case n == room:
+				return claimloop.More, err
+			}
+			return claimloop.Drained, err
+		},
+	})
 	// No more claims straight from intake: shutdown waits for the flights
 	// there are.
 	e.setDrained(false)
@@ -528,10 +508,7 @@ func (e *Engine) landed() {
 	e.mu.Lock()
 	e.inflight--
 	e.mu.Unlock()
-	select {
-	case e.freed <- struct{}{}:
-	default:
-	}
+	e.sig.Freed()
 	e.flights.Done()
 }
 

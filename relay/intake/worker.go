@@ -13,7 +13,7 @@ import (
 	"github.com/emersion/go-message"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/internal/lease"
 )
 
@@ -78,7 +78,7 @@ type Worker struct {
 	spool  Bodies
 	route  Router
 	log    *slog.Logger
-	wake   chan struct{}
+	sig    *claimloop.Signals
 	// inbox holds the messages this relay has just accepted (Accepted).
 	inbox chan *backends.Message
 	// claimed are the ids the last claim took, which their copies in the
@@ -88,7 +88,7 @@ type Worker struct {
 
 func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log *slog.Logger) *Worker {
 	return &Worker{cfg: cfg, store: store, leases: lease.New(store, backends.StatusIntaking, cfg.Lease, log),
-		spool: sp, route: route, log: log, wake: make(chan struct{}, 1),
+		spool: sp, route: route, log: log, sig: claimloop.NewSignals(),
 		inbox: make(chan *backends.Message, cfg.claimLimit())}
 }
 
@@ -96,12 +96,7 @@ func NewWorker(cfg WorkerConfig, store WorkerStore, sp Bodies, route Router, log
 func (c WorkerConfig) claimLimit() int { return c.Concurrency * 16 }
 
 // Wake tells the worker that a message is waiting.
-func (w *Worker) Wake() {
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+func (w *Worker) Wake() { w.sig.Wake() }
 
 // Accepted hands the worker m, a message this relay has just created and
 // which is still ACCEPTED: the worker moves it to READY or INVALID in one
@@ -128,47 +123,30 @@ func (w *Worker) Run(ctx context.Context) {
 	renewer.Go(func() { w.leases.Run(renewCtx) })
 	defer renewer.Wait()
 	defer stopRenewing()
-	ticker := time.NewTicker(w.cfg.Poll)
-	defer ticker.Stop()
-	var outages backoff.Outages
-	var retry <-chan time.Time // nil, so never, unless backing off
-	claim := true
-	for {
-		if claim {
-			// What was handed over goes first: a claim would take it
-			// too, and it would be prepared twice.
-			select {
-			case m := <-w.inbox:
-				w.prepareAll(w.takeInbox(m))
-			default:
-			}
-			msgs, err := w.claim()
-			if err != nil {
-				wait := outages.Failed()
-				w.log.Error("intake: cannot claim accepted messages; retrying", "error", err, "retry_in", wait)
-				retry = time.After(wait)
-			} else {
-				outages.Recovered()
-				retry = nil
-			}
-			w.prepareAll(msgs)
-			if len(msgs) == w.cfg.claimLimit() && ctx.Err() == nil {
-				continue // there may be more
-			}
-		}
-		claim = true
-		select {
-		case <-ctx.Done():
-			return
-		case m := <-w.inbox:
-			w.prepareAll(w.takeInbox(m))
-			// A claim now would find nothing they left behind.
-			claim = false
-		case <-w.wake:
-		case <-ticker.C:
-		case <-retry:
-		}
+	claimloop.Run(ctx, w.sig, claimloop.Stage[*backends.Message]{
+		Poll: w.cfg.Poll, Claim: w.claimStep, Log: w.log, What: "intake: claims of accepted messages",
+		// What this relay accepted is prepared as it comes, in the
+		// loop's turn, so that no claim takes it meanwhile.
+		Handed: w.inbox, Take: func(m *backends.Message) { w.prepareAll(w.takeInbox(m)) },
+	})
+}
+
+// claimStep prepares what was handed over, then claims and prepares a
+// batch.
+func (w *Worker) claimStep() (claimloop.Result, error) {
+	// What was handed over goes first: a claim would take it too, and it
+	// would be prepared twice.
+	select {
+	case m := <-w.inbox:
+		w.prepareAll(w.takeInbox(m))
+	default:
 	}
+	msgs, err := w.claim()
+	w.prepareAll(msgs)
+	if len(msgs) == w.cfg.claimLimit() {
+		return claimloop.More, err
+	}
+	return claimloop.Drained, err
 }
 
 // claim claims a batch of ACCEPTED messages.

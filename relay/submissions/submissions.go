@@ -25,7 +25,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/relay/intake"
 )
 
@@ -63,7 +63,7 @@ type Reader struct {
 	db      *sql.DB
 	intake  Intake
 	log     *slog.Logger
-	wake    chan struct{}
+	sig     *claimloop.Signals
 	// queued and refused count the rows taken, failures the batches that
 	// could not be.
 	queued, refused, failures prometheus.Counter
@@ -105,7 +105,7 @@ func Open(cfg Config, in Intake, m *Metrics, log *slog.Logger) (*Reader, error) 
 	if err != nil {
 		return nil, fmt.Errorf("submissions %s: the DSN cannot be read: %w", cfg.Name, err)
 	}
-	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), wake: make(chan struct{}, 1),
+	return &Reader{cfg: cfg, dialect: d, db: db, intake: in, log: log.With("submissions", cfg.Name), sig: claimloop.NewSignals(),
 		queued: m.taken.WithLabelValues(cfg.Name, "queued"), refused: m.taken.WithLabelValues(cfg.Name, "refused"),
 		failures: m.failures.WithLabelValues(cfg.Name)}, nil
 }
@@ -134,9 +134,15 @@ func (r *Reader) Ready() error {
 	return nil
 }
 
-// setState keeps how the claimer's last batch went, and logs the reader's
-// state when it changes.
-func (r *Reader) setState(claimer int, f *failure) {
+// report keeps how the claimer's last batch went, and logs the reader's
+// state when it changes: the cause of a failure, not each retry.
+func (r *Reader) report(claimer int, err error) {
+	var f *failure
+	if err != nil {
+		f = r.diagnose(err)
+		r.failures.Inc()
+		r.log.Debug("submissions: cannot take the submissions; retrying", "error", f)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.state[claimer] = f
@@ -158,12 +164,7 @@ func (r *Reader) setState(claimer int, f *failure) {
 }
 
 // Wake tells the reader that rows may be waiting.
-func (r *Reader) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
+func (r *Reader) Wake() { r.sig.Wake() }
 
 // Run takes submissions until ctx ends; the batches in hand when it ends
 // are finished first.
@@ -173,45 +174,20 @@ func (r *Reader) Run(ctx context.Context) {
 		wg.Go(func() { r.listen(ctx) })
 	}
 	for i := range claimers {
-		wg.Go(func() { r.claimLoop(ctx, i) })
+		wg.Go(func() {
+			claimloop.Run(ctx, r.sig, claimloop.Stage[struct{}]{
+				Poll: r.cfg.Poll, Report: func(err error) { r.report(i, err) },
+				Claim: func() (claimloop.Result, error) {
+					n, err := r.takeBatch(context.WithoutCancel(ctx))
+					if n == r.cfg.Batch {
+						return claimloop.More, err
+					}
+					return claimloop.Drained, err
+				},
+			})
+		})
 	}
 	wg.Wait()
-}
-
-// claimLoop takes batches while there are rows, then waits for a wake-up
-// or the poll.
-func (r *Reader) claimLoop(ctx context.Context, claimer int) {
-	ticker := time.NewTicker(r.cfg.Poll)
-	defer ticker.Stop()
-	var outages backoff.Outages
-	for {
-		n, err := r.takeBatch(context.WithoutCancel(ctx))
-		if err != nil {
-			f := r.diagnose(err)
-			r.setState(claimer, f)
-			r.failures.Inc()
-			// A failure waits its backoff, whatever wakes the reader.
-			wait := outages.Failed()
-			r.log.Debug("submissions: cannot take the submissions; retrying", "error", f, "retry_in", wait)
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
-			continue
-		}
-		r.setState(claimer, nil)
-		outages.Recovered()
-		if n > 0 && ctx.Err() == nil {
-			continue
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.wake:
-		case <-ticker.C:
-		}
-	}
 }
 
 // takeBatch claims a batch of rows, deletes them, takes each into the
