@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genropy/postino/relay/bounce/bouncescore"
 	"github.com/genropy/postino/internal/corpus"
 	"github.com/genropy/postino/relay/bounce"
+	"github.com/genropy/postino/relay/bounce/bouncescore"
 )
 
 // TestCorpus reads every message of the shared sisimai corpus and holds

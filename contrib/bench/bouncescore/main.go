@@ -17,8 +17,8 @@ import (
 	"strings"
 
 	"github.com/genropy/postino/internal/corpus"
-	"github.com/genropy/postino/relay/bounce/bouncescore"
 	"github.com/genropy/postino/relay/bounce"
+	"github.com/genropy/postino/relay/bounce/bouncescore"
 )
 
 func main() {
