@@ -83,6 +83,9 @@ type Config struct {
 	MXConnections int
 	Timeouts      Timeouts
 	Retry         Retry
+	// DownAfter is how many connection attempts in a row to a route's
+	// upstream fail before the route is reported down (routeHealth).
+	DownAfter int
 	// HeloName is the name said in EHLO.
 	HeloName string
 	// Owner names this relay in the history.
@@ -107,6 +110,8 @@ type Engine struct {
 	resolver Resolver
 	log      *slog.Logger
 	metrics  *Metrics
+	// health follows each route's upstream, by route name.
+	health map[string]*routeHealth
 	// onOutcome is told when messages reach SENT or FAILED.
 	onOutcome func()
 	wake      chan struct{}
@@ -133,8 +138,18 @@ func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver,
 	return &Engine{
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, onOutcome: onOutcome,
 		wake: make(chan struct{}, 1), dests: map[string]*destination{}, freed: make(chan struct{}, 1),
-		abort: abort, stop: stop,
+		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m),
 	}
+}
+
+// RouteHealth says, for every route, why it is down, or nil while its
+// upstream takes connections.
+func (e *Engine) RouteHealth() map[string]error {
+	out := make(map[string]error, len(e.health))
+	for name, h := range e.health {
+		out[name] = h.err()
+	}
+	return out
 }
 
 // Wake tells the engine that messages may be ready.

@@ -15,7 +15,14 @@ import (
 // stop is called; stop reports what Run returned, and may be called again.
 func Start(t testing.TB, cfg relay.Config) (r *relay.Relay, stop func() error) {
 	t.Helper()
-	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return StartLogging(t, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// StartLogging is Start with the relay's logs written to log, for a test
+// that reads what the relay says (internal/logtest).
+func StartLogging(t testing.TB, cfg relay.Config, log *slog.Logger) (r *relay.Relay, stop func() error) {
+	t.Helper()
+	r, err := relay.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
