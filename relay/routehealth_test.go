@@ -41,7 +41,8 @@ func logLines(logs *logtest.Buffer, subs ...string) []string {
 
 // TestRouteDown: a smarthost that takes no connection is reported once its
 // last delivery.route_down_after attempts failed (one WARN, /readyz
-// degraded naming the route, postino_route_up 0); once the smarthost
+// degraded naming the route, postino_route_up 0), and each deferral is a
+// WARN that says why and when the message goes again; once the smarthost
 // listens, the next attempt delivers and the route is reported up again,
 // once.
 func TestRouteDown(t *testing.T) {
@@ -68,6 +69,10 @@ func TestRouteDown(t *testing.T) {
 	if len(down) != 1 || !strings.Contains(down[0], "route=default smarthost="+addr) ||
 		!strings.Contains(down[0], fmt.Sprintf("failed_attempts=%d", after)) || !strings.Contains(down[0], "connection refused") {
 		t.Errorf("want one WARN that the route is down, naming it, its smarthost, the attempts and the error:\n%s", strings.Join(down, "\n"))
+	}
+	deferred := logLines(logs, "level=WARN msg=deferred id="+id)
+	if len(deferred) < after || !strings.Contains(deferred[0], "connection refused") || !strings.Contains(deferred[0], "next_attempt=") {
+		t.Errorf("deferrals must be WARN lines with the error and the next attempt:\n%s", logs.String())
 	}
 
 	up := smtptest.Start(t, smtptest.Options{Addr: addr})

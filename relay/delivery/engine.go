@@ -511,15 +511,28 @@ func (f *flight) finish() {
 		e.log.Error("delivery: cannot record the attempt", "id", m.ID, "to", t.To, "error", err)
 		return
 	}
-	level := slog.LevelInfo
-	if t.To == backends.StatusFailed {
-		level = slog.LevelWarn
-	}
-	e.log.Log(context.Background(), level, strings.ToLower(string(t.To)), "id", m.ID, "route", f.route.Name,
-		"attempt", attemptNo, "reason", t.Reason)
+	e.logOutcome(t, d, f.route.Name, attemptNo)
 	if len(t.Then) == 0 && t.To != backends.StatusReady && e.onOutcome != nil {
 		e.onOutcome()
 	}
+}
+
+// logOutcome says where an attempt left its message. A deferral is a
+// warning, as a failure is: mail did not leave, and the line says why and
+// when it is tried again.
+func (e *Engine) logOutcome(t backends.Transition, d decision, route string, attemptNo int) {
+	msg, level := strings.ToLower(string(t.To)), slog.LevelInfo
+	args := []any{"id", t.ID, "route", route, "attempt", attemptNo, "reason", t.Reason}
+	switch {
+	case t.To == backends.StatusFailed:
+		level = slog.LevelWarn
+	case t.To == backends.StatusReady && d.addAttempt:
+		msg, level = "deferred", slog.LevelWarn
+		args = append(args, "next_attempt", d.dueAt)
+	case t.To == backends.StatusReady:
+		msg = "handed back"
+	}
+	e.log.Log(context.Background(), level, msg, args...)
 }
 
 // record writes the outbox's record of an attempt, holding the message's
