@@ -43,9 +43,13 @@ func (r *Relay) runPollers(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // degraded lists the parts whose failure leaves mail flowing: plugins,
-// mailboxes, and message files that could not be read.
+// mailboxes, message files that could not be read, and routes whose
+// upstream is down (the relay still takes their mail, which waits).
 func (r *Relay) degraded() map[string]error {
 	out := r.dispatcher.Ready()
+	for name, err := range r.engine.RouteHealth() {
+		out["route "+name] = err
+	}
 	for _, p := range r.pollers {
 		out["mailbox "+p.Name()] = p.Ready()
 	}

@@ -265,6 +265,11 @@ type DeliveryConfig struct {
 	MXPort   int            `yaml:"mx_port"`
 	Retry    RetryConfig    `yaml:"retry"`
 	Timeouts TimeoutsConfig `yaml:"timeouts"`
+	// RouteDownAfter is how many connection attempts in a row to a
+	// route's upstream fail before the route is reported down (a WARN,
+	// /readyz degraded, postino_route_up 0); the first that succeeds
+	// reports it up again.
+	RouteDownAfter int `yaml:"route_down_after"`
 }
 
 type RetryConfig struct {
@@ -521,6 +526,7 @@ func DefaultConfig() Config {
 			Timeouts: TimeoutsConfig{Connect: Duration(30 * time.Second), Greeting: Duration(5 * time.Minute),
 				Command: Duration(5 * time.Minute), DataInit: Duration(2 * time.Minute),
 				DataBlock: Duration(3 * time.Minute), DataEnd: Duration(10 * time.Minute)},
+			RouteDownAfter: 5,
 		},
 		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: defaultRouteConnections}},
 		DKIM:      defaultDKIM(),
@@ -715,6 +721,9 @@ func (i *IntakeConfig) check() error {
 func (d *DeliveryConfig) check() error {
 	if d.MaxInFlight <= 0 || d.Lease <= 0 || d.Poll <= 0 || d.IdleTimeout <= 0 || d.MXConnections <= 0 || d.MXPort <= 0 {
 		return errors.New("delivery.max_in_flight, lease, poll, idle_timeout, mx_connections and mx_port must be positive")
+	}
+	if d.RouteDownAfter <= 0 {
+		return errors.New("delivery.route_down_after must be positive: the connection attempts in a row that fail before a route is reported down (5 by default)")
 	}
 	if err := d.Timeouts.check(); err != nil {
 		return err

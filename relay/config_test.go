@@ -225,6 +225,7 @@ var checkErrors = []struct {
 	{"spool store outbox with bolt", func(c *Config) { c.Spool.Store = SpoolOutbox }, "bbolt"},
 	{"intake", func(c *Config) { c.Intake.Poll = 0 }, "intake.poll"},
 	{"delivery", func(c *Config) { c.Delivery.MXPort = 0 }, "mx_port"},
+	{"route down after", func(c *Config) { c.Delivery.RouteDownAfter = 0 }, "delivery.route_down_after must be positive"},
 	{"delivery timeouts", func(c *Config) { c.Delivery.Timeouts.DataEnd = 0 }, "delivery.timeouts"},
 	{"delivery retry", func(c *Config) { c.Delivery.Retry.Jitter = 1 }, "delivery.retry"},
 	{"pec timeouts", func(c *Config) { c.PEC.DeliveryTimeout = 0 }, "pec.delivery_timeout"},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/logtest"
 	"github.com/genropy/postino/internal/smtptest"
 	"github.com/genropy/postino/internal/testcert"
 	"github.com/genropy/postino/relay"
@@ -51,6 +52,18 @@ type running struct {
 func start(t *testing.T, cfg relay.Config) *running {
 	t.Helper()
 	r, stop := relaytest.Start(t, cfg)
+	return newRunning(t, r, stop)
+}
+
+// startLogging is start with the relay's log kept for the test to read.
+func startLogging(t *testing.T, cfg relay.Config) (*running, *logtest.Buffer) {
+	t.Helper()
+	log, logs := logtest.Logger()
+	r, stop := relaytest.StartLog(t, cfg, log)
+	return newRunning(t, r, stop), logs
+}
+
+func newRunning(t *testing.T, r *relay.Relay, stop func() error) *running {
 	return &running{r: r, client: &admin.Client{Base: r.AdminAddr().String()}, stop: func() {
 		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)

@@ -215,7 +215,7 @@ func (c *Config) deliveryConfig() delivery.Config {
 	d := c.Delivery
 	return delivery.Config{
 		MaxInFlight: d.MaxInFlight, Lease: d.Lease.D(), Poll: d.Poll.D(), IdleTimeout: d.IdleTimeout.D(),
-		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections,
+		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections, DownAfter: d.RouteDownAfter,
 		Timeouts: delivery.Timeouts{Connect: d.Timeouts.Connect.D(), Greeting: d.Timeouts.Greeting.D(),
 			Command: d.Timeouts.Command.D(), DataInit: d.Timeouts.DataInit.D(),
 			DataBlock: d.Timeouts.DataBlock.D(), DataEnd: d.Timeouts.DataEnd.D()},

@@ -84,6 +84,9 @@ type Config struct {
 	MXConnections int
 	Timeouts      Timeouts
 	Retry         Retry
+	// DownAfter is how many connection attempts in a row to a route's
+	// upstream fail before the route is reported down (routeHealth).
+	DownAfter int
 	// HeloName is the name said in EHLO.
 	HeloName string
 	// Owner names this relay in the history.
@@ -108,6 +111,8 @@ type Engine struct {
 	resolver Resolver
 	log      *slog.Logger
 	metrics  *Metrics
+	// health follows each route's upstream, by route name.
+	health map[string]*routeHealth
 	// events is woken when messages reach SENT or FAILED.
 	events Waker
 	sig    *claimloop.Signals
@@ -139,8 +144,18 @@ func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver,
 	return &Engine{
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, events: events,
 		sig: claimloop.NewSignals(), dests: map[string]*destination{},
-		abort: abort, stop: stop,
+		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m),
 	}
+}
+
+// RouteHealth says, for every route, why it is down, or nil while its
+// upstream takes connections.
+func (e *Engine) RouteHealth() map[string]error {
+	out := make(map[string]error, len(e.health))
+	for name, h := range e.health {
+		out[name] = h.err()
+	}
+	return out
 }
 
 // Wake tells the engine that messages may be ready.
@@ -482,15 +497,28 @@ func (f *flight) finish() {
 		e.log.Error("delivery: cannot record the attempt", "id", m.ID, "to", t.To, "error", err)
 		return
 	}
-	level := slog.LevelInfo
-	if t.To == backends.StatusFailed {
-		level = slog.LevelWarn
-	}
-	e.log.Log(context.Background(), level, strings.ToLower(string(t.To)), "id", m.ID, "route", f.route.Name,
-		"attempt", attemptNo, "reason", t.Reason)
+	e.logOutcome(t, d, f.route.Name, attemptNo)
 	if len(t.Then) == 0 && t.To != backends.StatusReady && e.events != nil {
 		e.events.Wake()
 	}
+}
+
+// logOutcome says where an attempt left its message. A deferral is a
+// warning, as a failure is: mail did not leave, and the line says why and
+// when it is tried again.
+func (e *Engine) logOutcome(t backends.Transition, d decision, route string, attemptNo int) {
+	msg, level := strings.ToLower(string(t.To)), slog.LevelInfo
+	args := []any{"id", t.ID, "route", route, "attempt", attemptNo, "reason", t.Reason}
+	switch {
+	case t.To == backends.StatusFailed:
+		level = slog.LevelWarn
+	case t.To == backends.StatusReady && d.addAttempt:
+		msg, level = "deferred", slog.LevelWarn
+		args = append(args, "next_attempt", d.dueAt)
+	case t.To == backends.StatusReady:
+		msg = "handed back"
+	}
+	e.log.Log(context.Background(), level, msg, args...)
 }
 
 // record writes the outbox's record of an attempt, holding the message's

@@ -9,6 +9,7 @@ type Metrics struct {
 	failed      *prometheus.CounterVec
 	latency     prometheus.Histogram
 	connections prometheus.Gauge
+	routeUp     *prometheus.GaugeVec
 }
 
 // NewMetrics registers the delivery series with reg.
@@ -27,8 +28,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "postino_delivery_connections", Help: "Open upstream SMTP sessions."}),
+		routeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "postino_route_up", Help: "1 while a route's upstream takes connections; 0 once its last delivery.route_down_after " +
+				"connection attempts in a row failed (on an MX route, to two domains at least), until a session to it opens again."}, []string{"route"}),
 	}
-	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections)
+	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp)
 	return m
 }
 

@@ -25,6 +25,7 @@ type destination struct {
 	domain  string
 	jobs    chan *job
 	limiter *rate.Limiter
+	health  *routeHealth
 
 	mu     sync.Mutex
 	active int
@@ -42,7 +43,7 @@ func (e *Engine) destination(route *Route, domain string) *destination {
 	d := e.dests[key]
 	if d == nil {
 		d = &destination{e: e, key: key, route: route, domain: domain,
-			jobs: make(chan *job, e.cfg.MaxInFlight), max: route.MaxConnections}
+			jobs: make(chan *job, e.cfg.MaxInFlight), max: route.MaxConnections, health: e.health[route.Name]}
 		if route.MX() {
 			d.max = e.cfg.MXConnections
 		}
@@ -179,7 +180,11 @@ func (s *session) carry(j *job) {
 		s.c.close()
 		e.metrics.connections.Dec()
 		s.setClient(nil)
+		return
 	}
+	// A session still usable after a message says the upstream works,
+	// though new connections may fail (it limits how many it takes).
+	d.health.success()
 }
 
 // inTime reports whether the job may still be sent within its lease; when
@@ -222,14 +227,17 @@ func (s *session) connect(j *job) bool {
 		j.interrupt()
 		return false
 	case rep != nil:
+		// A verdict on the domain: the upstream is neither up nor down.
 		j.fail(host, *rep)
 		j.done()
 		return false
 	case err != nil:
+		s.d.health.failure(s.d.domain, err)
 		j.fail(host, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
 		j.done()
 		return false
 	}
+	s.d.health.success()
 	s.setClient(c)
 	e.metrics.connections.Inc()
 	s.used = false
