@@ -53,8 +53,9 @@ func commands() []command {
 			"make the DynamoDB outbox table, or add what it lacks", dynamodbCreateTable},
 		{"dkim keygen", "--domain D --selector S --out DIR [--algorithm rsa|ed25519] [--bits N]",
 			"make a DKIM key and print the DNS record to publish", dkimKeygen},
-		{"dkim check", "[--domain D] [--selector S] [--key FILE] [--resolver HOST:PORT] [--dkim DOMAIN=SELECTOR:KEYFILE]... [--config FILE]",
-			"check that the published DKIM records match the keys", dkimCheck},
+		{"dkim check", "[--domain D] [--selector S] [--key FILE] [--eml FILE] [--record RECORD] [--resolver HOST:PORT] " +
+			"[--dkim DOMAIN=SELECTOR:KEYFILE]... [--config FILE]",
+			"check the DKIM keys against their records, or verify the signatures of a message (--eml)", dkimCheck},
 		{"bounce parse", "FILE... [--json] [--config FILE]", "show what the relay reads in bounce messages", bounceParse},
 		{"pec parse", "FILE... [--json] [--trust-bundle FILE] [--at TIME] [--config FILE]", "show what the relay reads in PEC receipts", pecParse},
 		{"config print", "[--config FILE]", "print the configuration serve would run with", configPrint},
