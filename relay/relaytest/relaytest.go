@@ -15,7 +15,13 @@ import (
 // stop is called; stop reports what Run returned, and may be called again.
 func Start(t testing.TB, cfg relay.Config) (r *relay.Relay, stop func() error) {
 	t.Helper()
-	r, err := relay.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	return StartLogged(t, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// StartLogged is Start with the relay logging to log.
+func StartLogged(t testing.TB, cfg relay.Config, log *slog.Logger) (r *relay.Relay, stop func() error) {
+	t.Helper()
+	r, err := relay.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
