@@ -80,8 +80,10 @@ func tag(list, name string) (string, bool) {
 func ParseRecord(s string) (name, record string, err error) {
 	s = strings.TrimSpace(s)
 	if before, after, ok := strings.Cut(s, `"`); ok && strings.Contains(" "+strings.ToUpper(before)+" ", " TXT ") {
-		fields := strings.Fields(before)
-		name = strings.TrimSuffix(fields[0], ".")
+		// A line without an owner name (IN TXT "…") names no record.
+		if first := strings.ToUpper(strings.Fields(before)[0]); first != "IN" && first != "TXT" {
+			name = strings.TrimSuffix(strings.Fields(before)[0], ".")
+		}
 		var b strings.Builder
 		for i, part := range strings.Split(after, `"`) {
 			if i%2 == 0 { // inside quotes: the split starts after the first one

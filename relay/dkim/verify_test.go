@@ -15,6 +15,7 @@ func TestParseRecord(t *testing.T) {
 		{`  "v=DKIM1; k=rsa; p=abc"  `, "", "v=DKIM1; k=rsa; p=abc", ""},
 		{ZoneLine("example.com", "s1", long) + "\n", "s1._domainkey.example.com", long, ""},
 		{`s1._domainkey.example.com. 3600 IN TXT "v=DKIM1; p=ab" "cd" ; a comment`, "s1._domainkey.example.com", "v=DKIM1; p=abcd", ""},
+		{`IN TXT "v=DKIM1; p=ab"`, "", "v=DKIM1; p=ab", ""},
 		{"v=DKIM1; k=rsa; p=", "", "v=DKIM1; k=rsa; p=", ""}, // revoked, still a record
 		{"hello", "", "", `"hello" is not a DKIM key record`},
 		{`s1._domainkey.example.com. IN TXT "v=DKIM1; k=rsa"`, "", "", "is not a DKIM key record"},
