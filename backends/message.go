@@ -3,6 +3,7 @@ package backends
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,6 +86,32 @@ type Envelope struct {
 	// tell (a row of a submissions table): the intake worker makes it
 	// INVALID with this reason.
 	Refused string `json:"refused,omitempty"`
+}
+
+// HeaderSendAfter is the control header that holds a message back until a
+// time: Unix seconds or an RFC 3339 time, kept in Envelope.Control as the
+// app wrote it.
+const HeaderSendAfter = "X-Postino-Send-After"
+
+// ParseSendAfter reads a value of X-Postino-Send-After.
+func ParseSendAfter(v string) (time.Time, bool) {
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.Unix(secs, 0).UTC(), true
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	return t.UTC(), err == nil
+}
+
+// SendAfter is the time the app asked the message to leave at
+// (X-Postino-Send-After), zero when it asked for none. Unlike DueAt, which
+// retries and operators move, it stays what the app asked.
+func (m *Message) SendAfter() time.Time {
+	v, ok := m.Envelope.Control[HeaderSendAfter]
+	if !ok {
+		return time.Time{}
+	}
+	t, _ := ParseSendAfter(v)
+	return t
 }
 
 // RecipientResults returns the message's results, with every envelope

@@ -615,7 +615,7 @@ func TestRestartKeepsPermanentFailures(t *testing.T) {
 
 	up.OnRcpt(nil) // the upstream now takes anything: only busy@ may be tried again
 	rl2 := start(t, cfg)
-	if _, err := rl2.client.Retry(context.Background(), id); err != nil {
+	if _, err := rl2.client.Retry(context.Background(), id, false); err != nil {
 		t.Fatal(err)
 	}
 	m := waitStatus(t, rl2.client, id, "SENT-ACKNOWLEDGED")

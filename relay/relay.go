@@ -320,6 +320,12 @@ func (r *Relay) AdminAddr() net.Addr { return r.adminLn.Addr() }
 func (r *Relay) Run(ctx context.Context) error {
 	r.log.Info("postino serving", "smtp", r.smtpLn.Addr().String(), "admin", r.adminLn.Addr().String(),
 		"data", r.cfg.DataDir, "outbox", r.cfg.Outbox.Backend, "spool_store", r.cfg.Spool.Store, "host", r.cfg.Hostname)
+	if r.cfg.deliversToMX() && !qualified(r.cfg.Hostname) {
+		r.log.Warn("hostname is not a fully qualified domain name, and mail goes straight to the recipients' MX hosts, "+
+			"which refuse or junk mail from a HELO name that does not resolve: set hostname to the relay's own name "+
+			"(relay.example.com), whose address has a PTR record naming it back, or give the default route a smarthost",
+			"hostname", r.cfg.Hostname)
+	}
 	errc := make(chan error, 2)
 	go func() { errc <- r.intake.Serve(r.smtpLn) }()
 	go func() {

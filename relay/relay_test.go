@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,7 +177,7 @@ func TestEndToEndAdmin(t *testing.T) {
 	if err := rl.client.SuspendBatch(ctx, "promo"); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := rl.client.Retry(ctx, later); err != nil || r.Status != "READY" || r.DueAt.After(time.Now()) {
+	if r, err := rl.client.Retry(ctx, later, false); err != nil || r.Status != "READY" || r.DueAt.After(time.Now()) {
 		t.Errorf("retry: %+v, %v", r, err)
 	}
 
@@ -192,8 +193,9 @@ func TestEndToEndAdmin(t *testing.T) {
 		t.Errorf("second cancel: %v", err)
 	}
 	// The reply reads the message back after its move, which the delivery
-	// engine may have claimed by then.
-	if r, err := rl.client.Retry(ctx, other); err != nil || !slices.Contains([]string{"READY", "PROCESSING", "SENT", "SENT-ACKNOWLEDGED"}, r.Status) {
+	// engine may have claimed by then. Now: it was cancelled while it
+	// waited for its X-Postino-Send-After, an hour ahead.
+	if r, err := rl.client.Retry(ctx, other, true); err != nil || !slices.Contains([]string{"READY", "PROCESSING", "SENT", "SENT-ACKNOWLEDGED"}, r.Status) {
 		t.Errorf("retry of a failed message: %+v, %v", r, err)
 	}
 	waitStatus(t, rl.client, other, "SENT-ACKNOWLEDGED")
@@ -375,7 +377,7 @@ func TestStartupRecovery(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cfg.DataDir, "spool", lostPath), []byte("From: a@example.com\r\nSubject: back\r\n\r\nbody\r\n"), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rl.client.Retry(context.Background(), "lost-file"); err != nil {
+	if _, err := rl.client.Retry(context.Background(), "lost-file", false); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, rl.client, "lost-file", "SENT-ACKNOWLEDGED")
@@ -507,5 +509,63 @@ func TestTLSAndAuthFromConfig(t *testing.T) {
 	page, err := rl.client.List(context.Background(), "", 10, "")
 	if err != nil || len(page.Messages) != 1 || page.Messages[0].AuthUser != "app" {
 		t.Errorf("list %+v, %v", page, err)
+	}
+}
+
+// TestRetryKeepsSendAfter cancels messages that wait for their
+// X-Postino-Send-After and retries them through the admin API: one waits
+// for its time again, the other, retried with now, goes at once.
+// (admin's TestRetryDue has the other cases: a time passed meanwhile, a
+// message tried before.)
+func TestRetryKeepsSendAfter(t *testing.T) {
+	cfg, up := testConfig(t)
+	rl := start(t, cfg)
+	ctx := context.Background()
+	smtpAddr := rl.r.SMTPAddr().String()
+
+	hour := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	for id, v := range map[string]string{
+		"keeps": hour.Format(time.RFC3339),
+		"now":   strconv.FormatInt(hour.Unix(), 10), // as a submissions row gives it
+	} {
+		send(t, smtpAddr, "X-Genro-Mail-ID: "+id+"\r\nX-Postino-Send-After: "+v+"\r\n")
+		waitStatus(t, rl.client, id, "READY")
+		if c, err := rl.client.Cancel(ctx, id); err != nil || c.Status != "FAILED" {
+			t.Fatalf("cancel %s: %+v, %v", id, c, err)
+		}
+		waitStatus(t, rl.client, id, "FAILED-ACKNOWLEDGED")
+	}
+
+	r, err := rl.client.Retry(ctx, "keeps", false)
+	if err != nil || r.Status != "READY" || !r.DueAt.Equal(hour) || r.Waiting != admin.WaitingScheduled ||
+		!strings.Contains(r.Reason, "due at its X-Postino-Send-After, "+hour.Format(time.RFC3339)) {
+		t.Errorf("retry of a cancelled scheduled message: %s due %s (%s) %q, %v; want READY due %s, scheduled",
+			r.Status, r.DueAt, r.Waiting, r.Reason, err, hour)
+	}
+	if r, err := rl.client.Retry(ctx, "now", true); err != nil || r.DueAt.After(time.Now()) {
+		t.Errorf("retry now: %s due %s, %v; want due now", r.Status, r.DueAt, err)
+	}
+	waitStatus(t, rl.client, "now", "SENT-ACKNOWLEDGED")
+	// The claim that took "now" found "keeps" not due: it waits.
+	if m, err := rl.client.Get(ctx, "keeps"); err != nil || m.Status != "READY" || m.Attempts != 0 || !m.DueAt.Equal(hour) {
+		t.Errorf("the retried scheduled message: %s, %d attempts, due %s, %v", m.Status, m.Attempts, m.DueAt, err)
+	}
+	for _, m := range up.Messages() {
+		if m.Header("X-Genro-Mail-ID") == "keeps" {
+			t.Error("the retried scheduled message was delivered before its X-Postino-Send-After")
+		}
+	}
+	// Retrying it while it waits sends it now, as for any READY message.
+	if r, err := rl.client.Retry(ctx, "keeps", false); err != nil || r.DueAt.After(time.Now()) {
+		t.Errorf("retry of the waiting message: %s due %s, %v; want due now", r.Status, r.DueAt, err)
+	}
+	waitStatus(t, rl.client, "keeps", "SENT-ACKNOWLEDGED")
+	resp, err := http.Post("http://"+rl.r.AdminAddr().String()+"/v1/messages/keeps/retry?now=soon", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("retry?now=soon: %d, want 400", resp.StatusCode)
 	}
 }

@@ -69,6 +69,27 @@ func hostname(configured string) string {
 	return fallbackHostname
 }
 
+// deliversToMX reports whether a route delivers to the recipients' MX hosts
+// itself: the default route or a sender route without a smarthost.
+func (c *Config) deliversToMX() bool {
+	if c.Routes.Default.Smarthost == "" {
+		return true
+	}
+	for _, rc := range c.Routes.Senders {
+		if rc.Smarthost == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// qualified reports whether name may be a fully qualified domain name: it
+// has a dot, and is not localhost.
+func qualified(name string) bool {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
+	return strings.Contains(name, ".") && name != "localhost" && !strings.HasPrefix(name, "localhost.")
+}
+
 // intakeConfig is the SMTP server's settings; it reads the AUTH passwords
 // and the TLS key pair.
 func (c *Config) intakeConfig(getenv func(string) string) (intake.Config, error) {

@@ -21,6 +21,7 @@ var queueTests = []test[messageStore]{
 	{"Chain", testChain},
 	{"ClaimOrder", testClaimOrder},
 	{"ClaimNotDue", testClaimNotDue},
+	{"CancelKeepsSendAfter", testCancelKeepsSendAfter},
 	{"LeaseRestore", testLeaseRestore},
 	{"ConcurrentClaimers", testConcurrentClaimers},
 	{"ConcurrentTransitions", testConcurrentTransitions},
@@ -197,6 +198,33 @@ func testClaimNotDue(t *testing.T, s messageStore) {
 	}
 	if got := claimIDs(t, s, at(time.Hour), 10); !slices.Equal(got, []string{"later"}) {
 		t.Errorf("claim at due %v, want [later]", got)
+	}
+}
+
+// testCancelKeepsSendAfter cancels a message that waits for its
+// X-Postino-Send-After and retries it as an operator does: the message
+// still knows the time the app asked for (in its envelope's control
+// values), and waits for it again.
+func testCancelKeepsSendAfter(t *testing.T, s messageStore) {
+	ctx := context.Background()
+	m := newMessage("scheduled")
+	m.Envelope.Control = map[string]string{backends.HeaderSendAfter: at(time.Hour).Format(time.RFC3339)}
+	m.DueAt = at(time.Hour)
+	create(t, s, m)
+	move(t, s, m.ID, backends.StatusAccepted, backends.StatusReady, at(0))
+	got := move(t, s, m.ID, backends.StatusReady, backends.StatusFailed, at(time.Minute))
+	if !got.SendAfter().Equal(at(time.Hour)) {
+		t.Fatalf("a cancelled message's send-after is %s (control %v), want %s", got.SendAfter(), got.Envelope.Control, at(time.Hour))
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: m.ID, From: backends.StatusFailed, To: backends.StatusReady,
+		At: at(2 * time.Minute), DueAt: got.SendAfter(), Reason: "retry"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := claimIDs(t, s, at(30*time.Minute), 10); len(got) != 0 {
+		t.Errorf("claim before its send-after took %v", got)
+	}
+	if got := claimIDs(t, s, at(time.Hour), 10); !slices.Equal(got, []string{m.ID}) {
+		t.Errorf("claim at its send-after took %v, want [%s]", got, m.ID)
 	}
 }
 

@@ -70,8 +70,8 @@ func TestQueueCommands(t *testing.T) {
 	r := startRelay(t)
 	admin := r.AdminAddr().String()
 	// Due in an hour, so that it waits in READY for the commands.
-	sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: cli-1\r\nX-Postino-Batch: b1\r\nX-Postino-Send-After: "+
-		time.Now().Add(time.Hour).UTC().Format(time.RFC3339)+"\r\n")
+	sendAfter := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: cli-1\r\nX-Postino-Batch: b1\r\nX-Postino-Send-After: "+sendAfter+"\r\n")
 
 	deadline := time.Now().Add(60 * time.Second)
 	var show map[string]any
@@ -143,6 +143,26 @@ func TestQueueCommands(t *testing.T) {
 	_, errOut, code := cli(t, "queue", "cancel", "missing", "--admin", admin)
 	if code != 1 || !strings.Contains(errOut, "not found") {
 		t.Errorf("cancel of an unknown id: %d %s", code, errOut)
+	}
+
+	// Retried, the cancelled message waits for its send-after again;
+	// with --now it is due now (its batch suspended, so that it stays).
+	out, _, code = cli(t, "queue", "retry", "cli-1", "--admin", admin)
+	if want := "cli-1 is now READY: retry requested by an operator; due at its X-Postino-Send-After, " + sendAfter; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("queue retry: %d %s; want %q", code, out, want)
+	}
+	cli(t, "batch", "suspend", "b1", "--admin", admin)
+	if out, _, code = cli(t, "queue", "cancel", "cli-1", "--admin", admin); code != 0 {
+		t.Fatalf("second cancel: %d %s", code, out)
+	}
+	var retried struct {
+		Status string    `json:"status"`
+		Reason string    `json:"reason"`
+		DueAt  time.Time `json:"due_at"`
+	}
+	cliJSON(t, &retried, "queue", "retry", "cli-1", "--now", "--json", "--admin", admin)
+	if retried.Status != "READY" || retried.DueAt.After(time.Now()) || strings.Contains(retried.Reason, "due at") {
+		t.Errorf("queue retry --now: %+v; want READY due now", retried)
 	}
 }
 

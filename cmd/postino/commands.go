@@ -38,7 +38,8 @@ func commands() []command {
 		{"queue list", "[--status STATUS] [--limit N] [--json]" + clientFlags, "list the messages of the outbox, newest first", queueList},
 		{"queue search", "ID|MESSAGE-ID|RECIPIENT [--json]" + clientFlags, "find messages by id, Message-ID or recipient", queueSearch},
 		{"queue show", "ID [--json]" + clientFlags, "show a message: its recipients, events and history", queueShow},
-		{"queue retry", "ID [--json]" + clientFlags, "send a message again now", queueRetry},
+		{"queue retry", "ID [--now] [--json]" + clientFlags,
+			"send a message again: now, or, for one cancelled while it waited for its X-Postino-Send-After, at that time unless --now", queueRetry},
 		{"queue cancel", "ID [--json]" + clientFlags, "stop sending a message: it becomes FAILED and the plugins are told", queueCancel},
 		{"queue receipts", "ID [--out DIR] [--json]" + clientFlags, "list the PEC receipts kept with a message, or write them into DIR", queueReceipts},
 		{"batch suspend", "CODE" + clientFlags, "hold the messages of a batch", batchSuspend},
@@ -53,8 +54,9 @@ func commands() []command {
 			"make the DynamoDB outbox table, or add what it lacks", dynamodbCreateTable},
 		{"dkim keygen", "--domain D --selector S --out DIR [--algorithm rsa|ed25519] [--bits N]",
 			"make a DKIM key and print the DNS record to publish", dkimKeygen},
-		{"dkim check", "[--domain D] [--selector S] [--key FILE] [--resolver HOST:PORT] [--dkim DOMAIN=SELECTOR:KEYFILE]... [--config FILE]",
-			"check that the published DKIM records match the keys", dkimCheck},
+		{"dkim check", "[--domain D] [--selector S] [--key FILE] [--eml FILE] [--record RECORD] [--resolver HOST:PORT] " +
+			"[--dkim DOMAIN=SELECTOR:KEYFILE]... [--config FILE]",
+			"check the DKIM keys against their records, or verify the signatures of a message (--eml)", dkimCheck},
 		{"bounce parse", "FILE... [--json] [--config FILE]", "show what the relay reads in bounce messages", bounceParse},
 		{"pec parse", "FILE... [--json] [--trust-bundle FILE] [--at TIME] [--config FILE]", "show what the relay reads in PEC receipts", pecParse},
 		{"config print", "[--config FILE]", "print the configuration serve would run with", configPrint},
@@ -187,12 +189,18 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) (usa
 	if args[0] == "--version" {
 		args = []string{"version"}
 	}
-	for _, c := range all {
-		words := strings.Fields(c.name)
-		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
-			inv := &invocation{cmd: c, args: args[len(words):], stdout: stdout, stderr: stderr}
-			return "usage: " + usageLine(c), c.run(ctx, inv)
+	if c, rest, ok := findCommand(all, args); ok {
+		inv := &invocation{cmd: c, args: rest, stdout: stdout, stderr: stderr}
+		return "usage: " + usageLine(c), c.run(ctx, inv)
+	}
+	if n := leadingFlags(args); n > 0 {
+		if n == len(args) {
+			return commandList(all), fmt.Errorf("%w: no command after %s: flags go with a command, before or after its name "+
+				"(postino --admin ADDR queue list, or postino queue list --admin ADDR)", errUsage, strings.Join(args, " "))
 		}
+		// The words after the flags name no command: say what is wrong
+		// with them.
+		return dispatch(ctx, args[n:], stdout, stderr)
 	}
 	group := groupOf(all, args[0])
 	switch {
@@ -205,6 +213,45 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) (usa
 		return "usage:\n" + indent(group, "  ") + "\n", fmt.Errorf("%w: %s needs a command: %s", errUsage, args[0], subcommands(group))
 	}
 	return "usage:\n" + indent(group, "  ") + "\n", fmt.Errorf("%w: unknown %s command %q: use %s", errUsage, args[0], args[1], subcommands(group))
+}
+
+// findCommand finds the command args name, and the arguments it takes: the
+// words after its name, and the flags put before the name (postino --admin
+// ADDR queue list is postino queue list --admin ADDR), which the command's
+// own flag set parses as any of its flags.
+func findCommand(all []command, args []string) (command, []string, bool) {
+	for at := range leadingFlags(args) + 1 {
+		for _, c := range all {
+			words := strings.Fields(c.name)
+			if len(args)-at >= len(words) && slices.Equal(args[at:at+len(words)], words) {
+				return c, append(slices.Clip(args[:at]), args[at+len(words):]...), true
+			}
+		}
+	}
+	return command{}, nil, false
+}
+
+// leadingFlags counts the arguments at the start of args that may be flags
+// and their values: each starts with "-", or follows one that does and
+// may take a value (no "=" in it). Which flag takes a value only the
+// command knows, so findCommand tries each place a name may start.
+func leadingFlags(args []string) int {
+	n := 0
+	for n < len(args) {
+		switch {
+		case isFlag(args[n]):
+			n++
+		case n > 0 && isFlag(args[n-1]) && !strings.Contains(args[n-1], "="):
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func isFlag(arg string) bool {
+	return strings.HasPrefix(arg, "-") && arg != "-" && arg != "--"
 }
 
 func isHelp(arg string) bool {
@@ -316,7 +363,8 @@ func indent(cmds []command, prefix string) string {
 func usageText(all []command) string {
 	return "postino: an SMTP relay with an outbox spool\n\nUsage:\n" + indent(all, "  ") + `
 
-'postino COMMAND --help' describes a command and its flags. The queue, batch, events and
+'postino COMMAND --help' describes a command and its flags, which may also stand before the
+command's name (postino --admin ADDR queue list). The queue, batch, events and
 health commands talk to a running relay's admin API: --admin ADDR, else the relay's own
 admin.listen (from --config or POSTINO_CONFIG, or POSTINO_ADMIN), 127.0.0.1:8525 by default,
 with the token the relay reads (admin.token_file or admin.token_env, or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -64,38 +65,46 @@ then sign with it: --dkim %s=%s:%s, or dkim.keys in the config (SIGHUP reloads).
 }
 
 // dkimCheck looks up the record of each key chosen and says whether it
-// verifies the key's signatures.
+// verifies the key's signatures; with --eml it verifies the signatures of
+// a signed message instead. --record stands in for DNS, so that both can be
+// tried before the record is published.
 func dkimCheck(ctx context.Context, inv *invocation) error {
-	stdout := inv.stdout
 	fs := inv.flags()
 	domain := fs.String("domain", "", "check the keys of this `domain` (all when empty)")
 	selector := fs.String("selector", "", "check the key of this `selector` (all when empty)")
-	keyFile := fs.String("key", "", "check this key `file` instead of the configured keys (needs --domain and --selector)")
+	keyFile := fs.String("key", "", "check this key `file` instead of the configured keys (needs --domain and --selector); "+
+		"with --eml, verify with its public half")
 	configPath := configFlag(fs, " whose dkim.keys are checked")
 	dkimKeys := dkimFlag(fs)
 	resolver := fs.String("resolver", "", "ask this DNS server, `host:port`, instead of the system's (an authoritative server shows a record before it spreads)")
+	eml := fs.String("eml", "", "verify the DKIM signatures of this signed message `file`, with the key of --record or --key, else the published records")
+	record := fs.String("record", "", "use this key `record` instead of DNS: its value ('v=DKIM1; k=rsa; p=…') "+
+		"or the zone file line dkim keygen printed, which answers for its own name only")
 	if _, err := inv.parseArgs(fs); err != nil {
 		return err
+	}
+	lookup, err := checkLookup(*record, *resolver)
+	if err != nil {
+		return err
+	}
+	if *eml != "" {
+		if *domain != "" || *selector != "" || len(*dkimKeys) > 0 {
+			return fmt.Errorf("%w: --eml verifies the signatures the message carries: leave out --domain, --selector and --dkim", errUsage)
+		}
+		return verifyMessage(ctx, inv.stdout, *eml, *keyFile, *record, lookup)
 	}
 	keys, err := keysToCheck(*keyFile, *configPath, *domain, *selector, *dkimKeys)
 	if err != nil {
 		return err
 	}
-	res := net.DefaultResolver
-	if *resolver != "" {
-		res = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, *resolver)
-		}}
-	}
 	failed := 0
 	for _, k := range keys {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := dkim.Check(cctx, res.LookupTXT, k)
+		cctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+		err := dkim.Check(cctx, lookup, k)
 		cancel()
 		name := dkim.RecordName(k.Domain, k.Selector)
 		if err != nil {
-			fmt.Fprintf(stdout, "FAIL  %s: %v\n", name, err)
+			fmt.Fprintf(inv.stdout, "FAIL  %s: %v\n", name, err)
 			failed++
 			continue
 		}
@@ -103,10 +112,83 @@ func dkimCheck(ctx context.Context, inv *invocation) error {
 		if !k.Active {
 			state = "inactive"
 		}
-		fmt.Fprintf(stdout, "ok    %s matches %s (%s, %s)\n", name, k.File, k.Algorithm(), state)
+		fmt.Fprintf(inv.stdout, "ok    %s matches %s (%s, %s)\n", name, k.File, k.Algorithm(), state)
 	}
 	if failed > 0 {
 		return fmt.Errorf("%d of %d DKIM keys failed the check", failed, len(keys))
+	}
+	return nil
+}
+
+// dnsTimeout bounds the lookups of one check.
+const dnsTimeout = 10 * time.Second
+
+// checkLookup answers the record lookups: from the record given, or from
+// DNS, through resolver when set.
+func checkLookup(record, resolver string) (dkim.LookupTXT, error) {
+	if record != "" {
+		if resolver != "" {
+			return nil, fmt.Errorf("%w: --record stands in for DNS: leave out --resolver", errUsage)
+		}
+		name, value, err := dkim.ParseRecord(record)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --record: %w", errUsage, err)
+		}
+		return dkim.Given(name, value), nil
+	}
+	if resolver == "" {
+		return net.DefaultResolver.LookupTXT, nil
+	}
+	res := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, resolver)
+	}}
+	return res.LookupTXT, nil
+}
+
+// verifyMessage verifies the signatures of the message in path and prints
+// each verdict; it fails unless one verifies. The key is keyFile's public
+// half when given, else what lookup answers.
+func verifyMessage(ctx context.Context, stdout io.Writer, path, keyFile, record string, lookup dkim.LookupTXT) error {
+	if keyFile != "" {
+		if record != "" {
+			return fmt.Errorf("%w: --eml takes the key from --record or from --key, not both", errUsage)
+		}
+		signer, err := dkim.LoadKey(keyFile)
+		if err != nil {
+			return err
+		}
+		value, err := dkim.Record(signer)
+		if err != nil {
+			return err
+		}
+		lookup = dkim.Given("", value)
+	}
+	msg, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+	defer cancel()
+	verifs, err := dkim.Verify(ctx, msg, lookup)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(verifs) == 0 {
+		return fmt.Errorf("%s has no DKIM-Signature field: the relay signs a message as it leaves, for a domain it holds a key for", path)
+	}
+	passed := 0
+	for _, v := range verifs {
+		line := fmt.Sprintf("%-9s  d=%s s=%s", v.Result(), v.Domain, v.Selector)
+		if v.Err != nil {
+			line += ": " + v.Err.Error()
+		} else {
+			passed++
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	if passed == 0 {
+		return fmt.Errorf("none of the %d DKIM signatures of %s verifies", len(verifs), path)
 	}
 	return nil
 }

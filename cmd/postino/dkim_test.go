@@ -18,6 +18,7 @@ import (
 
 	"github.com/genropy/postino/internal/dkimtest"
 	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/relay/dkim"
 )
 
 // dnsStub is a DNS server on loopback that answers TXT questions from its
@@ -258,5 +259,108 @@ func TestDKIMSighup(t *testing.T) {
 		}
 	case <-ctx.Done():
 		t.Error("serve did not stop on SIGTERM")
+	}
+}
+
+// signedMessage writes a message signed by the keys given (as keygen
+// wrote them, each active), and returns its path and bytes.
+func signedMessage(t *testing.T, keys ...dkim.KeySpec) (string, []byte) {
+	t.Helper()
+	ring, err := dkim.Load(dkim.DefaultPolicy(), keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := "From: <app@example.com>\r\nTo: <user@example.net>\r\nSubject: before DNS\r\nDate: Mon, 02 Mar 2026 10:00:00 +0000\r\n" +
+		"Message-ID: <eml-1@example.com>\r\n\r\nHello before the record is published.\r\n"
+	res, err := dkim.NewSigner(ring, nil).Sign(strings.NewReader(msg), "")
+	if err != nil || len(res.Signed) != len(keys) {
+		t.Fatalf("sign: %+v, %v", res, err)
+	}
+	signed := []byte(res.Fields + msg)
+	path := filepath.Join(t.TempDir(), "signed.eml")
+	if err := os.WriteFile(path, signed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, signed
+}
+
+// TestDKIMCheckEml verifies a message the relay's signer signed, with the
+// key given as a record, a zone file line or a key file, before any DNS
+// record exists, and with the published records; a tampered message and a
+// wrong record fail.
+func TestDKIMCheckEml(t *testing.T) {
+	t.Setenv("POSTINO_CONFIG", "")
+	dir := t.TempDir()
+	rsaPath, rsaLine := keygen(t, dir, "example.com", "r1", "rsa")
+	edPath, edLine := keygen(t, dir, "example.com", "e1", "ed25519")
+	_, otherLine := keygen(t, dir, "example.com", "r2", "rsa")
+	path, signed := signedMessage(t,
+		dkim.KeySpec{Domain: "example.com", Selector: "r1", File: rsaPath, Active: true},
+		dkim.KeySpec{Domain: "example.com", Selector: "e1", File: edPath, Active: true})
+	_, rsaRecord, err := dkim.ParseRecord(rsaLine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tampered := filepath.Join(t.TempDir(), "tampered.eml")
+	if err := os.WriteFile(tampered, bytes.Replace(signed, []byte("Hello before"), []byte("Hello after"), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unsigned := filepath.Join(t.TempDir(), "unsigned.eml")
+	if err := os.WriteFile(unsigned, []byte("From: <app@example.com>\r\nSubject: x\r\n\r\nbody\r\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dns := startDNS(t)
+	dns.publish(t, rsaLine)
+	dns.publish(t, edLine)
+
+	const (
+		rsaPass = "pass       d=example.com s=r1\n"
+		edPass  = "pass       d=example.com s=e1\n"
+	)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want []string
+	}{
+		// A bare record answers for every signature: the RSA one verifies,
+		// the Ed25519 one cannot with an RSA key.
+		{"record", []string{"--eml", path, "--record", rsaRecord}, 0, []string{rsaPass, "d=example.com s=e1: dkim:"}},
+		// A zone line answers for its own name only.
+		{"zone line", []string{"--eml", path, "--record", rsaLine}, 0,
+			[]string{rsaPass, "permerror  d=example.com s=e1: dkim: no key for signature", "the record given is for r1._domainkey.example.com"}},
+		{"ed25519 zone line", []string{"--eml", path, "--record", edLine}, 0, []string{edPass, "permerror  d=example.com s=r1"}},
+		{"key file", []string{"--eml", path, "--key", rsaPath}, 0, []string{rsaPass}},
+		{"published", []string{"--eml", path, "--resolver", dns.addr}, 0, []string{rsaPass, edPass}},
+		{"tampered", []string{"--eml", tampered, "--record", rsaLine}, 1,
+			[]string{"fail       d=example.com s=r1: dkim: body hash did not verify", "none of the 2 DKIM signatures of " + tampered + " verifies"}},
+		{"tampered, published", []string{"--eml", tampered, "--resolver", dns.addr}, 1, []string{"fail       d=example.com s=e1", "none of the 2"}},
+		{"wrong record", []string{"--eml", path, "--record", strings.Replace(otherLine, "r2._domainkey", "r1._domainkey", 1)}, 1,
+			[]string{"fail       d=example.com s=r1: dkim: signature did not verify", "none of the 2"}},
+		{"wrong key", []string{"--eml", path, "--key", filepath.Join(dir, "example.com.r2.pem")}, 1, []string{"fail       d=example.com s=r1", "none of the 2"}},
+		{"unsigned", []string{"--eml", unsigned, "--record", rsaRecord}, 1, []string{"has no DKIM-Signature field"}},
+		{"not a record", []string{"--eml", path, "--record", "hello"}, 2, []string{`--record: "hello" is not a DKIM key record`, "usage: postino dkim check"}},
+		{"record and key", []string{"--eml", path, "--record", rsaRecord, "--key", rsaPath}, 2, []string{"not both"}},
+		{"eml and domain", []string{"--eml", path, "--domain", "example.com"}, 2, []string{"leave out --domain"}},
+		{"record and resolver", []string{"--eml", path, "--record", rsaRecord, "--resolver", dns.addr}, 2, []string{"leave out --resolver"}},
+		// Without --eml, --record checks a key against a record that is
+		// not published yet.
+		{"key against a record", []string{"--domain", "example.com", "--selector", "r1", "--key", rsaPath, "--record", rsaLine}, 0,
+			[]string{"ok    r1._domainkey.example.com matches " + rsaPath}},
+		{"key against a wrong record", []string{"--domain", "example.com", "--selector", "r1", "--key", rsaPath, "--record", otherLine}, 1,
+			[]string{"FAIL  r1._domainkey.example.com: no TXT record", "the record given is for r2._domainkey.example.com"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := cli(t, append([]string{"dkim", "check"}, tt.args...)...)
+			if code != tt.code {
+				t.Errorf("exit %d, want %d:\n%s%s", code, tt.code, out, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out+errOut, w) {
+					t.Errorf("output lacks %q:\n%s%s", w, out, errOut)
+				}
+			}
+		})
 	}
 }

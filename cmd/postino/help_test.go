@@ -138,6 +138,13 @@ func TestUsageErrorText(t *testing.T) {
 		{[]string{"dkim", "keygen", "--domain", "example.com"}, "postino: dkim keygen needs --selector and --out", "usage: postino dkim keygen"},
 		{[]string{"pec", "parse", "--at", "yesterday", file}, `postino: --at "yesterday" is neither an RFC 3339 time`, "usage: postino pec parse"},
 		{[]string{"pec", "parse"}, "postino: pec parse needs at least one FILE to read", "usage: postino pec parse FILE..."},
+		// Flags before the command's name are the command's: one it does
+		// not take is refused naming it.
+		{[]string{"--json", "serve"}, "postino: serve: unknown flag --json", "usage: postino serve"},
+		{[]string{"--limit", "3", "queue", "show", "x"}, "postino: queue show: unknown flag --limit", "usage: postino queue show ID"},
+		{[]string{"--admin", "127.0.0.1:1"}, "postino: no command after --admin 127.0.0.1:1: flags go with a command, before or after its name", "commands: serve, queue,"},
+		{[]string{"--admin", "127.0.0.1:1", "frob"}, `postino: unknown command "frob"`, "'postino help' shows their usage"},
+		{[]string{"--admin=127.0.0.1:1", "queue"}, "postino: queue needs a command: list,", "  postino queue receipts ID"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -245,6 +252,46 @@ func TestConfigFlagReachesRelay(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			out, errOut, code := cli(t, append(tt.args, "--config", path)...)
+			if code != tt.code || !strings.Contains(out+errOut, tt.want) {
+				t.Errorf("exit %d, want %d with %q:\n%s%s", code, tt.code, tt.want, out, errOut)
+			}
+		})
+	}
+}
+
+// TestFlagsBeforeCommand checks that flags put before a command's name
+// are the command's own, as if they followed it.
+func TestFlagsBeforeCommand(t *testing.T) {
+	t.Setenv("POSTINO_CONFIG", "")
+	t.Setenv("POSTINO_ADMIN", "") // restored when the test ends
+	os.Unsetenv("POSTINO_ADMIN")
+	r := startRelay(t)
+	addr := r.AdminAddr().String()
+	config := filepath.Join(t.TempDir(), "postino.yaml")
+	if err := os.WriteFile(config, []byte("admin:\n  listen: "+addr+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("bogus_setting: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--admin", addr, "queue", "list"}, 0, "ID"},
+		{[]string{"--admin=" + addr, "queue", "list", "--status", "READY"}, 0, "ID"},
+		{[]string{"--json", "--admin", addr, "queue", "list"}, 0, `"messages"`},
+		{[]string{"--status", "READY", "queue", "list", "--admin", addr, "--json"}, 0, `"messages"`},
+		{[]string{"--config", config, "queue", "search", "nobody@example.net"}, 0, "no message"},
+		{[]string{"--admin", addr, "health"}, 0, "ready"},
+		{[]string{"--config", bad, "serve"}, 1, bad + ": line 1: bogus_setting is not a setting"},
+		{[]string{"--config", bad, "config", "print"}, 1, bad + ": line 1: bogus_setting is not a setting"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, errOut, code := cli(t, tt.args...)
 			if code != tt.code || !strings.Contains(out+errOut, tt.want) {
 				t.Errorf("exit %d, want %d with %q:\n%s%s", code, tt.code, tt.want, out, errOut)
 			}

@@ -114,16 +114,20 @@ func queueShow(ctx context.Context, inv *invocation) error {
 }
 
 func queueRetry(ctx context.Context, inv *invocation) error {
-	return queueChange(ctx, inv, (*admin.Client).Retry)
+	fs := inv.flags()
+	now := fs.Bool("now", false, "make it due now, also when the app scheduled it for later (X-Postino-Send-After) and it never left")
+	return queueChange(ctx, inv, fs, func(c *admin.Client, ctx context.Context, id string) (admin.Message, error) {
+		return c.Retry(ctx, id, *now)
+	})
 }
 
 func queueCancel(ctx context.Context, inv *invocation) error {
-	return queueChange(ctx, inv, (*admin.Client).Cancel)
+	return queueChange(ctx, inv, inv.flags(), (*admin.Client).Cancel)
 }
 
-// queueChange runs op on the message the command names.
-func queueChange(ctx context.Context, inv *invocation, op func(*admin.Client, context.Context, string) (admin.Message, error)) error {
-	fs := inv.flags()
+// queueChange runs op on the message the command names; fs holds the
+// command's own flags.
+func queueChange(ctx context.Context, inv *invocation, fs *flag.FlagSet, op func(*admin.Client, context.Context, string) (admin.Message, error)) error {
 	asJSON := jsonFlag(fs)
 	c, args, err := inv.client(fs, "ID")
 	if err != nil {

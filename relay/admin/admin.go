@@ -156,6 +156,19 @@ func retryTo(st backends.Status) (backends.Status, string) {
 	return "", "only READY, FAILED and INVALID messages can be retried"
 }
 
+// retryDue is when a message an operator retries at is due. A READY
+// message is due now: retrying it means "send it now". A FAILED or INVALID
+// one that never left, with an X-Postino-Send-After still ahead (an
+// operator cancelled it while it waited for that time), waits for it
+// again, unless the operator says now. One that was tried (deferred, then
+// failed or cancelled) is due now: its send-after had passed.
+func retryDue(m *backends.Message, now bool, at time.Time) time.Time {
+	if send := m.SendAfter(); !now && m.Status != backends.StatusReady && m.Attempts == 0 && send.After(at) {
+		return send
+	}
+	return at
+}
+
 // cancelTo is where an operator's cancel takes a message in st: FAILED,
 // and the app is told so like of any other failure; or "" and why not.
 func cancelTo(st backends.Status) (backends.Status, string) {

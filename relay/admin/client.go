@@ -149,9 +149,15 @@ func (c *Client) Receipt(ctx context.Context, id, name string) ([]byte, error) {
 	return out, err
 }
 
-func (c *Client) Retry(ctx context.Context, id string) (Message, error) {
+// Retry sends a message on its way again; now makes it due now even when
+// the app scheduled it for later (X-Postino-Send-After).
+func (c *Client) Retry(ctx context.Context, id string, now bool) (Message, error) {
+	var q url.Values
+	if now {
+		q = url.Values{"now": {"true"}}
+	}
 	var out Message
-	err := c.do(ctx, http.MethodPost, "/v1/messages/"+url.PathEscape(id)+"/retry", nil, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/messages/"+url.PathEscape(id)+"/retry", q, &out)
 	return out, err
 }
 

@@ -286,19 +286,30 @@ func (a *api) get(w http.ResponseWriter, r *http.Request) {
 }
 
 // retry sends a message on its way again: a READY message now, a FAILED one
-// back to READY, an INVALID one through intake again.
+// back to READY, an INVALID one through intake again, each due when
+// retryDue says; ?now=true makes every one due now.
 func (a *api) retry(w http.ResponseWriter, r *http.Request) {
-	a.operate(w, r, "retry", retryTo)
+	now := false
+	if s := r.URL.Query().Get("now"); s != "" {
+		var err error
+		if now, err = strconv.ParseBool(s); err != nil {
+			writeError(w, http.StatusBadRequest, "now %q: give true or false", s)
+			return
+		}
+	}
+	a.operate(w, r, "retry", retryTo, func(m *backends.Message, at time.Time) time.Time { return retryDue(m, now, at) })
 }
 
 // cancel stops a message that has not left.
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
-	a.operate(w, r, "cancel", cancelTo)
+	a.operate(w, r, "cancel", cancelTo, nil)
 }
 
 // operate applies an operator's action: decide picks the target status, or
-// says why the action does not apply.
-func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, decide func(backends.Status) (backends.Status, string)) {
+// says why the action does not apply; due, when not nil, says when the
+// message is due after the move.
+func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, decide func(backends.Status) (backends.Status, string),
+	due func(m *backends.Message, at time.Time) time.Time) {
 	id := r.PathValue("id")
 	m, err := a.store.Get(r.Context(), id)
 	if err != nil {
@@ -311,11 +322,14 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 		return
 	}
 	t := backends.Transition{ID: id, From: m.Status, To: to, Reason: why}
-	switch to {
-	case backends.StatusReady:
-		t.DueAt = time.Now().UTC()
-	case backends.StatusFailed:
+	if to == backends.StatusFailed {
 		t.Event = backends.OutcomeEvent(m.Status, to, why, nil)
+	}
+	if due != nil {
+		at := time.Now().UTC()
+		if t.DueAt = due(m, at); t.DueAt.After(at) {
+			t.Reason += "; due at its " + backends.HeaderSendAfter + ", " + t.DueAt.Format(time.RFC3339)
+		}
 	}
 	if err := a.store.Transition(r.Context(), t); err != nil {
 		a.storeError(w, r, err)
@@ -329,7 +343,13 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 	if a.opts.Wake != nil {
 		a.opts.Wake()
 	}
-	writeJSON(w, http.StatusOK, messageView(m))
+	// The action is done: a failure to read why the message waits leaves
+	// that out of the answer, and does not make it an error.
+	one := []Message{messageView(m)}
+	if err := a.markWaiting(r, one); err != nil {
+		a.opts.Log.Warn("admin API: cannot tell why the message waits", "id", id, "error", err)
+	}
+	writeJSON(w, http.StatusOK, one[0])
 }
 
 // markWaiting says why the READY messages among views wait; the

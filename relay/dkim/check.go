@@ -33,7 +33,7 @@ func Check(ctx context.Context, lookup LookupTXT, key *Key) error {
 	var dnsErr *net.DNSError
 	switch {
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-		return fmt.Errorf("no TXT record at %s; %s", name, publish)
+		return fmt.Errorf("no TXT record at %s (%s); %s", name, dnsErr.Err, publish)
 	case err != nil:
 		return fmt.Errorf("cannot look up %s: %w", name, err)
 	}

@@ -20,7 +20,7 @@ const (
 	HeaderMailID     = "X-Genro-Mail-ID"
 	HeaderPriority   = "X-Postino-Priority"
 	HeaderBatch      = "X-Postino-Batch"
-	HeaderSendAfter  = "X-Postino-Send-After"
+	HeaderSendAfter  = backends.HeaderSendAfter
 	controlPrefix    = "X-Postino-"
 	maxSendAfterSkew = 366 * 24 * time.Hour
 )
@@ -121,16 +121,14 @@ func parsePriority(v string) (int, error) {
 const sendAfterFormats = "give Unix seconds (1795345200) or an RFC 3339 time (2026-11-21T18:00:00+01:00)"
 
 func parseSendAfter(v string, now time.Time) (time.Time, error) {
-	var t time.Time
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		t = time.Unix(secs, 0)
-	} else if t, err = time.Parse(time.RFC3339, v); err != nil {
+	t, ok := backends.ParseSendAfter(v)
+	if !ok {
 		return t, contentError("%s %q is not a time%s: %s", HeaderSendAfter, v, millisecondsHint(v), sendAfterFormats)
 	}
 	if t.After(now.Add(maxSendAfterSkew)) {
 		return t, contentError("%s %q is more than a year ahead%s: %s", HeaderSendAfter, v, millisecondsHint(v), sendAfterFormats)
 	}
-	return t.UTC(), nil
+	return t, nil
 }
 
 // millisecondsHint says that v looks like a time in milliseconds, as
