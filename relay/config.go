@@ -51,6 +51,10 @@ type Config struct {
 	// Resolver answers the DNS questions of MX delivery; nil is the
 	// system's. Tests set their own.
 	Resolver delivery.Resolver `yaml:"-"`
+	// ServiceLinks are the variables Kubernetes set for a Service named
+	// postino (or postino-…) that LoadConfig ignored: no setting has
+	// their names. New names them in the log.
+	ServiceLinks []string `yaml:"-"`
 }
 
 type SMTPConfig struct {

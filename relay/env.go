@@ -4,6 +4,7 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"regexp"
 	"slices"
@@ -86,14 +87,14 @@ func isText(v reflect.Value) bool {
 	return ok
 }
 
-// applyEnv sets the keys named by POSTINO_* variables. An unknown variable
-// is an error, so that a typo does not go unnoticed.
+// applyEnv sets the keys named by POSTINO_* variables. A variable that is
+// no setting is an error, so that a typo does not go unnoticed, but for
+// those Kubernetes sets for a Service named postino, which it lists in
+// cfg.ServiceLinks. Every variable at fault is reported.
 func applyEnv(cfg *Config, env []string) error {
 	byEnv := map[string]setting{}
-	var names []string
 	for _, s := range settings(cfg) {
 		byEnv[s.env] = s
-		names = append(names, s.env)
 	}
 	for alias, key := range envAliases() {
 		for _, s := range settings(cfg) {
@@ -101,9 +102,8 @@ func applyEnv(cfg *Config, env []string) error {
 				byEnv[alias] = s
 			}
 		}
-		names = append(names, alias)
 	}
-	names = append(names, envNotKeys()...)
+	var errs []error
 	// Sorted, so that the outcome does not depend on the order of env: a
 	// full name (POSTINO_SMTP_LISTEN) comes after its alias and wins.
 	for _, kv := range slices.Sorted(slices.Values(env)) {
@@ -112,14 +112,32 @@ func applyEnv(cfg *Config, env []string) error {
 			continue
 		}
 		s, ok := byEnv[name]
-		if !ok {
-			return fmt.Errorf("environment variable %s is not a setting; did you mean %s?", name, closest(name, names))
-		}
-		if err := setValue(s.value, val); err != nil {
-			return fmt.Errorf("environment variable %s (%s): %w", name, s.key, err)
+		switch {
+		case ok:
+			if err := setValue(s.value, val); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s (%s): %w", name, s.key, err))
+			}
+		case serviceLink(name, val):
+			cfg.ServiceLinks = append(cfg.ServiceLinks, name)
+		default:
+			errs = append(errs, unknownVariable(name, slices.AppendSeq(envNotKeys(), maps.Keys(byEnv))))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// unknownVariable says that name is no setting, and which one it may have
+// meant.
+func unknownVariable(name string, names []string) error {
+	var keys []string
+	for _, n := range names {
+		keys = append(keys, strings.TrimPrefix(n, envPrefix))
+	}
+	if near, ok := closest(strings.TrimPrefix(name, envPrefix), keys); ok {
+		return fmt.Errorf("environment variable %s is not a setting; did you mean %s?", name, envPrefix+near)
+	}
+	return fmt.Errorf("environment variable %s is not a setting: a setting's variable is POSTINO_ and its key in capitals "+
+		"(smtp.max_recipients is POSTINO_SMTP_MAX_RECIPIENTS); postino config print, run without it, lists the keys", name)
 }
 
 // setValue sets a configuration field from the text of a variable or flag.
@@ -180,7 +198,10 @@ func explainYAML(err error) error {
 	for i, e := range te.Errors {
 		msgs[i] = e
 		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
-			msgs[i] = fmt.Sprintf("%s is not a setting; did you mean %s?", strings.SplitN(e, ":", 2)[0]+": "+m[1], lastPart(closest(m[1], keys)))
+			msgs[i] = strings.SplitN(e, ":", 2)[0] + ": " + m[1] + " is not a setting"
+			if near, ok := closest(m[1], keys); ok {
+				msgs[i] += "; did you mean " + lastPart(near) + "?"
+			}
 		}
 	}
 	return errors.New(strings.Join(msgs, "; "))
@@ -190,33 +211,42 @@ func lastPart(key string) string {
 	return key[strings.LastIndexByte(key, '.')+1:]
 }
 
-// closest is the candidate with the least edit distance to s.
-func closest(s string, candidates []string) string {
+// closest is the candidate nearest to s, and whether it is near enough to
+// be what s meant: at most a quarter of s's letters off (one for a short
+// name), a swap of two letters counting as one. Of candidates as near, the
+// first in sorted order.
+func closest(s string, candidates []string) (string, bool) {
 	best, bestD := "", -1
-	for _, c := range candidates {
+	for _, c := range slices.Sorted(slices.Values(candidates)) {
 		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); bestD < 0 || d < bestD {
 			best, bestD = c, d
 		}
 	}
-	return best
+	return best, bestD >= 0 && bestD <= max(1, len(s)/4)
 }
 
+// editDistance is the optimal string alignment distance: the insertions,
+// deletions, substitutions and swaps of adjacent letters that make a into b.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

@@ -81,6 +81,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err := cfg.Check(); err != nil {
 		return nil, err
 	}
+	logServiceLinks(log, cfg.ServiceLinks)
 	cfg = cfg.Effective(os.Getenv)
 	r := &Relay{cfg: cfg, log: log, started: time.Now().UTC()}
 	defer func() {
