@@ -1,10 +1,8 @@
 package relay
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/mail"
 	"net/netip"
@@ -13,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 
 	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/relay/delivery"
@@ -546,33 +542,24 @@ func DefaultPlugin(path string) PluginConfig {
 }
 
 // LoadConfig reads the defaults, then the file at path (if not empty), then
-// the POSTINO_* variables of env.
+// the POSTINO_* variables of env. Every key or value at fault in the file and
+// every variable at fault is reported, a file's with its line.
 func LoadConfig(path string, env []string) (Config, error) {
 	cfg := DefaultConfig()
+	var fileErr error
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
-		if err := decodeStrict(bytes.NewReader(data), &cfg); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", path, err)
-		}
+		fileErr = joinAt(decodeYAML(data, &cfg, ""), func(line int) string {
+			if line == 0 {
+				return "config " + path
+			}
+			return fmt.Sprintf("config %s line %d", path, line)
+		}, "\n")
 	}
-	if err := applyEnv(&cfg, env); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
-}
-
-// decodeStrict reads YAML (or JSON) into v, where a field that is no
-// setting is an error; empty text sets nothing.
-func decodeStrict(r io.Reader, v any) error {
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return explainYAML(err)
-	}
-	return nil
+	return cfg, errors.Join(fileErr, applyEnv(&cfg, env))
 }
 
 // Check reports the first setting that cannot work, saying how to fix it.
@@ -909,15 +896,12 @@ type Duration time.Duration
 
 func (d *Duration) UnmarshalText(b []byte) error {
 	s := strings.TrimSpace(string(b))
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		*d = Duration(n * float64(24*time.Hour))
-		return nil
-	}
 	v, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		n, err = strconv.ParseFloat(days, 64)
+		v = time.Duration(n * float64(24*time.Hour))
+	}
 	if err != nil {
 		return fmt.Errorf("duration %q: use a number and a unit, such as 90s, 5m, 1h or 7d", s)
 	}

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // envPrefix starts every variable the relay reads.
@@ -65,7 +62,7 @@ func settings(cfg *Config) []setting {
 	walk = func(v reflect.Value, prefix string) {
 		t := v.Type()
 		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			name := yamlName(t.Field(i))
 			if name == "-" {
 				continue
 			}
@@ -114,7 +111,7 @@ func applyEnv(cfg *Config, env []string) error {
 		s, ok := byEnv[name]
 		switch {
 		case ok:
-			if err := setValue(s.value, val); err != nil {
+			if err := setValue(s.value, s.key, val); err != nil {
 				errs = append(errs, fmt.Errorf("environment variable %s (%s): %w", name, s.key, err))
 			}
 		case serviceLink(name, val):
@@ -140,8 +137,9 @@ func unknownVariable(name string, names []string) error {
 		"(smtp.max_recipients is POSTINO_SMTP_MAX_RECIPIENTS); postino config print, run without it, lists the keys", name)
 }
 
-// setValue sets a configuration field from the text of a variable or flag.
-func setValue(v reflect.Value, text string) error {
+// setValue sets the configuration field of key from the text of a variable
+// or flag.
+func setValue(v reflect.Value, key, text string) error {
 	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
 		return u.UnmarshalText([]byte(text))
 	}
@@ -151,13 +149,13 @@ func setValue(v reflect.Value, text string) error {
 	case reflect.Int, reflect.Int64:
 		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not a whole number", text)
+			return fmt.Errorf("%q is not %s", text, kindName(v.Type()))
 		}
 		v.SetInt(n)
 	case reflect.Bool:
 		b, err := strconv.ParseBool(strings.TrimSpace(text))
 		if err != nil {
-			return fmt.Errorf("%q is not true or false", text)
+			return fmt.Errorf("%q is not %s", text, kindName(v.Type()))
 		}
 		v.SetBool(b)
 	case reflect.Slice:
@@ -172,43 +170,18 @@ func setValue(v reflect.Value, text string) error {
 			return nil
 		}
 		// A list of records: YAML, or JSON, which YAML reads too; a field
-		// that is no setting is an error, as in the file.
-		return decodeStrict(strings.NewReader(text), v.Addr().Interface())
+		// that is no setting is an error, as in the file. Lines are told
+		// when the text has several.
+		return joinAt(decodeYAML([]byte(text), v.Addr().Interface(), key), func(line int) string {
+			if line == 0 || !strings.Contains(strings.TrimSpace(text), "\n") {
+				return ""
+			}
+			return "line " + strconv.Itoa(line)
+		}, "; ")
 	default:
 		return fmt.Errorf("cannot set a %s from text", v.Kind())
 	}
 	return nil
-}
-
-var yamlUnknownField = regexp.MustCompile(`field (\S+) not found in type`)
-
-// explainYAML adds the closest valid key to yaml's "field not found".
-func explainYAML(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	var keys []string
-	for _, s := range settings(new(Config)) {
-		keys = append(keys, s.key)
-		parts := strings.Split(s.key, ".")
-		keys = append(keys, parts...)
-	}
-	msgs := make([]string, len(te.Errors))
-	for i, e := range te.Errors {
-		msgs[i] = e
-		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
-			msgs[i] = strings.SplitN(e, ":", 2)[0] + ": " + m[1] + " is not a setting"
-			if near, ok := closest(m[1], keys); ok {
-				msgs[i] += "; did you mean " + lastPart(near) + "?"
-			}
-		}
-	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-func lastPart(key string) string {
-	return key[strings.LastIndexByte(key, '.')+1:]
 }
 
 // closest is the candidate nearest to s, and whether it is near enough to
