@@ -300,8 +300,10 @@ type RouteConfig struct {
 	Match MatchConfig `yaml:"match"`
 	// Smarthost is host:port; empty means MX delivery.
 	Smarthost string `yaml:"smarthost"`
-	// TLS is none, starttls (required, certificate verified) or tls
-	// (implicit, port 465).
+	// TLS is one of delivery.TLSModes: none (the default with a
+	// smarthost), opportunistic (STARTTLS when offered; MX delivery's
+	// only mode and default), starttls (required, certificate verified)
+	// or tls (implicit, port 465).
 	TLS           string `yaml:"tls"`
 	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
 	TLSCAFile     string `yaml:"tls_ca_file"`

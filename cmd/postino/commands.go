@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/genropy/postino/relay/delivery"
 )
 
 // command is one postino command.
@@ -32,7 +34,7 @@ const clientFlags = " [--admin ADDR] [--config FILE]"
 func commands() []command {
 	return []command{
 		{"serve", "[--config FILE] [--listen ADDR] [--admin ADDR] [--data DIR] [--smarthost HOST:PORT] " +
-			"[--smarthost-tls none|starttls|tls] [--backend bolt|mysql|postgres|dynamodb] [--dsn DSN] [--table NAME] " +
+			"[--smarthost-tls " + strings.Join(delivery.TLSModes(), "|") + "] [--backend bolt|mysql|postgres|dynamodb] [--dsn DSN] [--table NAME] " +
 			"[--spool-store local|shared|outbox] [--plugin PATH]... [--dkim DOMAIN=SELECTOR:KEYFILE]...",
 			"run the relay: SMTP intake, delivery, mailbox pollers, plugins and the admin API", serve},
 		{"queue list", "[--status STATUS] [--limit N] [--json]" + clientFlags, "list the messages of the outbox, newest first", queueList},
