@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/mail"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
@@ -564,7 +566,8 @@ func LoadConfig(path string, env []string) (Config, error) {
 	return cfg, errors.Join(fileErr, applyEnv(&cfg, env))
 }
 
-// Check reports the first setting that cannot work, saying how to fix it.
+// Check reports the settings that cannot work, saying how to fix them: the
+// first of each section. It reads no file and no variable; Validate does.
 func (c *Config) Check() error {
 	if c.DataDir == "" {
 		return errors.New("data_dir is empty: set it (or --data, POSTINO_DATA) to the directory for the spool and outbox.db")
@@ -576,13 +579,12 @@ func (c *Config) Check() error {
 			return fmt.Errorf("%s %q is not a host:port address: %v", l.key, l.addr, err)
 		}
 	}
+	var errs []error
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
 		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.checkTTL, c.Log.check} {
-		if err := check(); err != nil {
-			return err
-		}
+		errs = append(errs, check())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (s *SMTPConfig) check() error {
@@ -775,7 +777,17 @@ func (l *LogConfig) check() error {
 	default:
 		return fmt.Errorf("log.format %q: use text or json", l.Format)
 	}
-	return nil
+	_, err := l.SlogLevel()
+	return err
+}
+
+// SlogLevel is the level as log/slog reads it.
+func (l LogConfig) SlogLevel() (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		return level, fmt.Errorf("log.level %q: use debug, info, warn or error", l.Level)
+	}
+	return level, nil
 }
 
 // allowNetworks parses smtp.allow_networks; unset, it is loopback.
@@ -834,6 +846,11 @@ func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
 func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
 	my := c.Outbox.MySQL
 	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
+}
+
+// mysqlOptions are the MySQL outbox's options but its DSN.
+func (c *Config) mysqlOptions() mysql.Options {
+	return mysql.Options{CAFile: c.Outbox.MySQL.TLSCAFile, MaxConns: c.Outbox.MySQL.MaxConns}
 }
 
 // checkDSN says what is wrong when the settings key give a DSN in none or

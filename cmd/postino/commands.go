@@ -59,7 +59,9 @@ func commands() []command {
 			"check that the published DKIM records match the keys", dkimCheck},
 		{"bounce parse", "FILE... [--json] [--config FILE]", "show what the relay reads in bounce messages", bounceParse},
 		{"pec parse", "FILE... [--json] [--trust-bundle FILE] [--at TIME] [--config FILE]", "show what the relay reads in PEC receipts", pecParse},
-		{"config print", "[--config FILE]", "print the configuration serve would run with", configPrint},
+		{"config print", "[--config FILE]", "print the configuration serve would run with, checked as config check does", configPrint},
+		{"config check", "[--config FILE]", "check the configuration as serve does before it starts, short of reaching the network: " +
+			"the files and variables it names, the routes' TLS and AUTH, the DKIM keys", configCheck},
 		{"health", "[--timeout DURATION]" + clientFlags, "exit 0 when the relay is ready or degraded, for health checks", healthCmd},
 		{"version", "", "print the version", versionCmd},
 	}

@@ -130,9 +130,9 @@ func dkimFlag(fs *flag.FlagSet) *[]relay.DKIMKey {
 }
 
 func newLogger(c relay.LogConfig, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		return nil, fmt.Errorf("log.level %q: use debug, info, warn or error", c.Level)
+	level, err := c.SlogLevel()
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if strings.EqualFold(c.Format, "json") {
