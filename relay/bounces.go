@@ -17,12 +17,12 @@ func (r *Relay) bounceMailboxes(bm *bounce.Metrics, m *mailbox.Metrics, wake fun
 	if len(r.cfg.Bounces.Mailboxes) == 0 {
 		return nil
 	}
+	cfgs, err := mailboxConfigs("bounces.mailboxes", r.cfg.Bounces.Mailboxes, r.owner(), os.Getenv)
+	if err != nil {
+		return err
+	}
 	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bm, wake)
-	for i, mc := range r.cfg.Bounces.Mailboxes {
-		cfg, err := mc.mailbox(r.owner(), os.Getenv)
-		if err != nil {
-			return fmt.Errorf("bounces.mailboxes[%d]: %w", i, err)
-		}
+	for _, cfg := range cfgs {
 		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, rec, r.log, m))
 	}
 	return nil

@@ -1,10 +1,9 @@
 package relay
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"net/mail"
 	"net/netip"
@@ -14,8 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
@@ -51,6 +49,10 @@ type Config struct {
 	// Resolver answers the DNS questions of MX delivery; nil is the
 	// system's. Tests set their own.
 	Resolver delivery.Resolver `yaml:"-"`
+	// ServiceLinks are the variables Kubernetes set for a Service named
+	// postino (or postino-…) that LoadConfig ignored: no setting has
+	// their names. New names them in the log.
+	ServiceLinks []string `yaml:"-"`
 }
 
 type SMTPConfig struct {
@@ -305,8 +307,10 @@ type RouteConfig struct {
 	Match MatchConfig `yaml:"match"`
 	// Smarthost is host:port; empty means MX delivery.
 	Smarthost string `yaml:"smarthost"`
-	// TLS is none, starttls (required, certificate verified) or tls
-	// (implicit, port 465).
+	// TLS is one of delivery.TLSModes: none (the default with a
+	// smarthost), opportunistic (STARTTLS when offered; MX delivery's
+	// only mode and default), starttls (required, certificate verified)
+	// or tls (implicit, port 465).
 	TLS           string `yaml:"tls"`
 	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
 	TLSCAFile     string `yaml:"tls_ca_file"`
@@ -548,36 +552,28 @@ func DefaultPlugin(path string) PluginConfig {
 }
 
 // LoadConfig reads the defaults, then the file at path (if not empty), then
-// the POSTINO_* variables of env.
+// the POSTINO_* variables of env. Every key or value at fault in the file and
+// every variable at fault is reported, a file's with its line.
 func LoadConfig(path string, env []string) (Config, error) {
 	cfg := DefaultConfig()
+	var fileErr error
 	if path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
-		if err := decodeStrict(bytes.NewReader(data), &cfg); err != nil {
-			return cfg, fmt.Errorf("config %s: %w", path, err)
-		}
+		fileErr = joinAt(decodeYAML(data, &cfg, ""), func(line int) string {
+			if line == 0 {
+				return "config " + path
+			}
+			return fmt.Sprintf("config %s line %d", path, line)
+		}, "\n")
 	}
-	if err := applyEnv(&cfg, env); err != nil {
-		return cfg, err
-	}
-	return cfg, nil
+	return cfg, errors.Join(fileErr, applyEnv(&cfg, env))
 }
 
-// decodeStrict reads YAML (or JSON) into v, where a field that is no
-// setting is an error; empty text sets nothing.
-func decodeStrict(r io.Reader, v any) error {
-	dec := yaml.NewDecoder(r)
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return explainYAML(err)
-	}
-	return nil
-}
-
-// Check reports the first setting that cannot work, saying how to fix it.
+// Check reports the settings that cannot work, saying how to fix them: the
+// first of each section. It reads no file and no variable; Validate does.
 func (c *Config) Check() error {
 	if c.DataDir == "" {
 		return errors.New("data_dir is empty: set it (or --data, POSTINO_DATA) to the directory for the spool and outbox.db")
@@ -589,13 +585,12 @@ func (c *Config) Check() error {
 			return fmt.Errorf("%s %q is not a host:port address: %v", l.key, l.addr, err)
 		}
 	}
+	var errs []error
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
 		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.checkTTL, c.Log.check} {
-		if err := check(); err != nil {
-			return err
-		}
+		errs = append(errs, check())
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 func (s *SMTPConfig) check() error {
@@ -791,7 +786,17 @@ func (l *LogConfig) check() error {
 	default:
 		return fmt.Errorf("log.format %q: use text or json", l.Format)
 	}
-	return nil
+	_, err := l.SlogLevel()
+	return err
+}
+
+// SlogLevel is the level as log/slog reads it.
+func (l LogConfig) SlogLevel() (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(l.Level)); err != nil {
+		return level, fmt.Errorf("log.level %q: use debug, info, warn or error", l.Level)
+	}
+	return level, nil
 }
 
 // allowNetworks parses smtp.allow_networks; unset, it is loopback.
@@ -850,6 +855,11 @@ func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
 func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
 	my := c.Outbox.MySQL
 	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
+}
+
+// mysqlOptions are the MySQL outbox's options but its DSN.
+func (c *Config) mysqlOptions() mysql.Options {
+	return mysql.Options{CAFile: c.Outbox.MySQL.TLSCAFile, MaxConns: c.Outbox.MySQL.MaxConns}
 }
 
 // checkDSN says what is wrong when the settings key give a DSN in none or
@@ -914,15 +924,12 @@ type Duration time.Duration
 
 func (d *Duration) UnmarshalText(b []byte) error {
 	s := strings.TrimSpace(string(b))
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		if err != nil {
-			return fmt.Errorf("duration %q: %w", s, err)
-		}
-		*d = Duration(n * float64(24*time.Hour))
-		return nil
-	}
 	v, err := time.ParseDuration(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		n, err = strconv.ParseFloat(days, 64)
+		v = time.Duration(n * float64(24*time.Hour))
+	}
 	if err != nil {
 		return fmt.Errorf("duration %q: use a number and a unit, such as 90s, 5m, 1h or 7d", s)
 	}

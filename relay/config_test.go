@@ -113,6 +113,12 @@ func TestLoadConfigErrors(t *testing.T) {
 		want string
 	}{
 		{name: "unknown variable", env: []string{"POSTINO_SMTP_LISTN=x"}, want: "POSTINO_SMTP_LISTN is not a setting; did you mean POSTINO_SMTP_LISTEN?"},
+		{name: "unknown variable near none", env: []string{"POSTINO_PORT=2525"},
+			want: "environment variable POSTINO_PORT is not a setting: a setting's variable is POSTINO_ and its key in capitals"},
+		{name: "a link's name with another value", env: []string{"POSTINO_SERVICE_HOST=postino.default.svc"},
+			want: "POSTINO_SERVICE_HOST is not a setting"},
+		{name: "every variable at fault", env: []string{"POSTINO_SMTP_LISTN=x", "POSTINO_RETENTION=a week"},
+			want: "POSTINO_RETENTION (retention): duration \"a week\""},
 		{name: "bad number", env: []string{"POSTINO_SMTP_MAX_RECIPIENTS=many"}, want: "POSTINO_SMTP_MAX_RECIPIENTS"},
 		{name: "bad duration", env: []string{"POSTINO_RETENTION=a week"}, want: "7d"},
 		{name: "bad size", env: []string{"POSTINO_SMTP_MAX_MESSAGE_SIZE=big"}, want: "25MiB"},

@@ -87,17 +87,16 @@ func senderRouteName(rc RouteConfig, i int) string {
 	return fmt.Sprintf("sender-%d", i+1)
 }
 
-// withDefaults fills in a route's name, connections and TLS mode (what
-// MX delivery does whatever it says: opportunistic STARTTLS).
+// withDefaults fills in a route's name, connections and TLS mode:
+// opportunistic for MX delivery (its only one), none for a smarthost.
 func (rc RouteConfig) withDefaults(name string) RouteConfig {
 	rc.Name = name
 	if rc.MaxConnections == 0 {
 		rc.MaxConnections = defaultRouteConnections
 	}
-	switch {
-	case rc.Smarthost == "":
-		rc.TLS = "opportunistic"
-	case rc.TLS == "":
+	if rc.TLS == "" && rc.Smarthost == "" {
+		rc.TLS = delivery.TLSOpportunistic
+	} else if rc.TLS == "" {
 		rc.TLS = delivery.TLSNone
 	}
 	return rc

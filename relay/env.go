@@ -4,13 +4,11 @@ import (
 	"encoding"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
 // envPrefix starts every variable the relay reads.
@@ -64,7 +62,7 @@ func settings(cfg *Config) []setting {
 	walk = func(v reflect.Value, prefix string) {
 		t := v.Type()
 		for i := range t.NumField() {
-			name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+			name := yamlName(t.Field(i))
 			if name == "-" {
 				continue
 			}
@@ -86,14 +84,14 @@ func isText(v reflect.Value) bool {
 	return ok
 }
 
-// applyEnv sets the keys named by POSTINO_* variables. An unknown variable
-// is an error, so that a typo does not go unnoticed.
+// applyEnv sets the keys named by POSTINO_* variables. A variable that is
+// no setting is an error, so that a typo does not go unnoticed, but for
+// those Kubernetes sets for a Service named postino, which it lists in
+// cfg.ServiceLinks. Every variable at fault is reported.
 func applyEnv(cfg *Config, env []string) error {
 	byEnv := map[string]setting{}
-	var names []string
 	for _, s := range settings(cfg) {
 		byEnv[s.env] = s
-		names = append(names, s.env)
 	}
 	for alias, key := range envAliases() {
 		for _, s := range settings(cfg) {
@@ -101,9 +99,8 @@ func applyEnv(cfg *Config, env []string) error {
 				byEnv[alias] = s
 			}
 		}
-		names = append(names, alias)
 	}
-	names = append(names, envNotKeys()...)
+	var errs []error
 	// Sorted, so that the outcome does not depend on the order of env: a
 	// full name (POSTINO_SMTP_LISTEN) comes after its alias and wins.
 	for _, kv := range slices.Sorted(slices.Values(env)) {
@@ -112,18 +109,37 @@ func applyEnv(cfg *Config, env []string) error {
 			continue
 		}
 		s, ok := byEnv[name]
-		if !ok {
-			return fmt.Errorf("environment variable %s is not a setting; did you mean %s?", name, closest(name, names))
-		}
-		if err := setValue(s.value, val); err != nil {
-			return fmt.Errorf("environment variable %s (%s): %w", name, s.key, err)
+		switch {
+		case ok:
+			if err := setValue(s.value, s.key, val); err != nil {
+				errs = append(errs, fmt.Errorf("environment variable %s (%s): %w", name, s.key, err))
+			}
+		case serviceLink(name, val):
+			cfg.ServiceLinks = append(cfg.ServiceLinks, name)
+		default:
+			errs = append(errs, unknownVariable(name, slices.AppendSeq(envNotKeys(), maps.Keys(byEnv))))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
-// setValue sets a configuration field from the text of a variable or flag.
-func setValue(v reflect.Value, text string) error {
+// unknownVariable says that name is no setting, and which one it may have
+// meant.
+func unknownVariable(name string, names []string) error {
+	var keys []string
+	for _, n := range names {
+		keys = append(keys, strings.TrimPrefix(n, envPrefix))
+	}
+	if near, ok := closest(strings.TrimPrefix(name, envPrefix), keys); ok {
+		return fmt.Errorf("environment variable %s is not a setting; did you mean %s?", name, envPrefix+near)
+	}
+	return fmt.Errorf("environment variable %s is not a setting: a setting's variable is POSTINO_ and its key in capitals "+
+		"(smtp.max_recipients is POSTINO_SMTP_MAX_RECIPIENTS); postino config print, run without it, lists the keys", name)
+}
+
+// setValue sets the configuration field of key from the text of a variable
+// or flag.
+func setValue(v reflect.Value, key, text string) error {
 	if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
 		return u.UnmarshalText([]byte(text))
 	}
@@ -133,13 +149,13 @@ func setValue(v reflect.Value, text string) error {
 	case reflect.Int, reflect.Int64:
 		n, err := strconv.ParseInt(strings.TrimSpace(text), 10, 64)
 		if err != nil {
-			return fmt.Errorf("%q is not a whole number", text)
+			return fmt.Errorf("%q is not %s", text, kindName(v.Type()))
 		}
 		v.SetInt(n)
 	case reflect.Bool:
 		b, err := strconv.ParseBool(strings.TrimSpace(text))
 		if err != nil {
-			return fmt.Errorf("%q is not true or false", text)
+			return fmt.Errorf("%q is not %s", text, kindName(v.Type()))
 		}
 		v.SetBool(b)
 	case reflect.Slice:
@@ -154,69 +170,56 @@ func setValue(v reflect.Value, text string) error {
 			return nil
 		}
 		// A list of records: YAML, or JSON, which YAML reads too; a field
-		// that is no setting is an error, as in the file.
-		return decodeStrict(strings.NewReader(text), v.Addr().Interface())
+		// that is no setting is an error, as in the file. Lines are told
+		// when the text has several.
+		return joinAt(decodeYAML([]byte(text), v.Addr().Interface(), key), func(line int) string {
+			if line == 0 || !strings.Contains(strings.TrimSpace(text), "\n") {
+				return ""
+			}
+			return "line " + strconv.Itoa(line)
+		}, "; ")
 	default:
 		return fmt.Errorf("cannot set a %s from text", v.Kind())
 	}
 	return nil
 }
 
-var yamlUnknownField = regexp.MustCompile(`field (\S+) not found in type`)
-
-// explainYAML adds the closest valid key to yaml's "field not found".
-func explainYAML(err error) error {
-	var te *yaml.TypeError
-	if !errors.As(err, &te) {
-		return err
-	}
-	var keys []string
-	for _, s := range settings(new(Config)) {
-		keys = append(keys, s.key)
-		parts := strings.Split(s.key, ".")
-		keys = append(keys, parts...)
-	}
-	msgs := make([]string, len(te.Errors))
-	for i, e := range te.Errors {
-		msgs[i] = e
-		if m := yamlUnknownField.FindStringSubmatch(e); m != nil {
-			msgs[i] = fmt.Sprintf("%s is not a setting; did you mean %s?", strings.SplitN(e, ":", 2)[0]+": "+m[1], lastPart(closest(m[1], keys)))
-		}
-	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-func lastPart(key string) string {
-	return key[strings.LastIndexByte(key, '.')+1:]
-}
-
-// closest is the candidate with the least edit distance to s.
-func closest(s string, candidates []string) string {
+// closest is the candidate nearest to s, and whether it is near enough to
+// be what s meant: at most a quarter of s's letters off (one for a short
+// name), a swap of two letters counting as one. Of candidates as near, the
+// first in sorted order.
+func closest(s string, candidates []string) (string, bool) {
 	best, bestD := "", -1
-	for _, c := range candidates {
+	for _, c := range slices.Sorted(slices.Values(candidates)) {
 		if d := editDistance(strings.ToLower(s), strings.ToLower(c)); bestD < 0 || d < bestD {
 			best, bestD = c, d
 		}
 	}
-	return best
+	return best, bestD >= 0 && bestD <= max(1, len(s)/4)
 }
 
+// editDistance is the optimal string alignment distance: the insertions,
+// deletions, substitutions and swaps of adjacent letters that make a into b.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"time"
 
@@ -25,22 +24,19 @@ func (r *Relay) pecMailboxes(reg prometheus.Registerer, m *mailbox.Metrics, wake
 	if len(r.cfg.PEC.Accounts) == 0 {
 		return nil
 	}
-	opts := pec.Options{}
-	if b := r.cfg.PEC.TrustBundle; b != "" {
-		roots, err := pec.LoadTrustBundle(b)
-		if err != nil {
-			return fmt.Errorf("pec.trust_bundle: %w", err)
-		}
-		opts.Roots = roots
-	} else {
+	roots, err := r.cfg.PEC.roots()
+	if err != nil {
+		return err
+	}
+	if roots == nil {
 		r.log.Warn("pec.trust_bundle is not set: receipts' signatures are not checked, and their events say so")
 	}
-	r.pecRecorder = pec.NewRecorder(r.outbox, r.bodies, opts, r.log, pec.NewMetrics(reg), wake)
-	for i, a := range r.cfg.PEC.Accounts {
-		cfg, err := a.mailbox().mailbox(r.owner(), os.Getenv)
-		if err != nil {
-			return fmt.Errorf("pec.accounts[%d]: %w", i, err)
-		}
+	cfgs, err := mailboxConfigs("pec.accounts", r.cfg.PEC.mailboxes(), r.owner(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	r.pecRecorder = pec.NewRecorder(r.outbox, r.bodies, pec.Options{Roots: roots}, r.log, pec.NewMetrics(reg), wake)
+	for _, cfg := range cfgs {
 		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, r.pecRecorder, r.log, m))
 	}
 	return nil

@@ -78,9 +78,10 @@ type Relay struct {
 // and binds the listeners. Run serves, and sweeps in the background what
 // else a crash may have left.
 func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
-	if err := cfg.Check(); err != nil {
+	if err := cfg.Validate(os.Getenv); err != nil {
 		return nil, err
 	}
+	logServiceLinks(log, cfg.ServiceLinks)
 	cfg = cfg.Effective(os.Getenv)
 	r := &Relay{cfg: cfg, log: log, started: time.Now().UTC()}
 	defer func() {
@@ -260,7 +261,7 @@ func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) 
 		if err != nil {
 			return nil, false, err
 		}
-		s, err := mysql.Open(ctx, dsn, mysql.Options{CAFile: c.Outbox.MySQL.TLSCAFile, MaxConns: c.Outbox.MySQL.MaxConns})
+		s, err := mysql.Open(ctx, dsn, c.mysqlOptions())
 		if err != nil {
 			return nil, false, err
 		}

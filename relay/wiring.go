@@ -2,6 +2,7 @@ package relay
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/pec"
 )
 
 // This file turns a checked Config into each package's own settings. The
@@ -325,4 +327,39 @@ func (mc MailboxConfig) mailbox(owner string, getenv func(string) string) (mailb
 	return mailbox.Config{Name: mc.Name, Addr: mailbox.Addr(mc.Host, mc.Port, mc.TLS), TLS: mc.TLS, CAFile: mc.TLSCAFile,
 		SkipVerify: mc.TLSSkipVerify, Username: mc.Username, Password: pw, Folder: mc.Folder,
 		Processed: mc.ProcessedFolder, Unmatched: mc.UnmatchedFolder, Poll: mc.Poll.D(), Lease: mailboxLease, Owner: owner}, nil
+}
+
+// mailboxConfigs are the settings of the mailboxes mcs (those of key, as
+// the configuration names them), their passwords read.
+func mailboxConfigs(key string, mcs []MailboxConfig, owner string, getenv func(string) string) ([]mailbox.Config, error) {
+	out := make([]mailbox.Config, 0, len(mcs))
+	for i, mc := range mcs {
+		cfg, err := mc.mailbox(owner, getenv)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", key, i, err)
+		}
+		out = append(out, cfg)
+	}
+	return out, nil
+}
+
+// mailboxes are the PEC accounts' mailboxes, where their receipts come.
+func (p *PECConfig) mailboxes() []MailboxConfig {
+	out := make([]MailboxConfig, len(p.Accounts))
+	for i, a := range p.Accounts {
+		out[i] = a.mailbox()
+	}
+	return out
+}
+
+// roots are the authorities of the trust bundle, nil without one.
+func (p *PECConfig) roots() (*x509.CertPool, error) {
+	if p.TrustBundle == "" {
+		return nil, nil
+	}
+	roots, err := pec.LoadTrustBundle(p.TrustBundle)
+	if err != nil {
+		return nil, fmt.Errorf("pec.trust_bundle: %w", err)
+	}
+	return roots, nil
 }

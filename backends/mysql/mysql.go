@@ -60,6 +60,37 @@ var _ backends.Outbox = (*Store)(nil)
 // TLS is used when the DSN asks for it (tls=true, skip-verify, preferred)
 // or when opts.CAFile is set.
 func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
+	cfg, err := connConfig(dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("MySQL: %w", err)
+	}
+	db := sql.OpenDB(readCommitted{conn})
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	db.SetMaxOpenConns(opts.MaxConns)
+	db.SetMaxIdleConns(opts.MaxConns)
+	db.SetConnMaxLifetime(time.Hour)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("MySQL at %s: %w", cfg.Addr, err)
+	}
+	return db, nil
+}
+
+// CheckDSN reports what Connect would refuse in dsn and opts before it
+// reaches the database: a DSN it cannot read, a CA file it cannot use.
+func CheckDSN(dsn string, opts Options) error {
+	_, err := connConfig(dsn, opts)
+	return err
+}
+
+// connConfig is the driver's configuration of dsn and opts.
+func connConfig(dsn string, opts Options) (*mysql.Config, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("MySQL DSN: %w (the form is user:password@tcp(host:3306)/database)", err)
@@ -101,22 +132,7 @@ func Connect(ctx context.Context, dsn string, opts Options) (*sql.DB, error) {
 	// where they took one each. Every value still goes as an argument,
 	// escaped by the driver, never inside the statement's text.
 	cfg.MultiStatements = true
-	conn, err := mysql.NewConnector(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("MySQL: %w", err)
-	}
-	db := sql.OpenDB(readCommitted{conn})
-	if opts.MaxConns <= 0 {
-		opts.MaxConns = DefaultMaxConns
-	}
-	db.SetMaxOpenConns(opts.MaxConns)
-	db.SetMaxIdleConns(opts.MaxConns)
-	db.SetConnMaxLifetime(time.Hour)
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("MySQL at %s: %w", cfg.Addr, err)
-	}
-	return db, nil
+	return cfg, nil
 }
 
 // readCommitted opens sessions in READ COMMITTED, so that a transaction

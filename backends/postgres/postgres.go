@@ -55,9 +55,9 @@ var _ backends.Outbox = (*Store)(nil)
 
 // Connect opens the database without looking at its schema: for Migrate.
 func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+	cfg, err := parseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("PostgreSQL DSN: %w (the form is postgres://user:password@host:5432/database)", err)
+		return nil, err
 	}
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
@@ -82,6 +82,21 @@ func Connect(ctx context.Context, dsn string, opts Options) (*pgxpool.Pool, erro
 		return nil, fmt.Errorf("PostgreSQL at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
 	}
 	return pool, nil
+}
+
+// CheckDSN reports what Connect would refuse in dsn before it reaches the
+// database: a DSN it cannot read, a TLS file it names that cannot be used.
+func CheckDSN(dsn string) error {
+	_, err := parseDSN(dsn)
+	return err
+}
+
+func parseDSN(dsn string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("PostgreSQL DSN: %w (the form is postgres://user:password@host:5432/database)", err)
+	}
+	return cfg, nil
 }
 
 // utcTimes makes c read times in UTC, as the other stores give them.

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"unicode"
+
+	"github.com/genropy/postino/relay/delivery"
 )
 
 // command is one postino command.
@@ -32,7 +34,7 @@ const clientFlags = " [--admin ADDR] [--config FILE]"
 func commands() []command {
 	return []command{
 		{"serve", "[--config FILE] [--listen ADDR] [--admin ADDR] [--data DIR] [--smarthost HOST:PORT] " +
-			"[--smarthost-tls none|starttls|tls] [--backend bolt|mysql|postgres|dynamodb] [--dsn DSN] [--table NAME] " +
+			"[--smarthost-tls " + strings.Join(delivery.TLSModes(), "|") + "] [--backend bolt|mysql|postgres|dynamodb] [--dsn DSN] [--table NAME] " +
 			"[--spool-store local|shared|outbox] [--plugin PATH]... [--dkim DOMAIN=SELECTOR:KEYFILE]...",
 			"run the relay: SMTP intake, delivery, mailbox pollers, plugins and the admin API", serve},
 		{"queue list", "[--status STATUS] [--limit N] [--json]" + clientFlags, "list the messages of the outbox, newest first", queueList},
@@ -59,7 +61,9 @@ func commands() []command {
 			"check the DKIM keys against their records, or verify the signatures of a message (--eml)", dkimCheck},
 		{"bounce parse", "FILE... [--json] [--config FILE]", "show what the relay reads in bounce messages", bounceParse},
 		{"pec parse", "FILE... [--json] [--trust-bundle FILE] [--at TIME] [--config FILE]", "show what the relay reads in PEC receipts", pecParse},
-		{"config print", "[--config FILE]", "print the configuration serve would run with", configPrint},
+		{"config print", "[--config FILE]", "print the configuration serve would run with, checked as config check does", configPrint},
+		{"config check", "[--config FILE]", "check the configuration as serve does before it starts, short of reaching the network: " +
+			"the files and variables it names, the routes' TLS and AUTH, the DKIM keys", configCheck},
 		{"health", "[--timeout DURATION]" + clientFlags, "exit 0 when the relay is ready or degraded, for health checks", healthCmd},
 		{"version", "", "print the version", versionCmd},
 	}

@@ -9,26 +9,43 @@ import (
 	"github.com/genropy/postino/relay"
 )
 
-// configCmd prints the configuration serve would run with, from the same
-// file and variables, checked.
-func configPrint(_ context.Context, inv *invocation) error {
+// loadValid loads the configuration serve would run with, from the same
+// file and variables, and validates it as serve does before it opens
+// anything: what serve would refuse is refused with the same messages.
+func loadValid(inv *invocation) (relay.Config, error) {
 	fs := inv.flags()
 	configPath := configFlag(fs, "")
 	if _, err := inv.parseArgs(fs); err != nil {
-		return err
+		return relay.Config{}, err
 	}
 	cfg, err := relay.LoadConfig(*configPath, os.Environ())
 	if err != nil {
-		return err
+		return cfg, err
 	}
-	if err := cfg.Check(); err != nil {
-		return fmt.Errorf("the configuration would not start: %w", err)
+	return cfg, cfg.Validate(os.Getenv)
+}
+
+// configPrint prints the configuration serve would run with, validated.
+func configPrint(_ context.Context, inv *invocation) error {
+	cfg, err := loadValid(inv)
+	if err != nil {
+		return err
 	}
 	b, err := cfg.YAML()
 	if err != nil {
 		return err
 	}
 	_, err = inv.stdout.Write(b)
+	return err
+}
+
+// configCheck says in one line that serve would start with the
+// configuration, or fails with what would stop it.
+func configCheck(_ context.Context, inv *invocation) error {
+	if _, err := loadValid(inv); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(inv.stdout, "ok: serve would start with this configuration, as far as can be told without reaching the network")
 	return err
 }
 

@@ -202,7 +202,7 @@ func TestConfigFlag(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			args := append(strings.Fields(c.name), positional(c.synopsis)...)
 			_, errOut, code := cli(t, append(args, "--config", bad)...)
-			if code != 1 || !strings.Contains(errOut, bad+": line 1: bogus_setting is not a setting") {
+			if code != 1 || !strings.Contains(errOut, "config "+bad+" line 1: bogus_setting is not a setting") {
 				t.Errorf("exit %d: %s", code, errOut)
 			}
 		})

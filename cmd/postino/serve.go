@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/delivery"
 )
 
 func serve(ctx context.Context, inv *invocation) error {
@@ -22,7 +23,7 @@ func serve(ctx context.Context, inv *invocation) error {
 	adminAddr := fs.String("admin", "", "admin API listen `address`, host:port (POSTINO_ADMIN)")
 	data := fs.String("data", "", "data `directory` for the spool and outbox.db (POSTINO_DATA)")
 	smarthost := fs.String("smarthost", "", "deliver through this smarthost, `host:port`, instead of to MX hosts (POSTINO_SMARTHOST)")
-	smarthostTLS := fs.String("smarthost-tls", "", "TLS `mode` with the smarthost: none, starttls or tls (POSTINO_SMARTHOST_TLS)")
+	smarthostTLS := fs.String("smarthost-tls", "", "TLS `mode` with the smarthost: "+delivery.TLSModeList()+" (POSTINO_SMARTHOST_TLS)")
 	backend := fs.String("backend", "", "outbox `store`: bolt (default), mysql, postgres or dynamodb (POSTINO_BACKEND)")
 	dsn := fs.String("dsn", "", "MySQL or PostgreSQL `DSN`; implies --backend mysql, or postgres for a postgres:// URL "+
 		"(POSTINO_OUTBOX_MYSQL_DSN, POSTINO_OUTBOX_POSTGRES_DSN)")
@@ -129,9 +130,9 @@ func dkimFlag(fs *flag.FlagSet) *[]relay.DKIMKey {
 }
 
 func newLogger(c relay.LogConfig, w io.Writer) (*slog.Logger, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.Level)); err != nil {
-		return nil, fmt.Errorf("log.level %q: use debug, info, warn or error", c.Level)
+	level, err := c.SlogLevel()
+	if err != nil {
+		return nil, err
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	if strings.EqualFold(c.Format, "json") {

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"net"
@@ -114,11 +115,38 @@ func TestChooseRoute(t *testing.T) {
 		{[]Route{{Name: DefaultRoute, MaxConnections: 1}}, []Rule{{Route: DefaultRoute}}, "matches nothing"},
 		{[]Route{{Name: DefaultRoute, MaxConnections: 1}}, []Rule{{Sender: "a@b", Route: "nope"}}, "does not exist"},
 		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", Username: "u", MaxConnections: 1}}, nil, "in clear"},
-		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", TLS: "maybe", MaxConnections: 1}}, nil, "none, starttls or tls"},
+		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", Username: "u", TLS: TLSOpportunistic, MaxConnections: 1}}, nil,
+			"AUTH to h:25 with tls opportunistic would send the password in clear"},
+		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", TLS: "maybe", MaxConnections: 1}}, nil,
+			`route default: tls "maybe": use none, opportunistic, starttls or tls`},
+		{[]Route{{Name: DefaultRoute, TLS: "maybe", MaxConnections: 1}}, nil, `route default: tls "maybe": use none, opportunistic, starttls or tls`},
+		{[]Route{{Name: DefaultRoute, TLS: TLSNone, MaxConnections: 1}}, nil,
+			"route default: tls none applies to a smarthost, and the route has none: MX delivery uses opportunistic STARTTLS, always"},
+		{[]Route{{Name: DefaultRoute, TLS: TLSStartTLS, MaxConnections: 1}}, nil, "tls starttls applies to a smarthost"},
 	} {
 		if _, err := NewRoutes(bad.routes, bad.rules); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("NewRoutes: %v, want %q", err, bad.want)
 		}
+	}
+}
+
+// TestTLSModes: a smarthost takes every mode, none when it gives none; MX
+// delivery takes opportunistic, which it uses when it is given none.
+func TestTLSModes(t *testing.T) {
+	for _, mode := range append(TLSModes(), "") {
+		r := Route{Name: DefaultRoute, Smarthost: "h:25", TLS: mode, MaxConnections: 1}
+		if err := r.prepare(); err != nil || r.TLS != cmp.Or(mode, TLSNone) {
+			t.Errorf("smarthost with tls %q: %v, prepared as %q", mode, err, r.TLS)
+		}
+	}
+	for _, mode := range []string{"", TLSOpportunistic} {
+		r := Route{Name: DefaultRoute, TLS: mode, MaxConnections: 1}
+		if err := r.prepare(); err != nil || r.TLS != TLSOpportunistic {
+			t.Errorf("MX delivery with tls %q: %v, prepared as %q", mode, err, r.TLS)
+		}
+	}
+	if got := TLSModeList(); got != "none, opportunistic, starttls or tls" {
+		t.Errorf("TLSModeList %q", got)
 	}
 }
 

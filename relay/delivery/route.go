@@ -5,6 +5,7 @@
 package delivery
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -17,12 +18,30 @@ import (
 	"github.com/genropy/postino/backends"
 )
 
-// TLS modes of a smarthost.
+// TLS modes of a route.
 const (
-	TLSNone     = "none"
-	TLSStartTLS = "starttls" // required, certificate verified
-	TLSImplicit = "tls"      // TLS from the first byte, usually port 465
+	// TLSNone is SMTP in clear; a smarthost's default.
+	TLSNone = "none"
+	// TLSOpportunistic is STARTTLS when the server offers it, its
+	// certificate not judged, and SMTP in clear when it does not or the
+	// handshake fails: what MX delivery does, and all it does.
+	TLSOpportunistic = "opportunistic"
+	// TLSStartTLS is STARTTLS required, the certificate verified.
+	TLSStartTLS = "starttls"
+	// TLSImplicit is TLS from the first byte, usually port 465, the
+	// certificate verified.
+	TLSImplicit = "tls"
 )
+
+// TLSModes are the TLS modes of a route, as the configuration, its errors
+// and the help list them.
+func TLSModes() []string { return []string{TLSNone, TLSOpportunistic, TLSStartTLS, TLSImplicit} }
+
+// TLSModeList is TLSModes as a sentence lists them.
+func TLSModeList() string {
+	m := TLSModes()
+	return strings.Join(m[:len(m)-1], ", ") + " or " + m[len(m)-1]
+}
 
 // Route is one way out: a smarthost, or the recipients' MX hosts.
 type Route struct {
@@ -70,25 +89,31 @@ func (r *Route) prepare() error {
 		return fmt.Errorf("route %s: bounce address %q is not an address", r.Name, r.BounceAddress)
 	}
 	if r.MX() {
-		if r.TLS != "" && r.TLS != TLSNone && r.TLS != "opportunistic" {
-			return fmt.Errorf("route %s: MX delivery uses opportunistic STARTTLS; tls %q applies to smarthosts", r.Name, r.TLS)
+		switch r.TLS {
+		case "", TLSOpportunistic:
+			r.TLS = TLSOpportunistic
+			return nil
+		case TLSNone, TLSStartTLS, TLSImplicit:
+			return fmt.Errorf("route %s: tls %s applies to a smarthost, and the route has none: MX delivery uses %s STARTTLS, always; "+
+				"leave tls out, or set it to %s", r.Name, r.TLS, TLSOpportunistic, TLSOpportunistic)
 		}
-		return nil
+		return fmt.Errorf("route %s: tls %q: use %s", r.Name, r.TLS, TLSModeList())
 	}
 	host, _, err := net.SplitHostPort(r.Smarthost)
 	if err != nil {
 		return fmt.Errorf("route %s: smarthost %q is not host:port", r.Name, r.Smarthost)
 	}
 	switch r.TLS {
-	case "", TLSNone:
-		r.TLS = TLSNone
+	case "", TLSNone, TLSOpportunistic:
+		r.TLS = cmp.Or(r.TLS, TLSNone)
 		if r.Username != "" {
-			return fmt.Errorf("route %s: AUTH to %s would send the password in clear; set tls to starttls or tls", r.Name, r.Smarthost)
+			return fmt.Errorf("route %s: AUTH to %s with tls %s would send the password in clear (%s falls back to clear when STARTTLS is not offered); "+
+				"set tls to %s or %s", r.Name, r.Smarthost, r.TLS, TLSOpportunistic, TLSStartTLS, TLSImplicit)
 		}
 		return nil
 	case TLSStartTLS, TLSImplicit:
 	default:
-		return fmt.Errorf("route %s: tls %q: use none, starttls or tls", r.Name, r.TLS)
+		return fmt.Errorf("route %s: tls %q: use %s", r.Name, r.TLS, TLSModeList())
 	}
 	r.tlsConfig = &tls.Config{ServerName: host, InsecureSkipVerify: r.SkipVerify, MinVersion: tls.VersionTLS12}
 	if r.CAFile != "" {

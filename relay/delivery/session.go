@@ -348,7 +348,7 @@ func (d *destination) open(ctx context.Context, addr, host string) (*client, err
 		if err := c.startTLS(r.tlsConfig, e.cfg.HeloName); err != nil {
 			return fail(fmt.Errorf("STARTTLS with %s: %w", addr, err))
 		}
-	case r.MX() && c.has("STARTTLS"):
+	case r.TLS == TLSOpportunistic && c.has("STARTTLS"):
 		// Opportunistic: encrypt when offered, without judging the
 		// certificate; if the handshake fails, go on in clear.
 		if err := c.startTLS(&tls.Config{ServerName: host, InsecureSkipVerify: true}, e.cfg.HeloName); err != nil {

@@ -27,7 +27,26 @@ func TestSmarthostTLSAndAuth(t *testing.T) {
 		// want is, for a message delivered, empty; else what the
 		// recipient's result must say.
 		want string
+		// clear: delivered without TLS.
+		clear bool
 	}{
+		{
+			name:     "opportunistic STARTTLS, the certificate not judged",
+			upstream: smtptest.Options{TLS: other.ServerConfig()},
+			route:    Route{TLS: TLSOpportunistic, CAFile: cert.CAFile},
+		},
+		{
+			name:     "opportunistic, STARTTLS not offered",
+			upstream: smtptest.Options{},
+			route:    Route{TLS: TLSOpportunistic},
+			clear:    true,
+		},
+		{
+			name:     "none, STARTTLS offered",
+			upstream: smtptest.Options{TLS: cert.ServerConfig()},
+			route:    Route{TLS: TLSNone},
+			clear:    true,
+		},
 		{
 			name:     "STARTTLS with a trusted certificate",
 			upstream: smtptest.Options{TLS: cert.ServerConfig()},
@@ -95,8 +114,8 @@ func TestSmarthostTLSAndAuth(t *testing.T) {
 				if m.Status != backends.StatusSentAcknowledged {
 					t.Fatalf("%s: %s, want delivered", m.Status, m.Reason)
 				}
-				if len(msgs) != 1 || !msgs[0].TLS || msgs[0].AuthUser != route.Username {
-					t.Errorf("the upstream got %+v, want one message over TLS from user %q", msgs, route.Username)
+				if len(msgs) != 1 || msgs[0].TLS == tt.clear || msgs[0].AuthUser != route.Username {
+					t.Errorf("the upstream got %+v, want one message (in clear: %v) from user %q", msgs, tt.clear, route.Username)
 				}
 				return
 			}
