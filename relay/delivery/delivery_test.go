@@ -120,8 +120,6 @@ func TestChooseRoute(t *testing.T) {
 		{[]Route{{Name: DefaultRoute, Smarthost: "h:25", TLS: "maybe", MaxConnections: 1}}, nil,
 			`route default: tls "maybe": use none, opportunistic, starttls or tls`},
 		{[]Route{{Name: DefaultRoute, TLS: "maybe", MaxConnections: 1}}, nil, `route default: tls "maybe": use none, opportunistic, starttls or tls`},
-		{[]Route{{Name: DefaultRoute, TLS: TLSNone, MaxConnections: 1}}, nil,
-			"route default: tls none applies to a smarthost, and the route has none: MX delivery uses opportunistic STARTTLS, always"},
 		{[]Route{{Name: DefaultRoute, TLS: TLSStartTLS, MaxConnections: 1}}, nil, "tls starttls applies to a smarthost"},
 	} {
 		if _, err := NewRoutes(bad.routes, bad.rules); err == nil || !strings.Contains(err.Error(), bad.want) {
@@ -360,5 +358,20 @@ func TestClientLostSession(t *testing.T) {
 	var re *replyError
 	if errors.As(err, &re) {
 		t.Errorf("a lost connection reported as a reply: %v", err)
+	}
+}
+
+// TestMXTLS: MX delivery is opportunistic when the route says nothing, and
+// in clear when it says none, as an operator may ask of MX hosts whose TLS
+// is broken.
+func TestMXTLS(t *testing.T) {
+	for _, tc := range []struct{ tls, want string }{{"", TLSOpportunistic}, {TLSOpportunistic, TLSOpportunistic}, {TLSNone, TLSNone}} {
+		rs, err := NewRoutes([]Route{{Name: DefaultRoute, TLS: tc.tls, MaxConnections: 1}}, nil)
+		if err != nil {
+			t.Fatalf("MX route with tls %q: %v", tc.tls, err)
+		}
+		if got := rs.byName[DefaultRoute].TLS; got != tc.want {
+			t.Errorf("MX route with tls %q: %q, want %q", tc.tls, got, tc.want)
+		}
 	}
 }

@@ -24,7 +24,7 @@ const (
 	TLSNone = "none"
 	// TLSOpportunistic is STARTTLS when the server offers it, its
 	// certificate not judged, and SMTP in clear when it does not or the
-	// handshake fails: what MX delivery does, and all it does.
+	// handshake fails: MX delivery's default.
 	TLSOpportunistic = "opportunistic"
 	// TLSStartTLS is STARTTLS required, the certificate verified.
 	TLSStartTLS = "starttls"
@@ -93,9 +93,13 @@ func (r *Route) prepare() error {
 		case "", TLSOpportunistic:
 			r.TLS = TLSOpportunistic
 			return nil
-		case TLSNone, TLSStartTLS, TLSImplicit:
-			return fmt.Errorf("route %s: tls %s applies to a smarthost, and the route has none: MX delivery uses %s STARTTLS, always; "+
-				"leave tls out, or set it to %s", r.Name, r.TLS, TLSOpportunistic, TLSOpportunistic)
+		case TLSNone:
+			// In clear, never STARTTLS: as an operator may ask of MX
+			// hosts whose TLS is broken.
+			return nil
+		case TLSStartTLS, TLSImplicit:
+			return fmt.Errorf("route %s: tls %s applies to a smarthost, and the route has none: MX hosts are told by DNS, and not one "+
+				"certificate can be required of all of them; leave tls out for %s STARTTLS, or set %s for none", r.Name, r.TLS, TLSOpportunistic, TLSNone)
 		}
 		return fmt.Errorf("route %s: tls %q: use %s", r.Name, r.TLS, TLSModeList())
 	}
