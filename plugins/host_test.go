@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/plugins/sdk"
 )

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/dovecottest"
-	"github.com/genropy/postino/internal/imaptest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/dovecottest"
+	"github.com/genropy/postino/internal/testrig/imaptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/plugins/sdk"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"

@@ -19,7 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/spool"
 )

@@ -11,8 +11,8 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"

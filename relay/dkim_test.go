@@ -13,8 +13,8 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/dkimtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/dkimtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/dkim"
 )

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/logtest"
+	"github.com/genropy/postino/internal/testrig/logtest"
 	"github.com/genropy/postino/relay/relaytest"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/imaptest"
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/imaptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/pec/pectest"

@@ -21,9 +21,9 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/logtest"
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/logtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/relaytest"

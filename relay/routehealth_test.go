@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genropy/postino/internal/logtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/logtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/admin"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 )
 
 func TestConformance(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 )
 
 // loadMessages is how many messages TestTwoRelays takes through their

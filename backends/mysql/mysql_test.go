@@ -7,7 +7,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/backendtest"
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 )
 
 // freshDatabase creates a database, migrated, dropped at the end of the

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 )
 
 // A group that waits for a message's lock while another transaction adds

@@ -12,7 +12,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/testcert"
 )
 
 // tlsServer starts a MariaDB of its own that takes only TLS connections.

@@ -17,7 +17,7 @@ import (
 	"github.com/genropy/postino/backends/dynamodb"
 	"github.com/genropy/postino/backends/dynamodb/dynamodbtest"
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/admin"
 )
 

@@ -16,8 +16,8 @@ import (
 	"github.com/emersion/go-smtp"
 	"golang.org/x/net/dns/dnsmessage"
 
-	"github.com/genropy/postino/internal/dkimtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/dkimtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/dkim"
 )
 

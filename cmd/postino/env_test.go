@@ -15,8 +15,8 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/dkimtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/dkimtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/dkim"
 )

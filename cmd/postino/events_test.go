@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/relaytest"

@@ -14,7 +14,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 )
 
 // serviceMissing skips a test whose service is not there, or fails it

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 	"github.com/genropy/postino/spool"
 )
 

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 	"github.com/genropy/postino/relay/admin"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/genropy/postino/internal/logtest"
+	"github.com/genropy/postino/internal/testrig/logtest"
 )
 
 // stage is a stage whose claims return what the test scripts, and which

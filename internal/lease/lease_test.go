@@ -16,7 +16,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/lease"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

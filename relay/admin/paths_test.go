@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/logtest"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/logtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/spool"
 )
 

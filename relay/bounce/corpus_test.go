@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/bounce/bouncescore"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 )
 
 // want is what a test expects of a recipient; empty fields are not

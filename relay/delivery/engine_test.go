@@ -16,8 +16,8 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
-	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/spool"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/genropy/postino/internal/logtest"
+	"github.com/genropy/postino/internal/testrig/logtest"
 )
 
 // TestRouteHealth: a route is down once its last connection attempts, as

@@ -12,8 +12,8 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/journal"
-	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 )
 
 // An outcome the outbox fails to write is written again until it lands:

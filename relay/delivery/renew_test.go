@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 )
 
 // statusRows counts the history rows of a message in a status.

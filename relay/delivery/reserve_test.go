@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/intake"
 )
 

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/outboxtest"
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/outcome"
 )
 

@@ -21,7 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/genropy/postino/internal/dkimtest"
+	"github.com/genropy/postino/internal/testrig/dkimtest"
 )
 
 // newKey generates a key of algorithm into dir, as postino dkim keygen

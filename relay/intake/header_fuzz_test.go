@@ -14,7 +14,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 )
 
 // FuzzHeaders reads any header section as intake does, through the control

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/relay/intake"
 )
 

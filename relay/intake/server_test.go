@@ -24,8 +24,8 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/logtest"
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/logtest"
+	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/spool"
 )

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/genropy/postino/internal/dovecottest"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/dovecottest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 )
 
 // TestDovecot watches a real server over each TLS mode, and goes on

@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/imaptest"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/imaptest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 )
 
 // recorder is the handler of the tests: it keeps what it read, calls a

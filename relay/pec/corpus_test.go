@@ -14,7 +14,7 @@ import (
 	"github.com/emersion/go-message"
 	"github.com/smallstep/pkcs7"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 	"github.com/genropy/postino/relay/pec"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/pec/pectest"
 )

@@ -18,7 +18,7 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/internal/outboxtest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/pec/pectest"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
-	"github.com/genropy/postino/internal/smtptest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
 )
 
 // BenchmarkThroughput takes b.N messages into a relay's bbolt outbox and

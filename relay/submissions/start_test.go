@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/genropy/postino/internal/logtest"
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/logtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/relaytest"
 	"github.com/genropy/postino/relay/submissions"

@@ -18,8 +18,8 @@ import (
 	"github.com/emersion/go-message/mail"
 	"github.com/google/uuid"
 
-	"github.com/genropy/postino/internal/smtptest"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/relaytest"

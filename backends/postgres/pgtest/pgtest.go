@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/genropy/postino/backends/postgres"
-	"github.com/genropy/postino/internal/sqltest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
 )
 
 // Database creates an empty database, dropped at the end of the test, and

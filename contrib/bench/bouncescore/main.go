@@ -16,7 +16,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/genropy/postino/internal/corpus"
+	"github.com/genropy/postino/internal/testrig/corpus"
 	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/bounce/bouncescore"
 )

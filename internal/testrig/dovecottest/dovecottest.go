@@ -36,7 +36,7 @@ import (
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
 
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/testcert"
 )
 
 // Server is a running Dovecot for one test. Its helpers (Append, Messages,

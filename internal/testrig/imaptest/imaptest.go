@@ -16,7 +16,7 @@ import (
 	"github.com/emersion/go-imap/v2/imapserver"
 	"github.com/emersion/go-imap/v2/imapserver/imapmemserver"
 
-	"github.com/genropy/postino/internal/testcert"
+	"github.com/genropy/postino/internal/testrig/testcert"
 )
 
 // Server is an in-memory IMAP server with one user.

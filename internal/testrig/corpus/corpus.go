@@ -32,7 +32,7 @@ func Dir(t testing.TB, name string) string {
 // the last place it looked.
 func Find(name string) (string, error) {
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	var err error
 	for _, dir := range []string{filepath.Join(root, "testdata", name), filepath.Join(root, "..", "shared", "corpora", name)} {
 		if _, err = os.Stat(dir); err == nil {

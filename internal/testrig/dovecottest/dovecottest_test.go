@@ -12,7 +12,7 @@ import (
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
 
-	"github.com/genropy/postino/internal/dovecottest"
+	"github.com/genropy/postino/internal/testrig/dovecottest"
 )
 
 func message(id, subject string) []byte {
