@@ -44,6 +44,7 @@ type Outbox interface {
 	Cursors
 	Links
 	Alarms
+	Throughput
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	Close() error
@@ -152,4 +153,15 @@ type Alarms interface {
 	// DueAlarms lists up to limit alarms of kind that ring at or before
 	// now, earliest first.
 	DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]Alarm, error)
+}
+
+// Throughput holds the counts per minute of what happens to messages
+// (Activity), written in the transaction of each change, whichever relay
+// makes it.
+type Throughput interface {
+	// Minutes returns the counts of the minutes from that of since on,
+	// oldest first; a minute that counted nothing is left out.
+	Minutes(ctx context.Context, since time.Time) ([]Minute, error)
+	// PruneMinutes forgets the minutes before that of before.
+	PruneMinutes(ctx context.Context, before time.Time) error
 }

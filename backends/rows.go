@@ -76,8 +76,7 @@ func (r *Rows) Move(t Transition) error {
 		}
 		r.Envelopes[m.ID] = true
 	}
-	r.Changes.Count(t.From, -1)
-	r.Changes.Count(final, 1)
+	r.Changes.Moved(&t)
 	for i, st := range t.Steps() {
 		var details []byte
 		if i == 0 {
@@ -135,13 +134,40 @@ type HistoryRow struct {
 }
 
 // Changes gathers what a transaction writes beside the message rows: the
-// history rows, and the moves between statuses, merged per status, for
-// the counters. A store writes them last, so that every transaction takes
-// the counters' locks after its message rows', in the order of the
-// statuses, and two never wait on each other in a cycle.
+// history rows, the moves between statuses, merged per status, and the
+// activities, for the counters. A store writes them last, so that every
+// transaction takes the counters' locks after its message rows', in the
+// order of the statuses, then of the activities, and two never wait on
+// each other in a cycle.
 type Changes struct {
 	History []HistoryRow
 	delta   map[Status]int
+	did     map[Activity]int
+}
+
+// Created counts m, a message created, with its first history row.
+func (c *Changes) Created(m *Message) {
+	c.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
+	c.Count(m.Status, 1)
+	c.Did(ActivityAccepted)
+}
+
+// Moved counts t's message leaving t.From for where t leaves it, and what
+// t does (Transition.Activities).
+func (c *Changes) Moved(t *Transition) {
+	c.Count(t.From, -1)
+	c.Count(t.Final(), 1)
+	for _, a := range t.Activities() {
+		c.Did(a)
+	}
+}
+
+// Did counts one more of activity a.
+func (c *Changes) Did(a Activity) {
+	if c.did == nil {
+		c.did = map[Activity]int{}
+	}
+	c.did[a]++
 }
 
 // Add adds a history row.
@@ -168,6 +194,16 @@ func (c *Changes) Take() (history []HistoryRow, statuses []Status, deltas []int)
 	}
 	clear(c.delta)
 	return history, statuses, deltas
+}
+
+// TakeActivities returns the activities counted, in order, with their
+// counts, and forgets them.
+func (c *Changes) TakeActivities() (acts []Activity, ns []int) {
+	for _, a := range slices.Sorted(maps.Keys(c.did)) {
+		acts, ns = append(acts, a), append(ns, c.did[a])
+	}
+	clear(c.did)
+	return acts, ns
 }
 
 // Purged returns the ids of msgs, which a transaction deletes, and the

@@ -84,13 +84,7 @@ func TestDashboardFiles(t *testing.T) {
 // with a token, the token form, a receipt download and a batch suspended
 // and activated, each call carrying the token.
 func TestDashboard(t *testing.T) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		msg := "the dashboard test needs Chromium at " + chromiumPath + ": apt-get update && apt-get install -y chromium (.ci/deps installs it)"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	needChromium(t)
 	chrome := startBrowser(t)
 
 	t.Run("Operate", func(t *testing.T) {
@@ -340,6 +334,19 @@ func waitMessage(t *testing.T, c *admin.Client, id string, ok func(admin.Message
 			t.Fatalf("%s: %s after %d attempts (%v)", id, m.Status, m.Attempts, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// needChromium fails the test under CI, and skips it elsewhere, when
+// Chromium is not there to drive the page.
+func needChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		msg := "the dashboard test needs Chromium at " + chromiumPath + ": apt-get update && apt-get install -y chromium (.ci/deps installs it)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
 	}
 }
 

@@ -31,11 +31,15 @@ func sendTo(t *testing.T, addr string, rcpts []string, header, body string) stri
 		fmt.Appendf(nil, "From: app@example.com\r\nTo: %s\r\n%sSubject: delivery test\r\n\r\n%s", strings.Join(rcpts, ", "), header, body))
 }
 
-// refuseNobody has the upstream refuse nobody@… recipients for good.
-func refuseNobody(up *smtptest.Server) {
+// pickyUpstream has the upstream refuse nobody@… recipients for good, and
+// put slow@… ones off for now.
+func pickyUpstream(up *smtptest.Server) {
 	up.OnRcpt(func(to string) error {
-		if strings.HasPrefix(to, "nobody@") {
+		switch {
+		case strings.HasPrefix(to, "nobody@"):
 			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "no such user")
+		case strings.HasPrefix(to, "slow@"):
+			return smtptest.Reply(451, smtp.EnhancedCode{4, 2, 1}, "try again later")
 		}
 		return nil
 	})
@@ -97,7 +101,7 @@ func TestDeliverySuccess(t *testing.T) {
 
 func TestDeliveryRecipientRefused(t *testing.T) {
 	cfg, up := testConfig(t)
-	refuseNobody(up)
+	pickyUpstream(up)
 	rl := start(t, cfg)
 	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net", "someone@example.net"}, "", "x\r\n")
 	m := waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")

@@ -111,7 +111,8 @@ func (r *Relay) housekeeping(ctx context.Context) {
 
 // purge removes acknowledged messages older than the retention period: the
 // rows first, then their files, so that a crash in between leaves only
-// orphan files, which the next start sweeps.
+// orphan files, which the next start sweeps. The counts per minute older
+// than the outbox keeps them (backends.MinutesKept) go too.
 func (r *Relay) purge(ctx context.Context) {
 	cutoff := time.Now().UTC().Add(-r.cfg.Retention.D())
 	total := 0
@@ -139,6 +140,9 @@ func (r *Relay) purge(ctx context.Context) {
 	}
 	if err := r.spool.PruneBuckets(time.Now().Add(-10 * time.Minute)); err != nil {
 		r.log.Warn("retention: cannot prune spool buckets", "error", err)
+	}
+	if err := r.outbox.PruneMinutes(ctx, time.Now().Add(-backends.MinutesKept)); err != nil {
+		r.log.Warn("retention: cannot prune the counts per minute; will retry", "error", err)
 	}
 }
 

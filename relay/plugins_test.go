@@ -103,7 +103,7 @@ func received(t *testing.T, path string) []sdk.Event {
 func TestPluginEndToEnd(t *testing.T) {
 	cfg, up := testConfig(t)
 	out := testPlugin(t, &cfg, "ok", nil)
-	refuseNobody(up)
+	pickyUpstream(up)
 	rl := start(t, cfg)
 	ok := sendTo(t, rl.r.SMTPAddr().String(), []string{"user@example.net"}, "X-Postino-Batch: b7\r\n", "x\r\n")
 	bad := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net"}, "", "x\r\n")

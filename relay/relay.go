@@ -66,7 +66,6 @@ type Relay struct {
 	pollers    []*mailbox.Poller
 	// submissions read the apps' submissions tables into intake.
 	submissions []*submissions.Reader
-	throughput  *throughput
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -130,14 +129,6 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Help: "Delivery outcomes the outbox failed to take, kept in the outcome journal and written again until they land."},
 			func() float64 { return float64(r.outcomes.Len()) }))
 	im, dm, bm := intake.NewMetrics(reg), delivery.NewMetrics(reg), bounce.NewMetrics(reg)
-	r.throughput = newThroughput([]series{
-		{"ACCEPTED", im.Accepted(), nil},
-		{"SENT", dm.Delivered(), nil},
-		{"DEFERRED", dm.Deferred(), nil},
-		{"FAILED", dm.Failed(), nil},
-		// Bounces recorded against a message, not those read again.
-		{"BOUNCED", bm.Reports(), map[string]string{"kind": "bounce", "verdict": "processed"}},
-	})
 	token, err := cfg.Admin.Token(os.Getenv)
 	if err != nil {
 		return nil, err
@@ -187,7 +178,6 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Wake:       r.worker.Wake,
 			WakeEvents: r.dispatcher.Wake,
 			Receipts:   r.bodies,
-			Throughput: r.throughput.Minutes,
 			Token:      token,
 			Log:        log,
 		}),
@@ -350,7 +340,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })
 	}
-	wg.Go(func() { r.throughput.run(workCtx.Done()) })
 	deliveryCtx, stopDelivery := context.WithCancel(context.Background())
 	delivered := make(chan struct{})
 	go func() {

@@ -136,7 +136,15 @@ func dynamodbOutbox(t *testing.T) func(*relay.Config) {
 // starts after A's is gone: their bytes, one of several chunks, came from
 // the outbox.
 func TestSpoolStoreOutbox(t *testing.T) {
-	stores := map[string]func(t *testing.T) func(*relay.Config){
+	for name, outbox := range sharedOutboxes() {
+		t.Run(name, func(t *testing.T) { testSpoolStoreOutbox(t, outbox(t)) })
+	}
+}
+
+// sharedOutboxes are the stores relays may share, each making an outbox
+// for one test and returning what points a relay's configuration at it.
+func sharedOutboxes() map[string]func(t *testing.T) func(*relay.Config) {
+	return map[string]func(t *testing.T) func(*relay.Config){
 		"mysql": func(t *testing.T) func(*relay.Config) {
 			dsn := mysqlOutbox(t)
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.MySQL.DSN = "mysql", dsn }
@@ -146,9 +154,6 @@ func TestSpoolStoreOutbox(t *testing.T) {
 			return func(c *relay.Config) { c.Outbox.Backend, c.Outbox.Postgres.DSN = "postgres", dsn }
 		},
 		"dynamodb": dynamodbOutbox,
-	}
-	for name, outbox := range stores {
-		t.Run(name, func(t *testing.T) { testSpoolStoreOutbox(t, outbox(t)) })
 	}
 }
 

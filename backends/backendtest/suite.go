@@ -31,6 +31,7 @@ func Run(t *testing.T, open Opener) {
 	group(t, "Cursors", cursorTests, func(t *testing.T) backends.Cursors { return open(t) })
 	group(t, "Links", linkTests, func(t *testing.T) linkStore { return open(t) })
 	group(t, "Alarms", alarmTests, func(t *testing.T) alarmStore { return open(t) })
+	group(t, "Throughput", throughputTests, func(t *testing.T) throughputStore { return open(t) })
 }
 
 // What each group of tests needs of a store: its part of the contract, and
@@ -56,6 +57,10 @@ type (
 	alarmStore interface {
 		messageStore
 		backends.Alarms
+	}
+	throughputStore interface {
+		eventStore
+		backends.Throughput
 	}
 )
 

@@ -33,6 +33,7 @@ var (
 	bucketBatches   = []byte("batches")   // suspended batch code -> suspension time
 	bucketBatchMsgs = []byte("batchmsgs") // batch code 0x00 id -> nil
 	bucketCounts    = []byte("counts")    // status -> count
+	bucketActivity  = []byte("activity")  // minute, activity -> count (backends.Throughput)
 	bucketMeta      = []byte("meta")      // "schema" -> version
 )
 
@@ -87,7 +88,7 @@ func Open(path string, opts Options) (*Store, error) {
 	}
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range append([][]byte{bucketMessages, bucketHistory, bucketQueue, bucketHeld, bucketLeases,
-			bucketMsgIDs, bucketCreated, bucketBatches, bucketBatchMsgs, bucketCounts, bucketMeta, bucketCursors, bucketLinks, bucketMsgLinks,
+			bucketMsgIDs, bucketCreated, bucketBatches, bucketBatchMsgs, bucketCounts, bucketActivity, bucketMeta, bucketCursors, bucketLinks, bucketMsgLinks,
 			bucketAlarms, bucketMsgAlarms}, eventBuckets()...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
@@ -192,16 +193,20 @@ func unindex(tx *bbolt.Tx, m *backends.Message) error {
 }
 
 func count(tx *bbolt.Tx, st backends.Status, delta int64) error {
-	b := tx.Bucket(bucketCounts)
+	return add(tx.Bucket(bucketCounts), []byte(st), delta)
+}
+
+// add adds delta to the counter of b under k, never below 0.
+func add(b *bbolt.Bucket, k []byte, delta int64) error {
 	var n int64
-	if v := b.Get([]byte(st)); v != nil {
+	if v := b.Get(k); v != nil {
 		n = int64(binary.BigEndian.Uint64(v))
 	}
 	n += delta
 	if n < 0 {
 		n = 0
 	}
-	return b.Put([]byte(st), u64(uint64(n)))
+	return b.Put(k, u64(uint64(n)))
 }
 
 // queueKey orders a status's messages for claims and retention: status,

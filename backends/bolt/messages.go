@@ -48,6 +48,9 @@ func (s *Store) Create(ctx context.Context, m *backends.Message) error {
 		if err := index(tx, m); err != nil {
 			return err
 		}
+		if err := tally(tx, backends.ActivityAccepted); err != nil {
+			return err
+		}
 		if err := tx.Bucket(bucketCreated).Put(timeIDKey(m.CreatedAt, m.ID), nil); err != nil {
 			return err
 		}

@@ -85,13 +85,14 @@ type change struct {
 	after  *backends.Message
 	rec    []byte   // after, encoded
 	hist   [][]byte // one history entry per move
+	did    []backends.Activity
 }
 
 // plan works out t's change of m and applies it to m. A chain's
 // intermediate statuses leave no index entry and no count behind, so only
 // its history tells them.
 func plan(m *backends.Message, t backends.Transition) (*change, error) {
-	c := &change{before: *m, after: m}
+	c := &change{before: *m, after: m, did: t.Activities()}
 	t.Apply(m, t.Final())
 	m.Version++
 	var err error
@@ -123,6 +124,9 @@ func (c *change) store(tx *bbolt.Tx) error {
 		if err := putHistory(tx, c.after.ID, h); err != nil {
 			return err
 		}
+	}
+	if err := tally(tx, c.did...); err != nil {
+		return err
 	}
 	return tx.Bucket(bucketMessages).Put([]byte(c.after.ID), c.rec)
 }

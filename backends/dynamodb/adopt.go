@@ -85,9 +85,13 @@ func (s *Store) adoptOne(ctx context.Context, m *meta) (backends.Adopted, error)
 	if err != nil {
 		return backends.AdoptedNone, err
 	}
-	moved := counts{}
-	moved.move(t.From, t.Final())
-	if _, err := s.txn(ctx, append(c.stmts, s.counterStmts(moved)...)); errors.Is(err, errCondition) {
+	var moved backends.Changes
+	moved.Moved(t)
+	counters, err := s.counterStmts(ctx, &moved)
+	if err != nil {
+		return backends.AdoptedNone, err
+	}
+	if _, err := s.txn(ctx, append(c.stmts, counters...)); errors.Is(err, errCondition) {
 		return backends.AdoptedNone, nil // changed meanwhile: no longer the seed's
 	} else if err != nil {
 		return backends.AdoptedNone, err

@@ -153,7 +153,7 @@ func (s *Store) holdBatch(ctx context.Context, code string, held bool) error {
 		if len(todo) == 0 {
 			return nil
 		}
-		written, err := s.batch(ctx, todo, func(m *meta, _ counts) ([]types.ParameterizedStatement, bool, error) {
+		written, err := s.batch(ctx, todo, func(m *meta, _ *backends.Changes) ([]types.ParameterizedStatement, bool, error) {
 			return []types.ParameterizedStatement{s.holdUpdate(m, held)}, true, nil
 		})
 		for _, m := range written {

@@ -235,7 +235,9 @@ func TestBodyRoundTrips(t *testing.T) {
 		}
 		n, calls := counter.total()
 		t.Logf("%d bytes: create %s", tc.size, calls)
-		if n > tc.create {
+		// The first change of a minute makes its activity items first
+		// (activity.go): a request a minute, not a message.
+		if n -= counter.of("BatchExecuteStatement"); n > tc.create {
 			t.Errorf("%d bytes: create took %d requests (%s), want %d", tc.size, n, calls, tc.create)
 		}
 		counter.reset()

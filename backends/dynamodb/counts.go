@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -31,41 +32,39 @@ func counterKey(shard int) map[string]types.AttributeValue {
 	return itemKey(sharded(counterStatus, shard), counterStatus)
 }
 
-// counts is a change of the counters: statuses and what they gain.
-type counts map[backends.Status]int64
-
-// move counts one message leaving from (none at create) for to (none when
-// it is deleted).
-func (c counts) move(from, to backends.Status) {
-	if from == to {
-		return
+// counterStmts makes the updates of the counters that c makes, and
+// forgets them: of one counter item for the statuses moved, and of one
+// activity item of this minute for what c counts (activity.go), each
+// picked at random. That is one more item in the transaction of a change
+// that counts an activity, none in the others'.
+func (s *Store) counterStmts(ctx context.Context, c *backends.Changes) ([]types.ParameterizedStatement, error) {
+	_, statuses, deltas := c.Take()
+	var out []types.ParameterizedStatement
+	if len(statuses) > 0 {
+		out = append(out, addStmt(s.from(""), counterKey(rand.N(counterShards)), statuses, deltas))
 	}
-	if from != "" {
-		c[from]--
+	acts, ns := c.TakeActivities()
+	if len(acts) == 0 {
+		return out, nil
 	}
-	if to != "" {
-		c[to]++
+	minute := backends.MinuteOf(time.Now())
+	if err := s.ensureMinute(ctx, minute); err != nil {
+		return nil, err
 	}
+	return append(out, addStmt(s.from(""), activityKey(rand.N(counterShards), minute), acts, ns)), nil
 }
 
-// counterStmts makes the update of one counter item that c makes, if any.
-func (s *Store) counterStmts(c counts) []types.ParameterizedStatement {
-	var (
-		sets   []string
-		params []types.AttributeValue
-	)
-	for _, st := range backends.Statuses() {
-		if n := c[st]; n != 0 {
-			sets = append(sets, `"`+string(st)+`" = "`+string(st)+`" + ?`)
-			params = append(params, num(n))
-		}
+// addStmt adds, in the item of key in table (Store.from), each of ns to
+// the number named after the name at its place in names.
+func addStmt[N ~string](table string, key map[string]types.AttributeValue, names []N, ns []int) types.ParameterizedStatement {
+	sets := make([]string, len(names))
+	params := make([]types.AttributeValue, 0, len(names)+2)
+	for i, name := range names {
+		sets[i] = `"` + string(name) + `" = "` + string(name) + `" + ?`
+		params = append(params, num(int64(ns[i])))
 	}
-	if len(sets) == 0 {
-		return nil
-	}
-	k := counterKey(rand.N(counterShards))
-	return []types.ParameterizedStatement{stmt("UPDATE "+s.from("")+" SET "+strings.Join(sets, ", ")+` WHERE "Id" = ? AND "Status" = ?`,
-		append(params, k["Id"], k["Status"])...)}
+	return stmt("UPDATE "+table+" SET "+strings.Join(sets, ", ")+` WHERE "Id" = ? AND "Status" = ?`,
+		append(params, key["Id"], key["Status"])...)
 }
 
 // Counts sums the counter items, read in one request.

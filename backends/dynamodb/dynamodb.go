@@ -14,6 +14,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,10 @@ type Store struct {
 	// whether the last claim found more due there than it read: the next
 	// reads the shard in claim order at once (see claimable).
 	backlog [2][shards]atomic.Bool
+	// minute is the last minute, in Unix time, whose activity items this
+	// store made sure of (ensureMinute, under minuteMu).
+	minute   atomic.Int64
+	minuteMu sync.Mutex
 }
 
 var _ backends.Outbox = (*Store)(nil)
@@ -222,9 +227,7 @@ func (s *Store) txnRefused(ctx context.Context, stmts []types.ParameterizedState
 			switch code := aws.ToString(r.Code); {
 			case code == "ConditionalCheckFailed":
 				refused = append(refused, refusal{i, errCondition})
-			case code == "DuplicateItem",
-				// DynamoDB Local says so for an INSERT of an existing item.
-				code == "ValidationError" && strings.Contains(aws.ToString(r.Message), "Duplicate primary key"):
+			case duplicateItem(code, aws.ToString(r.Message)):
 				refused = append(refused, refusal{i, errDupItem})
 			case code == "TransactionConflict":
 				conflict = true
@@ -239,6 +242,13 @@ func (s *Store) txnRefused(ctx context.Context, stmts []types.ParameterizedState
 		time.Sleep(backoff/2 + rand.N(backoff))
 		backoff *= 2
 	}
+}
+
+// duplicateItem reports whether DynamoDB refused an INSERT for an item
+// that is there already.
+func duplicateItem(code, msg string) bool {
+	// DynamoDB Local says so with a ValidationError.
+	return code == "DuplicateItem" || code == "ValidationError" && strings.Contains(msg, "Duplicate primary key")
 }
 
 func stmt(text string, params ...types.AttributeValue) types.ParameterizedStatement {

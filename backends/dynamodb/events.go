@@ -269,10 +269,11 @@ func (t *eventTx) Move(tr backends.Transition) error {
 	if err != nil {
 		return err
 	}
-	moved := counts{}
-	moved.move(tr.From, tr.Final())
-	t.stmts = append(append(t.stmts, ch.stmts...), t.s.counterStmts(moved)...)
-	return nil
+	var moved backends.Changes
+	moved.Moved(&tr)
+	counters, err := t.s.counterStmts(t.ctx, &moved)
+	t.stmts = append(append(t.stmts, ch.stmts...), counters...)
+	return err
 }
 
 // restoreEvents returns calling events whose lease ran out to pending.

@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/genropy/postino/backends"
 )
 
 // The layout item (Id and Status "_LAYOUT") says that the table's items are
@@ -64,7 +66,7 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string, seed
 		return fmt.Errorf("read suspended batches of %s: %w", table, err)
 	}
 	suspended := suspendedOf(batches)
-	total := counts{}
+	total := map[backends.Status]int64{}
 	var start map[string]types.AttributeValue
 	for {
 		resp, err := client.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), ExclusiveStartKey: start})
@@ -97,7 +99,7 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string, seed
 // placeItem places an item of the table in its shard, when it has one: a
 // message (counted in total), an event, an alarm, a suspended batch; it
 // removes the counter items of an earlier layout.
-func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total counts) error {
+func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total map[backends.Status]int64) error {
 	id, sk := getS(it, "Id"), getS(it, "Status")
 	var place map[string]types.AttributeValue
 	switch {

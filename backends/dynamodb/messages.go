@@ -72,9 +72,13 @@ func (s *Store) Create(ctx context.Context, msg *backends.Message) error {
 			s.insert(item),
 			s.insert(s.statusItem(msg.ID, backends.StatusAccepted, 1, 1, msg.Reason, msg.CreatedAt, nil, ttl)),
 		}, body...)
-		c := counts{}
-		c.move("", backends.StatusAccepted)
-		stmts = append(append(stmts, s.counterStmts(c)...), held...)
+		var c backends.Changes
+		c.Created(msg)
+		counters, err := s.counterStmts(ctx, &c)
+		if err != nil {
+			return fmt.Errorf("create message %s: %w", msg.ID, err)
+		}
+		stmts = append(append(stmts, counters...), held...)
 		i, err := s.txn(ctx, stmts)
 		switch {
 		case errors.Is(err, errDupItem):

@@ -101,9 +101,13 @@ func (s *Store) transition(ctx context.Context, t backends.Transition) (*backend
 		if err != nil {
 			return nil, err
 		}
-		moved := counts{}
-		moved.move(t.From, t.Final())
-		_, err = s.txn(ctx, append(c.stmts, s.counterStmts(moved)...))
+		var moved backends.Changes
+		moved.Moved(&t)
+		counters, err := s.counterStmts(ctx, &moved)
+		if err != nil {
+			return nil, err
+		}
+		_, err = s.txn(ctx, append(c.stmts, counters...))
 		if errors.Is(err, errCondition) && attempt < 10 {
 			continue
 		}
@@ -383,7 +387,7 @@ const perTxn = 45
 // since the index was read, is left out and the others go again. It
 // returns the messages written that apply kept, as apply left them.
 func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeValue,
-	apply func(m *meta, c counts) (stmts []types.ParameterizedStatement, keep bool, err error)) ([]*backends.Message, error) {
+	apply func(m *meta, c *backends.Changes) (stmts []types.ParameterizedStatement, keep bool, err error)) ([]*backends.Message, error) {
 	var out []*backends.Message
 	for len(items) > 0 {
 		chunk := items[:min(perTxn, len(items))]
@@ -394,13 +398,13 @@ func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeVal
 				ends  []int // the end of each message's statements
 				kept  []*meta
 			)
-			moved := counts{}
+			var moved backends.Changes
 			for _, it := range chunk {
 				m, err := metaFromItem(it)
 				if err != nil {
 					return out, err
 				}
-				st, keep, err := apply(m, moved)
+				st, keep, err := apply(m, &moved)
 				if err != nil {
 					return out, err
 				}
@@ -410,7 +414,11 @@ func (s *Store) batch(ctx context.Context, items []map[string]types.AttributeVal
 					kept = append(kept, m)
 				}
 			}
-			refused, err := s.txnRefused(ctx, append(stmts, s.counterStmts(moved)...))
+			counters, err := s.counterStmts(ctx, &moved)
+			if err != nil {
+				return out, err
+			}
+			refused, err := s.txnRefused(ctx, append(stmts, counters...))
 			if len(refused) == 0 {
 				if err != nil {
 					return out, err
@@ -469,12 +477,13 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		}
 	}
 	held := func(batch string) bool { return batch != "" && slices.Contains(suspended, batch) }
-	apply := func(m *meta, moved counts) ([]types.ParameterizedStatement, bool, error) {
+	apply := func(m *meta, moved *backends.Changes) ([]types.ParameterizedStatement, bool, error) {
 		if held(m.msg.Batch) {
 			return []types.ParameterizedStatement{s.holdUpdate(m, true)}, false, nil
 		}
-		ch, err := s.prepare(m, c.Move(m.msg.ID))
-		moved.move(c.From, c.To)
+		t := c.Move(m.msg.ID)
+		ch, err := s.prepare(m, t)
+		moved.Moved(&t)
 		return ch.stmts, true, err
 	}
 	var out []*backends.Message
@@ -512,13 +521,13 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 		if err != nil {
 			return total, fmt.Errorf("restore: %w", err)
 		}
-		got, err := s.batch(ctx, items, func(m *meta, moved counts) ([]types.ParameterizedStatement, bool, error) {
+		got, err := s.batch(ctx, items, func(m *meta, moved *backends.Changes) ([]types.ParameterizedStatement, bool, error) {
 			if m.msg.Status != st || !m.msg.LeaseUntil.Before(expiredBefore) {
 				return nil, false, nil
 			}
 			t := backends.RestoreTransition(&m.msg, now)
 			ch, err := s.prepare(m, t)
-			moved.move(t.From, t.To)
+			moved.Moved(&t)
 			return ch.stmts, true, err
 		})
 		total += len(got)
@@ -576,11 +585,14 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 // it, 25 to a request. Its bytes, which sort after _META, are deleted by
 // their keys, unread.
 func (s *Store) remove(ctx context.Context, m *meta, st backends.Status, chunks int64) (bool, error) {
-	gone := counts{}
-	gone.move(st, "")
+	var gone backends.Changes
+	gone.Count(st, -1)
+	counters, err := s.counterStmts(ctx, &gone)
+	if err != nil {
+		return false, err
+	}
 	where, params := s.metaAsRead(m.msg.ID, st, m.seq, m.hasSeq)
-	_, err := s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+where, params...)},
-		s.counterStmts(gone)...))
+	_, err = s.txn(ctx, append([]types.ParameterizedStatement{stmt("DELETE FROM "+s.from("")+where, params...)}, counters...))
 	if errors.Is(err, errCondition) {
 		return false, nil
 	}

@@ -74,6 +74,13 @@ func (c *callCounter) entries() int {
 	return c.queried
 }
 
+// of is how many requests of op were sent.
+func (c *callCounter) of(op string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.calls[op]
+}
+
 func (c *callCounter) total() (int, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -20,6 +20,7 @@ var (
 	EventLockStmt     = eventLockStmt
 	HoldBatchStmt     = holdBatchStmt
 	CountsStmt        = stmt{query: countsQuery}
+	MinutesStmt       = minutesStmt
 )
 
 // Parts returns the statement's text and arguments.

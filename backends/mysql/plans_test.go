@@ -53,7 +53,12 @@ func fillOutbox(t *testing.T, db *sql.DB, now time.Time) {
 		SELECT 'pec-receipts', CONCAT('m-', LPAD(i, 6, '0')), IF(i % 1000 = 0, @now - INTERVAL 1 SECOND, @now + INTERVAL i SECOND)
 		FROM seq WHERE i % 10 < 5`,
 		"INSERT INTO email_counts (status, shard, n) SELECT status, 0, COUNT(*) FROM emails GROUP BY status",
-		"ANALYZE TABLE emails, email_events, email_alarms, email_counts",
+		// Two hours of counts per minute, every activity in every shard.
+		`INSERT INTO email_activity (minute, activity, shard, n)
+		SELECT TIMESTAMP(DATE_FORMAT(@now, '%Y-%m-%d %H:%i:00')) - INTERVAL (i DIV 96) MINUTE,
+			ELT(i % 6 + 1, 'ACCEPTED', 'BOUNCED', 'DEFERRED', 'FAILED', 'INVALID', 'SENT'), (i DIV 6) % 16, 1
+		FROM seq WHERE i < 120 * 96`,
+		"ANALYZE TABLE emails, email_events, email_alarms, email_counts, email_activity",
 	} {
 		if _, err := db.Exec(strings.ReplaceAll(st, "@now", "'"+now.Format("2006-01-02 15:04:05.000000")+"'")); err != nil {
 			t.Fatalf("%s: %v", st, err)
@@ -132,6 +137,8 @@ func TestPlans(t *testing.T) {
 		{"restore: events", mysql.RestoreEventsStmt(now, now), map[string]int{"email_events/idx_state_lease": 2}, 0, false},
 		{"purge", mysql.PurgeStmt(now.Add(-20*24*time.Hour), limit), map[string]int{"emails/idx_status_updated": 2}, limit, false},
 		{"counts", mysql.CountsStmt, map[string]int{"email_counts/PRIMARY": 0}, 16 * len(backends.Statuses()), true},
+		{"minutes of the last hour", mysql.MinutesStmt(now.Add(-59 * time.Minute)), map[string]int{"email_activity/PRIMARY": 1},
+			60 * 16 * len(backends.Activities()), false},
 		{"alarms due", mysql.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string]int{"email_alarms/idx_alarm_due": 2}, limit, false},
 		{"event claim: pick", mysql.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
 			map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, 3 * limit, false},

@@ -22,10 +22,13 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-// changesStmts returns the history insert and the counters' update of c,
-// and forgets them.
+// changesStmts returns the history insert and the counters' updates of c
+// (by status, and the activities of this minute), and forgets them: one
+// statement a table whatever the number of messages, in the shard of the
+// counters that the transaction picks.
 func changesStmts(c *backends.Changes) []stmt {
 	history, statuses, deltas := c.Take()
+	acts, ns := c.TakeActivities()
 	var out []stmt
 	if len(history) > 0 {
 		args := make([]any, 0, 5*len(history))
@@ -35,16 +38,25 @@ func changesStmts(c *backends.Changes) []stmt {
 		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
 			rowsOf(5, len(history)), args})
 	}
-	if len(statuses) == 0 {
-		return out
-	}
 	shard := rand.N(countShards)
-	args := make([]any, 0, 3*len(statuses))
-	for i, st := range statuses {
-		args = append(args, st, shard, deltas[i])
+	if len(statuses) > 0 {
+		args := make([]any, 0, 3*len(statuses))
+		for i, st := range statuses {
+			args = append(args, st, shard, deltas[i])
+		}
+		out = append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
+			rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
 	}
-	return append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
-		rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+	if len(acts) > 0 {
+		minute := backends.MinuteOf(time.Now())
+		args := make([]any, 0, 4*len(acts))
+		for i, a := range acts {
+			args = append(args, minute, a, shard, ns[i])
+		}
+		out = append(out, stmt{"INSERT INTO email_activity (minute, activity, shard, n) VALUES " +
+			rowsOf(4, len(acts)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+	}
+	return out
 }
 
 // execAll runs the statements in one round trip (the connection allows

@@ -147,8 +147,7 @@ func madeBy(creates []*op, paths map[string]string, h *backends.Changes) ([]*bac
 		if m.Body != nil {
 			bodies = append(bodies, m)
 		}
-		h.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
-		h.Count(m.Status, 1)
+		h.Created(m)
 		if m.Batch != "" {
 			batched[m.Batch] = append(batched[m.Batch], m.ID)
 		}

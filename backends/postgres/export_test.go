@@ -21,6 +21,7 @@ var (
 	LastSeqStmt       = lastSeqStmt
 	HoldBatchStmt     = holdBatchStmt
 	CountsStmt        = stmt{query: countsQuery}
+	MinutesStmt       = minutesStmt
 )
 
 // Parts returns the statement's text and arguments.

@@ -53,6 +53,11 @@ func fillOutbox(t *testing.T, db *pgxpool.Pool, now time.Time) {
 			CASE WHEN i % 1000 = 0 THEN @now - interval '1 second' ELSE @now + make_interval(secs => i) END
 		FROM generate_series(0, 99999) i WHERE i % 10 < 5`,
 		"INSERT INTO email_counts (status, shard, n) SELECT status, 0, COUNT(*) FROM emails GROUP BY status",
+		// Two hours of counts per minute, every activity in every shard.
+		`INSERT INTO email_activity (minute, activity, shard, n)
+		SELECT date_trunc('minute', @now) - make_interval(mins => i / 96),
+			(ARRAY['ACCEPTED', 'BOUNCED', 'DEFERRED', 'FAILED', 'INVALID', 'SENT'])[i % 6 + 1], (i / 6) % 16, 1
+		FROM generate_series(0, 120 * 96 - 1) i`,
 		"ANALYZE",
 	} {
 		if _, err := db.Exec(ctx, strings.ReplaceAll(st, "@now", "'"+now.Format(time.RFC3339Nano)+"'::timestamptz")); err != nil {
@@ -131,6 +136,10 @@ func TestPlans(t *testing.T) {
 		{"restore: events", postgres.RestoreEventsStmt(now, now), map[string][]string{"idx_state_lease": {"state", "lease_until"}, "email_events_pkey": {"event_id"}}, 2 * 100},
 		{"purge", postgres.PurgeStmt(now.Add(-20*24*time.Hour), limit), map[string][]string{"idx_status_updated": {"status", "updated_at"}}, limit},
 		{"counts", postgres.CountsStmt, map[string][]string{"seq:email_counts": nil}, 16 * len(backends.Statuses())},
+		// The planner scans a table that holds two hours at most (the
+		// housekeeping prunes it) for half of it: twice the answer.
+		{"minutes of the last hour", postgres.MinutesStmt(now.Add(-59 * time.Minute)), map[string][]string{"seq:email_activity": nil},
+			120 * 16 * len(backends.Activities())},
 		{"alarms due", postgres.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string][]string{"idx_alarm_due": {"kind", "due_at"}}, limit},
 		{"event claim: pick", postgres.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
 			map[string][]string{"idx_state_due_seq": {"state", "due_at"}, "idx_email_seq": {"email_id", "seq"}}, 3 * limit},

@@ -99,8 +99,8 @@ func (w *txRows) lockClaimable(c backends.Claim, due map[int]bool) ([]*backends.
 
 const restoreChunk = 500
 
-// strs makes statuses the values of a text[].
-func strs(ss []backends.Status) []string {
+// strs makes statuses, or activities, the values of a text[].
+func strs[S ~string](ss []S) []string {
 	out := make([]string, len(ss))
 	for i, st := range ss {
 		out[i] = string(st)

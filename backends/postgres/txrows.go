@@ -311,10 +311,13 @@ func (w *txRows) writeAlarms(b *pgx.Batch) error {
 // picks one at random, so that concurrent ones seldom share a row.
 const countShards = 16
 
-// flushChanges queues the history rows and the counters' changes of c in
-// b, and forgets them.
+// flushChanges queues the history rows and the counters' changes of c (by
+// status, and the activities of this minute) in b, and forgets them: one
+// statement a table whatever the number of messages, in the shard of the
+// counters that the transaction picks.
 func flushChanges(b *pgx.Batch, c *backends.Changes) {
 	history, statuses, deltas := c.Take()
+	acts, ns := c.TakeActivities()
 	if len(history) > 0 {
 		var ids, sts []string
 		var reasons, details []*string
@@ -330,15 +333,16 @@ func flushChanges(b *pgx.Batch, c *backends.Changes) {
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[]) WITH ORDINALITY
 				AS h(email_id, status, reason, created_at, details, n) ORDER BY n`, ids, sts, reasons, at, details)
 	}
-	if len(statuses) == 0 {
-		return
+	shard := rand.N(countShards)
+	if len(statuses) > 0 {
+		b.Queue(`INSERT INTO email_counts (status, shard, n)
+			SELECT s, $2::smallint, d FROM unnest($1::text[], $3::bigint[]) AS c(s, d)
+			ON CONFLICT (status, shard) DO UPDATE SET n = email_counts.n + EXCLUDED.n`, strs(statuses), shard, deltas)
 	}
-	names := make([]string, len(statuses))
-	n := make([]int64, len(deltas))
-	for i, st := range statuses {
-		names[i], n[i] = string(st), int64(deltas[i])
+	if len(acts) > 0 {
+		b.Queue(`INSERT INTO email_activity (minute, activity, shard, n)
+			SELECT $1::timestamptz, a, $3::smallint, d FROM unnest($2::text[], $4::bigint[]) AS c(a, d)
+			ON CONFLICT (minute, activity, shard) DO UPDATE SET n = email_activity.n + EXCLUDED.n`,
+			backends.MinuteOf(time.Now()), strs(acts), shard, ns)
 	}
-	b.Queue(`INSERT INTO email_counts (status, shard, n)
-		SELECT s, $2::smallint, d FROM unnest($1::text[], $3::bigint[]) AS c(s, d)
-		ON CONFLICT (status, shard) DO UPDATE SET n = email_counts.n + EXCLUDED.n`, names, rand.N(countShards), n)
 }

@@ -99,8 +99,7 @@ func (s *Store) insertMessages(w *txRows, creates []*op) error {
 		if m.Body != nil {
 			bodies = append(bodies, m)
 		}
-		w.Changes.Add(m.ID, m.Status, m.Reason, m.CreatedAt, nil)
-		w.Changes.Count(m.Status, 1)
+		w.Changes.Created(m)
 		// No notification: the relay that creates a message prepares it
 		// (intake.Worker.Accepted), and another that woke would only race
 		// it for the message. A relay that dies first leaves it to the

@@ -14,7 +14,8 @@ import (
 	"github.com/genropy/postino/internal/loopback"
 )
 
-// Minute is what happened in one minute.
+// Minute is what happened in one minute: how many of each activity
+// (backends.Activity: ACCEPTED, SENT, DEFERRED, FAILED, INVALID, BOUNCED).
 type Minute struct {
 	At       time.Time      `json:"at"`
 	Outcomes map[string]int `json:"outcomes"`
@@ -25,8 +26,38 @@ type Stats struct {
 	Counts map[string]int `json:"counts"`
 	// SuspendedBatches are the batches an operator suspended, by name.
 	SuspendedBatches []string `json:"suspended_batches"`
-	// Minutes are the last hour's, oldest first, as this relay counted.
+	// Minutes are the last hour's, oldest first, as the outbox counted
+	// them: the same for every relay that shares it, and after a restart.
 	Minutes []Minute `json:"minutes"`
+}
+
+// hourMinutes is how far back the charts go.
+const hourMinutes = 60
+
+// lastHour reads from the outbox what happened in each of the last 60
+// minutes, oldest first, the current one last, with every activity (0
+// where none).
+func (a *api) lastHour(r *http.Request) ([]Minute, error) {
+	start := time.Now().UTC().Truncate(time.Minute).Add(-(hourMinutes - 1) * time.Minute)
+	counted, err := a.store.Minutes(r.Context(), start)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Minute, hourMinutes)
+	for i := range out {
+		out[i] = Minute{At: start.Add(time.Duration(i) * time.Minute), Outcomes: map[string]int{}}
+		for _, act := range backends.Activities() {
+			out[i].Outcomes[string(act)] = 0
+		}
+	}
+	for _, m := range counted {
+		if i := int(m.At.Sub(start) / time.Minute); i >= 0 && i < len(out) {
+			for act, n := range m.Counts {
+				out[i].Outcomes[string(act)] = n
+			}
+		}
+	}
+	return out, nil
 }
 
 // Recent are the messages that need a look, by kind ("failed", "bounced",
@@ -80,8 +111,9 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	for _, st := range backends.Statuses() {
 		out.Counts[string(st)] = counts[st]
 	}
-	if a.opts.Throughput != nil {
-		out.Minutes = a.opts.Throughput(time.Now())
+	if out.Minutes, err = a.lastHour(r); err != nil {
+		a.storeError(w, r, err)
+		return
 	}
 	suspended, err := a.suspended(r)
 	if err != nil {
@@ -102,9 +134,10 @@ func (a *api) recentStats(w http.ResponseWriter, r *http.Request) {
 		a.storeError(w, r, err)
 		return
 	}
-	var minutes []Minute
-	if a.opts.Throughput != nil {
-		minutes = a.opts.Throughput(time.Now())
+	minutes, err := a.lastHour(r)
+	if err != nil {
+		a.storeError(w, r, err)
+		return
 	}
 	out, err := a.recentLists(r, counts, minutes)
 	if err != nil {
@@ -192,8 +225,8 @@ func (a *api) readyCounts(r *http.Request, n int, suspended map[string]bool) (*R
 }
 
 // recentReuse bounds how long the overview's lists are reused while the
-// counts of their statuses and this relay's outcomes stay the same (a
-// message purged as another fails leaves them unchanged).
+// counts of their statuses and the outcomes of the last hour stay the
+// same (a message purged as another fails leaves them unchanged).
 const recentReuse = time.Minute
 
 // recentLists finds the messages of each overview list, the latest change

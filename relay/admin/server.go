@@ -31,6 +31,7 @@ type Store interface {
 	SuspendedBatches(ctx context.Context) ([]string, error)
 	Counts(ctx context.Context) (map[backends.Status]int, error)
 	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
+	Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error)
 }
 
 // Options wire the API to the rest of the relay.
@@ -50,8 +51,6 @@ type Options struct {
 	WakeEvents func()
 	// Receipts are the receipts kept with the messages (PEC evidence).
 	Receipts Receipts
-	// Throughput counts outcomes per minute over the last hour.
-	Throughput func(now time.Time) []Minute
 	// Token, when set, is required of every call but the probes.
 	Token string
 	Log   *slog.Logger

@@ -257,6 +257,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.reports)
 	return m
 }
-
-// Reports is the counter of messages read, by kind and verdict.
-func (m *Metrics) Reports() prometheus.Collector { return m.reports }

@@ -35,8 +35,3 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp)
 	return m
 }
-
-// Delivered, Deferred and Failed are the counters of outcomes, by route.
-func (m *Metrics) Delivered() prometheus.Collector { return m.delivered }
-func (m *Metrics) Deferred() prometheus.Collector  { return m.deferred }
-func (m *Metrics) Failed() prometheus.Collector    { return m.failed }

@@ -51,9 +51,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Accepted is the counter of messages answered 250.
-func (m *Metrics) Accepted() prometheus.Collector { return m.accepted }
-
 func (m *Metrics) accept(d time.Duration) {
 	m.accepted.Inc()
 	m.latency.Observe(d.Seconds())

@@ -258,7 +258,8 @@ function drawSuspended() {
 const TRAFFIC = [['ACCEPTED', 'accepted'], ['SENT', 'sent'], ['DEFERRED', 'deferred']];
 
 // drawCharts: the traffic (accepted, sent and deferred each minute), and
-// the failures: the outcomes coloured bad (FAILED, BOUNCED, …), added up.
+// the failures: the outcomes coloured bad (FAILED, INVALID, BOUNCED),
+// added up. The outbox counts them, whichever relay did the work.
 function drawCharts() {
   const minutes = last.minutes;
   const of = (m, k) => (m.outcomes || {})[k] || 0;

@@ -1,0 +1,36 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/genropy/postino/backends"
+)
+
+// minutesStmt sums the activity counters of each minute from since's on.
+// The table holds two hours at most (the housekeeping prunes it), which
+// the planner scans for the last hour's half of it.
+func minutesStmt(since time.Time) stmt {
+	return stmt{"SELECT minute, activity, SUM(n)::bigint FROM email_activity WHERE minute >= $1 GROUP BY minute, activity",
+		[]any{backends.MinuteOf(since)}}
+}
+
+// Minutes sums the counters that every change keeps (email_activity, see
+// flushChanges): a few rows per minute and activity, whatever the traffic.
+func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
+	q := minutesStmt(since)
+	rows, err := s.pool.Query(ctx, q.query, q.args...)
+	if err != nil {
+		return nil, fmt.Errorf("minutes: %w", err)
+	}
+	defer rows.Close()
+	return backends.ReadMinutes(rows)
+}
+
+func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {
+	if _, err := s.pool.Exec(ctx, "DELETE FROM email_activity WHERE minute < $1", backends.MinuteOf(before)); err != nil {
+		return fmt.Errorf("prune minutes: %w", err)
+	}
+	return nil
+}
