@@ -43,8 +43,11 @@ type Config struct {
 	// Submissions are the tables apps write their mail to in their own
 	// transactions (relay/submissions).
 	Submissions []SubmissionsConfig `yaml:"submissions"`
-	Retention   Duration            `yaml:"retention"`
-	Log         LogConfig           `yaml:"log"`
+	// Retention is how long a message is kept once acknowledged (its row,
+	// history and file), for queue show and as the idempotency window of its
+	// id.
+	Retention Duration  `yaml:"retention"`
+	Log       LogConfig `yaml:"log"`
 
 	// Resolver answers the DNS questions of MX delivery; nil is the
 	// system's. Tests set their own.
@@ -56,9 +59,13 @@ type Config struct {
 }
 
 type SMTPConfig struct {
-	Listen         string   `yaml:"listen"`
+	// Listen is the SMTP listener's host:port (--listen, POSTINO_LISTEN).
+	Listen string `yaml:"listen"`
+	// MaxMessageSize is the largest message taken (SIZE); a larger one is
+	// refused with 552 5.3.4.
 	MaxMessageSize ByteSize `yaml:"max_message_size"`
-	MaxRecipients  int      `yaml:"max_recipients"`
+	// MaxRecipients is the most recipients one message may have.
+	MaxRecipients int `yaml:"max_recipients"`
 	// MaxLineLength bounds body lines. A line over RFC 5322's 998 octets
 	// (HTML generated on one line) is taken, and its part re-encoded as
 	// quoted-printable; a longer one is refused. go-smtp bounds command
@@ -71,15 +78,21 @@ type SMTPConfig struct {
 	AllowNetworks []string   `yaml:"allow_networks"`
 	TLS           TLSConfig  `yaml:"tls"`
 	Auth          AuthConfig `yaml:"auth"`
-	ReadTimeout   Duration   `yaml:"read_timeout"`
-	WriteTimeout  Duration   `yaml:"write_timeout"`
+	// ReadTimeout is how long a command, or a read of the data, may take.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// WriteTimeout is how long a reply may take to write.
+	WriteTimeout Duration `yaml:"write_timeout"`
 	// MaxSessions bounds the sessions open at once; ReservedSessions of
 	// them only clients of AllowNetworks may take, and a client outside
 	// AllowNetworks holds at most MaxSessionsPerClient. Over a limit, a
 	// client gets 421 at once.
-	MaxSessions          int `yaml:"max_sessions"`
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxSessionsPerClient is the most sessions one address (an IPv6 client by
+	// its /64) outside allow_networks may hold.
 	MaxSessionsPerClient int `yaml:"max_sessions_per_client"`
-	ReservedSessions     int `yaml:"reserved_sessions"`
+	// ReservedSessions of max_sessions only clients of allow_networks may
+	// take.
+	ReservedSessions int `yaml:"reserved_sessions"`
 	// TransactionTimeout bounds a transaction from MAIL to the end of the
 	// data, plus the time its data takes at MinDataRate.
 	TransactionTimeout Duration `yaml:"transaction_timeout"`
@@ -89,8 +102,11 @@ type SMTPConfig struct {
 }
 
 type TLSConfig struct {
+	// CertFile is the PEM certificate (its intermediates after it) the
+	// listener offers with STARTTLS; with key_file, or neither.
 	CertFile string `yaml:"cert_file"`
-	KeyFile  string `yaml:"key_file"`
+	// KeyFile is the certificate's PEM private key.
+	KeyFile string `yaml:"key_file"`
 }
 
 type AuthConfig struct {
@@ -105,12 +121,21 @@ type AuthConfig struct {
 // AuthLimitsConfig bounds failed AUTH attempts (intake.AuthLimits says what
 // each does); 0 turns a limit off.
 type AuthLimitsConfig struct {
-	Delay      Duration `yaml:"delay"`
-	MaxDelay   Duration `yaml:"max_delay"`
-	PerSession int      `yaml:"per_session"`
-	PerClient  int      `yaml:"per_client"`
-	Window     Duration `yaml:"window"`
-	Clients    int      `yaml:"clients"`
+	// Delay answers a failed AUTH this long after it, doubled for each failure
+	// of the same address.
+	Delay Duration `yaml:"delay"`
+	// MaxDelay bounds the doubled delay.
+	MaxDelay Duration `yaml:"max_delay"`
+	// PerSession failures close the session with 421 4.7.0.
+	PerSession int `yaml:"per_session"`
+	// PerClient failures from one address (an IPv6 client by its /64) within
+	// window refuse AUTH from it until the window ends.
+	PerClient int `yaml:"per_client"`
+	// Window is how long an address's failures are counted.
+	Window Duration `yaml:"window"`
+	// Clients is how many addresses are remembered; the oldest of a few make
+	// room.
+	Clients int `yaml:"clients"`
 }
 
 func (a AuthLimitsConfig) intake() intake.AuthLimits {
@@ -134,17 +159,25 @@ func (a AuthLimitsConfig) check() error {
 // Account is an SMTP AUTH user. The password comes from a file or an
 // environment variable, never from the configuration itself.
 type Account struct {
-	Username     string `yaml:"username"`
+	// Username is the account's AUTH name.
+	Username string `yaml:"username"`
+	// PasswordFile holds the account's password (one of password_file and
+	// password_env).
 	PasswordFile string `yaml:"password_file"`
-	PasswordEnv  string `yaml:"password_env"`
+	// PasswordEnv names the variable holding the account's password.
+	PasswordEnv string `yaml:"password_env"`
 }
 
 type AdminConfig struct {
+	// Listen is the admin API's and the dashboard's host:port (--admin,
+	// POSTINO_ADMIN).
 	Listen string `yaml:"listen"`
 	// The token the API and the dashboard ask for, from a file or an
 	// environment variable; required when Listen is not loopback.
 	TokenFile string `yaml:"token_file"`
-	TokenEnv  string `yaml:"token_env"`
+	// TokenEnv names the variable holding the token (one of token_file and
+	// token_env).
+	TokenEnv string `yaml:"token_env"`
 }
 
 // Token reads the admin token; empty when none is configured.
@@ -200,23 +233,29 @@ type SpoolConfig struct {
 type MySQLConfig struct {
 	// DSN is user:password@tcp(host:3306)/database; it may come from a file
 	// or a variable instead, as it holds a password.
-	DSN     string `yaml:"dsn"`
+	DSN string `yaml:"dsn"`
+	// DSNFile holds the DSN, for a password kept out of the configuration.
 	DSNFile string `yaml:"dsn_file"`
-	DSNEnv  string `yaml:"dsn_env"`
+	// DSNEnv names the variable holding the DSN.
+	DSNEnv string `yaml:"dsn_env"`
 	// TLSCAFile makes TLS required, verified against these authorities;
 	// the DSN may also ask for TLS itself (tls=true).
 	TLSCAFile string `yaml:"tls_ca_file"`
-	MaxConns  int    `yaml:"max_conns"`
+	// MaxConns bounds the connections to the server; 0 is the store's default.
+	MaxConns int `yaml:"max_conns"`
 }
 
 type PostgresConfig struct {
 	// DSN is postgres://user:password@host:5432/database (or PostgreSQL's
 	// key=value form; sslmode and sslrootcert ask for TLS); it may come
 	// from a file or a variable instead, as it holds a password.
-	DSN      string `yaml:"dsn"`
-	DSNFile  string `yaml:"dsn_file"`
-	DSNEnv   string `yaml:"dsn_env"`
-	MaxConns int    `yaml:"max_conns"`
+	DSN string `yaml:"dsn"`
+	// DSNFile holds the DSN, for a password kept out of the configuration.
+	DSNFile string `yaml:"dsn_file"`
+	// DSNEnv names the variable holding the DSN.
+	DSNEnv string `yaml:"dsn_env"`
+	// MaxConns bounds the connections to the server; 0 is the store's default.
+	MaxConns int `yaml:"max_conns"`
 }
 
 type DynamoDBConfig struct {
@@ -224,7 +263,8 @@ type DynamoDBConfig struct {
 	Table string `yaml:"table"`
 	// Endpoint defaults to AWS_ENDPOINT_URL (DynamoDB Local).
 	Endpoint string `yaml:"endpoint"`
-	Region   string `yaml:"region"`
+	// Region is the AWS region; empty is the SDK's (AWS_REGION).
+	Region string `yaml:"region"`
 	// TTL lets DynamoDB drop a message's items this long after their last
 	// change, its bytes this long after it was accepted; 0 writes no TTL.
 	// It must be longer than delivery.retry.max_age (checkTTL).
@@ -237,11 +277,14 @@ type BoltConfig struct {
 }
 
 type IntakeConfig struct {
+	// Workers is how many messages the intake worker prepares at once.
 	Workers int `yaml:"workers"`
 	// Lease is how long a message stays INTAKING without a sign of life;
 	// the worker renews it every third of it.
 	Lease Duration `yaml:"lease"`
-	Poll  Duration `yaml:"poll"`
+	// Poll is how often ACCEPTED messages no wake-up announced (another
+	// relay's, restored leases) are looked for.
+	Poll Duration `yaml:"poll"`
 }
 
 type DeliveryConfig struct {
@@ -256,7 +299,9 @@ type DeliveryConfig struct {
 	// than half of it left when a session takes it (renewals failed) is
 	// handed back instead of sent.
 	Lease Duration `yaml:"lease"`
-	Poll  Duration `yaml:"poll"`
+	// Poll is how often READY messages are looked for when nothing wakes the
+	// engine.
+	Poll Duration `yaml:"poll"`
 	// IdleTimeout keeps an upstream session open for the next message.
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// ShutdownTimeout lets deliveries in progress finish on SIGTERM.
@@ -275,8 +320,13 @@ type DeliveryConfig struct {
 }
 
 type RetryConfig struct {
-	First  Duration `yaml:"first"`
-	Max    Duration `yaml:"max"`
+	// First is the wait after a message's first deferral, doubled after each
+	// next one.
+	First Duration `yaml:"first"`
+	// Max bounds the doubled wait.
+	Max Duration `yaml:"max"`
+	// MaxAge ends a message that is still deferred this long after it was
+	// accepted: it fails as expired.
 	MaxAge Duration `yaml:"max_age"`
 	// Jitter varies each delay by this fraction either way.
 	Jitter float64 `yaml:"jitter"`
@@ -285,12 +335,18 @@ type RetryConfig struct {
 // TimeoutsConfig bounds each step of an upstream session; the defaults are
 // RFC 5321's (section 4.5.3.2).
 type TimeoutsConfig struct {
-	Connect   Duration `yaml:"connect"`
-	Greeting  Duration `yaml:"greeting"`
-	Command   Duration `yaml:"command"`
-	DataInit  Duration `yaml:"data_init"`
+	// Connect bounds the TCP connection to an upstream.
+	Connect Duration `yaml:"connect"`
+	// Greeting bounds the wait for the upstream's 220.
+	Greeting Duration `yaml:"greeting"`
+	// Command bounds the reply to each command (EHLO, MAIL, RCPT, …).
+	Command Duration `yaml:"command"`
+	// DataInit bounds the reply to DATA.
+	DataInit Duration `yaml:"data_init"`
+	// DataBlock bounds each write of the message's data.
 	DataBlock Duration `yaml:"data_block"`
-	DataEnd   Duration `yaml:"data_end"`
+	// DataEnd bounds the reply to the end of the data.
+	DataEnd Duration `yaml:"data_end"`
 }
 
 type RoutesConfig struct {
@@ -311,15 +367,25 @@ type RouteConfig struct {
 	// smarthost), opportunistic (STARTTLS when offered; MX delivery's
 	// only mode and default), starttls (required, certificate verified)
 	// or tls (implicit, port 465).
-	TLS           string `yaml:"tls"`
-	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
-	TLSCAFile     string `yaml:"tls_ca_file"`
-	Username      string `yaml:"username"`
+	TLS string `yaml:"tls"`
+	// TLSSkipVerify takes any certificate of the smarthost (starttls, tls):
+	// for a test upstream, never across a network.
+	TLSSkipVerify bool `yaml:"tls_skip_verify"`
+	// TLSCAFile adds authorities (PEM) the smarthost's certificate may be
+	// signed by.
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// Username is the account to AUTH with at the smarthost (needs tls
+	// starttls or tls).
+	Username string `yaml:"username"`
 	// The password comes from a file or a variable, never from here.
-	PasswordFile   string  `yaml:"password_file"`
-	PasswordEnv    string  `yaml:"password_env"`
-	MaxConnections int     `yaml:"max_connections"`
-	Rate           float64 `yaml:"rate"`
+	PasswordFile string `yaml:"password_file"`
+	// PasswordEnv names the variable holding the password (one of
+	// password_file and password_env).
+	PasswordEnv string `yaml:"password_env"`
+	// MaxConnections bounds the sessions open to the smarthost at once.
+	MaxConnections int `yaml:"max_connections"`
+	// Rate bounds the messages sent a second through the route; 0 is no bound.
+	Rate float64 `yaml:"rate"`
 	// BounceAddress replaces the envelope sender upstream so that DSNs
 	// reach the bounce mailbox; {id} in it becomes the message id (VERP).
 	BounceAddress string `yaml:"bounce_address"`
@@ -337,7 +403,9 @@ type DKIMConfig struct {
 	// Canonicalization is header/body: relaxed/relaxed or simple.
 	Canonicalization string `yaml:"canonicalization"`
 	// Headers are signed where present; Oversign once more than present.
-	Headers  []string `yaml:"headers"`
+	Headers []string `yaml:"headers"`
+	// Oversign lists the headers signed once more than present, so that none
+	// can be added after signing.
 	Oversign []string `yaml:"oversign"`
 	// Expiry sets x= this long after signing; 0 sets none.
 	Expiry Duration  `yaml:"expiry"`
@@ -354,21 +422,31 @@ type BouncesConfig struct {
 type MailboxConfig struct {
 	// Name names it in logs, metrics and /readyz; default user@host.
 	Name string `yaml:"name"`
+	// Host is the IMAP server's name.
 	Host string `yaml:"host"`
 	// Port defaults to 993 with tls, 143 otherwise.
 	Port int `yaml:"port"`
 	// TLS is tls (implicit), starttls, or none (loopback only).
-	TLS           string `yaml:"tls"`
-	TLSCAFile     string `yaml:"tls_ca_file"`
-	TLSSkipVerify bool   `yaml:"tls_skip_verify"`
-	Username      string `yaml:"username"`
+	TLS string `yaml:"tls"`
+	// TLSCAFile adds authorities (PEM) the server's certificate may be signed
+	// by.
+	TLSCAFile string `yaml:"tls_ca_file"`
+	// TLSSkipVerify takes any certificate: for a test server, never across a
+	// network.
+	TLSSkipVerify bool `yaml:"tls_skip_verify"`
+	// Username is the IMAP login.
+	Username string `yaml:"username"`
 	// The password comes from a file or a variable, never from here.
 	PasswordFile string `yaml:"password_file"`
-	PasswordEnv  string `yaml:"password_env"`
+	// PasswordEnv names the variable holding the password (one of
+	// password_file and password_env).
+	PasswordEnv string `yaml:"password_env"`
 	// Folder is watched; handled mail is moved to ProcessedFolder, mail
 	// that is not a bounce of a known message to UnmatchedFolder.
-	Folder          string `yaml:"folder"`
+	Folder string `yaml:"folder"`
+	// ProcessedFolder receives the mail handled (a bounce of a known message).
 	ProcessedFolder string `yaml:"processed_folder"`
+	// UnmatchedFolder receives the mail that is no bounce of a known message.
 	UnmatchedFolder string `yaml:"unmatched_folder"`
 	// Poll is the interval between looks when the server lacks IDLE.
 	Poll Duration `yaml:"poll"`
@@ -385,7 +463,9 @@ type PECConfig struct {
 	// A message with no acceptance this long after SENT, or a recipient
 	// with no delivery outcome this long after acceptance, raises an event.
 	AcceptanceTimeout Duration `yaml:"acceptance_timeout"`
-	DeliveryTimeout   Duration `yaml:"delivery_timeout"`
+	// DeliveryTimeout raises an event for a recipient with no delivery outcome
+	// this long after acceptance.
+	DeliveryTimeout Duration `yaml:"delivery_timeout"`
 }
 
 // PECAccountConfig is one PEC mailbox at its provider.
@@ -395,21 +475,30 @@ type PECAccountConfig struct {
 	// as From.
 	Address string `yaml:"address"`
 	// Username defaults to Address.
-	Username     string `yaml:"username"`
+	Username string `yaml:"username"`
+	// PasswordFile holds the account's password (one of password_file and
+	// password_env).
 	PasswordFile string `yaml:"password_file"`
-	PasswordEnv  string `yaml:"password_env"`
+	// PasswordEnv names the variable holding the account's password.
+	PasswordEnv string `yaml:"password_env"`
 	// SMTP and IMAP are the provider's endpoints, host:port, implicit TLS.
 	SMTP string `yaml:"smtp"`
+	// IMAP is the provider's IMAP endpoint, host:port, implicit TLS, where the
+	// receipts arrive.
 	IMAP string `yaml:"imap"`
 	// TLSCAFile adds authorities to trust for both endpoints.
 	TLSCAFile string `yaml:"tls_ca_file"`
 	// Receipt is the X-TipoRicevuta asked for: completa (default), breve
 	// or sintetica; X-Postino-PEC-Receipt overrides it per message.
-	Receipt         string   `yaml:"receipt"`
-	Folder          string   `yaml:"folder"`
-	ProcessedFolder string   `yaml:"processed_folder"`
-	UnmatchedFolder string   `yaml:"unmatched_folder"`
-	Poll            Duration `yaml:"poll"`
+	Receipt string `yaml:"receipt"`
+	// Folder is watched for receipts.
+	Folder string `yaml:"folder"`
+	// ProcessedFolder receives the receipts handled.
+	ProcessedFolder string `yaml:"processed_folder"`
+	// UnmatchedFolder receives the mail that is no receipt of a known message.
+	UnmatchedFolder string `yaml:"unmatched_folder"`
+	// Poll is the interval between looks when the server lacks IDLE.
+	Poll Duration `yaml:"poll"`
 }
 
 func (p *PECConfig) check() error {
@@ -440,9 +529,14 @@ func (p *PECConfig) check() error {
 
 // DKIMKey is one key of one signing domain.
 type DKIMKey struct {
-	Domain   string `yaml:"domain"`
+	// Domain is the signing domain (d=).
+	Domain string `yaml:"domain"`
+	// Selector names the key's DNS record (s=):
+	// <selector>._domainkey.<domain>.
 	Selector string `yaml:"selector"`
-	KeyFile  string `yaml:"key_file"`
+	// KeyFile holds the private key, PEM (RSA or Ed25519); it must not be
+	// readable by others.
+	KeyFile string `yaml:"key_file"`
 	// Active, true when left out, signs with the key; an inactive key
 	// waits for its record to spread, or stays while the old one expires.
 	Active *bool `yaml:"active"`
@@ -451,16 +545,21 @@ type DKIMKey struct {
 // MatchConfig picks the messages of a sender route: all the conditions
 // given must hold.
 type MatchConfig struct {
-	Sender   string `yaml:"sender"`
-	Domain   string `yaml:"domain"`
+	// Sender matches the envelope sender, whole, case folded.
+	Sender string `yaml:"sender"`
+	// Domain matches the envelope sender's domain.
+	Domain string `yaml:"domain"`
+	// AuthUser matches the SMTP AUTH account the message came in with.
 	AuthUser string `yaml:"auth_user"`
 }
 
 // PluginConfig declares a status-callback plugin.
 type PluginConfig struct {
 	// Name defaults to the file name of Path.
-	Name string   `yaml:"name"`
-	Path string   `yaml:"path"`
+	Name string `yaml:"name"`
+	// Path is the plugin's executable.
+	Path string `yaml:"path"`
+	// Args are given to the plugin's executable.
 	Args []string `yaml:"args"`
 	// Env is added to the relay's own environment for the plugin.
 	Env map[string]string `yaml:"env"`
@@ -470,18 +569,22 @@ type PluginConfig struct {
 	Timeout Duration `yaml:"timeout"`
 	// An event is parked after MaxAttempts failed tries (0: no bound) or
 	// once older than MaxAge (0: no bound).
-	MaxAttempts int               `yaml:"max_attempts"`
-	MaxAge      Duration          `yaml:"max_age"`
-	Retry       PluginRetryConfig `yaml:"retry"`
+	MaxAttempts int `yaml:"max_attempts"`
+	// MaxAge parks an event once older than this (0: no bound).
+	MaxAge Duration          `yaml:"max_age"`
+	Retry  PluginRetryConfig `yaml:"retry"`
 }
 
 // PluginRetryConfig shapes the waits between tries of an event: first,
 // doubling up to max, each varied by jitter (a fraction) either way. How long
 // tries go on is the plugin's max_age or max_attempts.
 type PluginRetryConfig struct {
-	First  Duration `yaml:"first"`
-	Max    Duration `yaml:"max"`
-	Jitter float64  `yaml:"jitter"`
+	// First is the wait after an event's first failed try.
+	First Duration `yaml:"first"`
+	// Max bounds the doubled wait.
+	Max Duration `yaml:"max"`
+	// Jitter varies each wait by this fraction either way.
+	Jitter float64 `yaml:"jitter"`
 }
 
 type LogConfig struct {

@@ -153,7 +153,7 @@ func TestDashboard(t *testing.T) {
 		}
 		// The failed message among the latest failed, its reason whole;
 		// the charts were drawn from this relay's minutes: accepted, sent
-		// and deferred as the README says, and the failures.
+		// and deferred as docs/operating.md says, and the failures.
 		p.do(chromedp.WaitVisible(chromedp.CSS(`#recent-failed [data-open="` + failedID + `"]`)))
 		if got := p.text(`#recent-failed li[data-id="` + failedID + `"] .reason`); !strings.Contains(got, "nobody@example.net: 550 5.1.1 no such user") {
 			t.Errorf("latest failed reason %q", got)

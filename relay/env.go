@@ -72,11 +72,17 @@ func settings(cfg *Config) []setting {
 				walk(fv, key+".")
 				continue
 			}
-			out = append(out, setting{key: key, env: envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_")), value: fv})
+			out = append(out, setting{key: key, env: envName(key), value: fv})
 		}
 	}
 	walk(reflect.ValueOf(cfg).Elem(), "")
 	return out
+}
+
+// envName is the variable of the setting key: smtp.listen is
+// POSTINO_SMTP_LISTEN.
+func envName(key string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 }
 
 func isText(v reflect.Value) bool {

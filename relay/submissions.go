@@ -15,9 +15,11 @@ type SubmissionsConfig struct {
 	Driver string `yaml:"driver"`
 	// The DSN comes from exactly one of these: postgres://user@host/db, or
 	// user:password@tcp(host:3306)/db.
-	DSN     string `yaml:"dsn"`
+	DSN string `yaml:"dsn"`
+	// DSNFile holds the DSN, for a password kept out of the configuration.
 	DSNFile string `yaml:"dsn_file"`
-	DSNEnv  string `yaml:"dsn_env"`
+	// DSNEnv names the variable holding the DSN.
+	DSNEnv string `yaml:"dsn_env"`
 	// Table defaults to postino_submissions.
 	Table string `yaml:"table"`
 	// Name names the table in the messages' history and Received, the

@@ -31,7 +31,7 @@ func listed(sentence string) []string {
 
 // TestRouteTLSModes holds every place that lists the TLS modes of a route
 // to the one list the relay accepts (delivery.TLSModes): serve's error and
-// its help (the synopsis and the flag), README.md, the example
+// its help (the synopsis and the flag), docs/delivery.md, the example
 // configuration, and what config print shows.
 func TestRouteTLSModes(t *testing.T) {
 	t.Setenv("POSTINO_CONFIG", "")
@@ -61,15 +61,15 @@ func TestRouteTLSModes(t *testing.T) {
 	usage, _, _ = strings.Cut(usage, " (POSTINO_SMARTHOST_TLS)")
 	check("the help of --smarthost-tls", listed(usage))
 
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "delivery.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sentence, ok := strings.Cut(strings.Join(strings.Fields(string(readme)), " "), "A route's `tls` is ")
+	_, sentence, ok := strings.Cut(strings.Join(strings.Fields(string(doc)), " "), "A route's `tls` is ")
 	if !ok {
-		t.Fatal("README.md does not say what a route's tls is")
+		t.Fatal("docs/delivery.md does not say what a route's tls is")
 	}
-	check("README.md", listed(sentence))
+	check("docs/delivery.md", listed(sentence))
 
 	example, err := os.ReadFile(filepath.Join("..", "..", "contrib", "postino.example.yaml"))
 	if err != nil {

@@ -32,7 +32,7 @@
 # sessions and messages split between them. They share one data directory:
 # a relay may deliver a message the other accepted, and finds its file in
 # the spool by the path the row records, so relays sharing an outbox must
-# share the spool (README, Outbox stores). -S outbox keeps the messages'
+# share the spool (docs/stores.md). -S outbox keeps the messages'
 # bytes in the outbox instead (spool.store, MySQL, PostgreSQL or DynamoDB): each relay then has
 # a data directory of its own.
 #

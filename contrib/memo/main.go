@@ -1,7 +1,7 @@
 // Command memo is a small app that writes its mail the transactional way:
 // creating a memo inserts the memo and its email submission in one
 // PostgreSQL transaction, and Postino, reading the submissions table
-// (README, "Mail from the app's own transaction"), sends the mail once the
+// (docs/submissions.md), sends the mail once the
 // transaction commits, and only then. A memo rolled back sends nothing.
 //
 //	memo -dsn postgres://memo:memo@localhost:5432/memo -listen :8080

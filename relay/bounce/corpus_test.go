@@ -38,7 +38,7 @@ func TestCorpus(t *testing.T) {
 	// reply (mailboxfull, systemerror, networkerror) on 16 rows. So is
 	// hard or soft's, below the 87 % of old: filtered (user unknown),
 	// suspend and expired are hard here, since an app should stop sending
-	// to those addresses, where sisimai says soft (README, Benchmarks).
+	// to those addresses, where sisimai says soft (docs/benchmarks.md).
 	for _, f := range []struct {
 		name  string
 		n     int

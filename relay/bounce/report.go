@@ -49,7 +49,7 @@ type Recipient struct {
 	// Status is the enhanced status code as written, "5.1.1".
 	Status   string `json:"status,omitempty"`
 	SMTPCode int    `json:"smtp_code,omitempty"`
-	// Type says what the app should do next (README, "Bounces", has the
+	// Type says what the app should do next (docs/bounces.md has the
 	// table). Hard: stop sending to the address; it does not exist, nor
 	// does its domain, its account is closed, or the upstream gave up
 	// after its whole queue lifetime of temporary replies (expired).
