@@ -286,8 +286,8 @@ func TestFlagsBeforeCommand(t *testing.T) {
 		{[]string{"--status", "READY", "queue", "list", "--admin", addr, "--json"}, 0, `"messages"`},
 		{[]string{"--config", config, "queue", "search", "nobody@example.net"}, 0, "no message"},
 		{[]string{"--admin", addr, "health"}, 0, "ready"},
-		{[]string{"--config", bad, "serve"}, 1, bad + ": line 1: bogus_setting is not a setting"},
-		{[]string{"--config", bad, "config", "print"}, 1, bad + ": line 1: bogus_setting is not a setting"},
+		{[]string{"--config", bad, "serve"}, 1, "config " + bad + " line 1: bogus_setting is not a setting"},
+		{[]string{"--config", bad, "config", "print"}, 1, "config " + bad + " line 1: bogus_setting is not a setting"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
