@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/bounce"
 )
 
@@ -157,7 +158,7 @@ type Result struct {
 // pseudoStatus) count as equal when the reader reports no code or only a
 // generic x.0.0: Postino keeps codes as written and invents none. Hard is
 // equal when sisimai's hard_bounce is true exactly when the recipient's
-// type is hard. Reasons compare after reasons.tsv; the rows named feedback
+// verdict is hard. Reasons compare after reasons.tsv; the rows named feedback
 // and vacation compare the kind of the report (complaint, auto-reply), and
 // delivered rows the recipient's action.
 func Score(dir string, parse func(path string) (*bounce.Report, error)) (*Result, error) {
@@ -209,10 +210,10 @@ func (res *Result) compare(row Row, rep *bounce.Report, mapping map[string]bounc
 	} else {
 		res.disagree(row.File, row.Pos, "status", row.Status, got.Status)
 	}
-	if row.Hard == (got.Type == "hard") {
+	if row.Hard == (got.Verdict == outcome.VerdictHard) {
 		res.Hard++
 	} else {
-		res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Type, got.Reason))
+		res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Verdict, got.Reason))
 	}
 	ok, want := reasonAgrees(row, rep, got, mapping)
 	if _, known := mapping[row.Reason]; !known && !ok && !slices.Contains(res.Unmapped, row.Reason) {
