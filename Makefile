@@ -117,6 +117,7 @@ bench-depth:
 
 # bench-bounces scores the bounce parser against sisimai's corpus
 # (testdata/bounces-sisimai or ../shared/corpora/bounces-sisimai): recipients, status codes, hard or
-# soft, and reasons agreeing with its expected.tsv.
+# soft (on the bounce rows but sisimai's filtered and suspend), and reasons agreeing with its
+# expected.tsv; hard verdicts on a soft reason, and false recipients.
 bench-bounces:
 	$(GO) run ./contrib/bench/bouncescore

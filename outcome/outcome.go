@@ -14,11 +14,33 @@ const (
 	RecipientFailed  = "failed"  // refused for good, or expired
 )
 
+// Verdict is what a failure says of the address itself, apart from what
+// became of the message: hard is evidence that the address cannot receive
+// mail (no such user, no such domain, a mailbox disabled or closed, moved
+// without forwarding), which only a permanent refusal of that address
+// gives; soft is any other failure (an expiry after temporary replies, the
+// network, a full mailbox, rate limits, a refusal of the sender or of the
+// content), which is the sender's problem or the moment's. Empty where no
+// failure was reported: an accepted recipient, one not tried yet, an
+// address the message was not sent to.
+type Verdict string
+
+// Verdicts.
+const (
+	VerdictHard Verdict = "hard"
+	VerdictSoft Verdict = "soft"
+)
+
 // Recipient is what became of one envelope recipient.
 type Recipient struct {
 	Address string `json:"address"`
 	// Status is RecipientPending, RecipientSent or RecipientFailed.
 	Status string `json:"status"`
+	// Verdict is what the last failure said of the address: hard only
+	// for a permanent refusal of this address (at its RCPT TO, or the
+	// relay's finding that its domain has no mail server); soft for any
+	// other failure, a deferral or an expiry included.
+	Verdict Verdict `json:"verdict,omitempty"`
 	// Code and EnhancedCode are the upstream's reply ("550", "5.1.1"),
 	// Text its words or the relay's own explanation; Host is the upstream
 	// host, At when the reply came.
@@ -32,7 +54,9 @@ type Recipient struct {
 // Bounce is a delivery status notification or a complaint.
 type Bounce struct {
 	// Kind is bounce, delay or complaint.
-	Kind         string            `json:"kind"`
+	Kind string `json:"kind"`
+	// Type is hard when a recipient of the message has a hard verdict,
+	// else soft; empty for a complaint.
 	Type         string            `json:"type,omitempty"`
 	ReportingMTA string            `json:"reporting_mta,omitempty"`
 	ArrivalDate  string            `json:"arrival_date,omitempty"`
@@ -50,9 +74,18 @@ type BounceRecipient struct {
 	Status            string `json:"status,omitempty"`
 	SMTPCode          int    `json:"smtp_code,omitempty"`
 	// Reason is the relay's classification: user_unknown, mailbox_full, …
-	Reason     string `json:"reason,omitempty"`
-	RemoteMTA  string `json:"remote_mta,omitempty"`
-	Diagnostic string `json:"diagnostic,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Verdict is what the bounce says of the address the message was
+	// sent to (see Verdict): OriginalRecipient when the report gives one,
+	// else FinalRecipient. Empty when NotRecipient.
+	Verdict Verdict `json:"verdict,omitempty"`
+	// NotRecipient says that address is not one the message was sent to
+	// (a list's own address, a postmaster, a forwarding hop): the bounce
+	// says nothing of the message's recipients, and the address has no
+	// verdict.
+	NotRecipient bool   `json:"not_recipient,omitempty"`
+	RemoteMTA    string `json:"remote_mta,omitempty"`
+	Diagnostic   string `json:"diagnostic,omitempty"`
 }
 
 // PEC is an Italian certified mail receipt.

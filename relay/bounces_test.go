@@ -196,7 +196,7 @@ func TestBounceEndToEnd(t *testing.T) {
 	}
 	r := b.Recipients[0]
 	if r.FinalRecipient != "gone@example.net" || r.Status != "5.1.1" || r.SMTPCode != 550 || r.Reason != "user_unknown" ||
-		r.RemoteMTA != "mx.example.net" || !strings.Contains(r.Diagnostic, "User unknown") {
+		r.Verdict != "hard" || r.NotRecipient || r.RemoteMTA != "mx.example.net" || !strings.Contains(r.Diagnostic, "User unknown") {
 		t.Errorf("bounced recipient %+v", r)
 	}
 	if e.PreviousStatus != "SENT-ACKNOWLEDGED" || !strings.Contains(e.Reason, "gone@example.net") || e.RFC822MessageID == "" {
@@ -240,6 +240,28 @@ func TestBounceEndToEnd(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s:\n%s", want, grep(body, "mailbox"))
 		}
+	}
+}
+
+// TestBounceNotRecipient: a bounce about an address the message was not
+// sent to (the next hop of a forward) is the message's bounce, but the
+// address gets no verdict, and the plugins are told so.
+func TestBounceNotRecipient(t *testing.T) {
+	srv := imaptest.Start(t, imaptest.Options{})
+	cfg, up, out := bounceRelay(t, memMailbox(srv))
+	rl := start(t, cfg)
+	id, delivered := deliveredCopy(t, rl, up, "alice@example.net")
+	memBox{srv}.Append(t, "INBOX", dsn(delivered, "alice.fwd@elsewhere.example.org", "failed", "5.1.1",
+		"550 5.1.1 <alice.fwd@elsewhere.example.org>: Recipient address rejected: User unknown"))
+	e := waitEvents(t, out, id, "BOUNCED", 1)[0]
+	if b := e.Bounce; b == nil || b.Type != "soft" || len(b.Recipients) != 1 {
+		t.Fatalf("BOUNCED event's bounce %+v", e.Bounce)
+	}
+	if r := e.Bounce.Recipients[0]; r.FinalRecipient != "alice.fwd@elsewhere.example.org" || !r.NotRecipient || r.Verdict != "" || r.Reason != "user_unknown" {
+		t.Errorf("bounced address %+v", r)
+	}
+	if !strings.Contains(e.Reason, "not a recipient of the message") {
+		t.Errorf("BOUNCED event's reason %q", e.Reason)
 	}
 }
 

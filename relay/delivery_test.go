@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -629,5 +630,60 @@ func TestRestartKeepsPermanentFailures(t *testing.T) {
 	msgs := up.Messages()
 	if len(msgs) != 2 || fmt.Sprint(msgs[1].To) != "[busy@example.net]" {
 		t.Errorf("upstream got %+v", msgs)
+	}
+}
+
+// TestDeliveryVerdicts: what a reply says of the address, kept with each
+// recipient and told to the plugins. A 550 5.1.1 at RCPT TO is hard; a 452
+// 4.2.2 at RCPT TO is soft, and so is a 550 5.1.1 at the end of DATA,
+// which comes after the upstream took the address; an accepted recipient
+// has no verdict, one accepted at a later attempt none any more.
+func TestDeliveryVerdicts(t *testing.T) {
+	cfg, up := testConfig(t)
+	fastRetry(&cfg)
+	out := testPlugin(t, &cfg, "ok", nil)
+	var full atomic.Bool
+	full.Store(true)
+	up.OnRcpt(func(to string) error {
+		switch {
+		case strings.HasPrefix(to, "gone@"):
+			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "<"+to+">: Recipient address rejected: User unknown in local recipient table")
+		case strings.HasPrefix(to, "full@") && full.Load():
+			return smtptest.Reply(452, smtp.EnhancedCode{4, 2, 2}, "<"+to+">: Recipient address rejected: mailbox is over quota")
+		}
+		return nil
+	})
+	up.OnData(func(m smtptest.Message) error {
+		if slices.Contains(m.To, "filtered@example.org") {
+			return smtptest.Reply(550, smtp.EnhancedCode{5, 1, 1}, "User unknown")
+		}
+		return nil
+	})
+	rl := start(t, cfg)
+	id := sendTo(t, rl.r.SMTPAddr().String(), []string{"gone@example.net", "full@example.net", "ok@example.net"}, "", "x\r\n")
+	verdicts := func(rs []outcome.Recipient) string {
+		var s []string
+		for _, r := range rs {
+			s = append(s, fmt.Sprintf("%s %s %q", r.Address, r.Status, r.Verdict))
+		}
+		return strings.Join(s, ", ")
+	}
+	m := waitAttempt(t, rl.client, id)
+	if got, want := verdicts(m.Recipients), `gone@example.net failed "hard", full@example.net pending "soft", ok@example.net sent ""`; got != want {
+		t.Errorf("after the first attempt: %s, want %s", got, want)
+	}
+
+	full.Store(false)
+	waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")
+	want := `gone@example.net failed "hard", full@example.net sent "", ok@example.net sent ""`
+	sent := waitEvents(t, out, id, "SENT", 1)[0]
+	if got := verdicts(sent.Recipients); got != want {
+		t.Errorf("the plugin was told %s, want %s", got, want)
+	}
+
+	filtered := sendTo(t, rl.r.SMTPAddr().String(), []string{"filtered@example.org"}, "", "x\r\n")
+	m = waitStatus(t, rl.client, filtered, "FAILED-ACKNOWLEDGED")
+	if got, want := verdicts(m.Recipients), `filtered@example.org failed "soft"`; got != want {
+		t.Errorf("refused at the end of DATA: %s, want %s", got, want)
 	}
 }

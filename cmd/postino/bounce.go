@@ -99,13 +99,13 @@ func printReport(w io.Writer, name string, r *bounce.Report) {
 	}
 	fmt.Fprintln(w, "Recipients:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  RECIPIENT\tACTION\tSTATUS\tCODE\tTYPE\tREASON\tREMOTE MTA\tDIAGNOSTIC")
+	fmt.Fprintln(tw, "  RECIPIENT\tACTION\tSTATUS\tCODE\tVERDICT\tREASON\tREMOTE MTA\tDIAGNOSTIC")
 	for _, rc := range r.Recipients {
 		code := ""
 		if rc.SMTPCode != 0 {
 			code = fmt.Sprint(rc.SMTPCode)
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rc.FinalRecipient, rc.Action, rc.Status, code, rc.Type, rc.Reason,
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", rc.FinalRecipient, rc.Action, rc.Status, code, rc.Verdict, rc.Reason,
 			rc.RemoteMTA, shorten(rc.Diagnostic, 100))
 	}
 	tw.Flush()

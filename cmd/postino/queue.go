@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -265,9 +266,9 @@ func printMessage(w io.Writer, m admin.Message) {
 	tw.Flush()
 	fmt.Fprintln(w, "\nRecipients:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	why := bouncedRecipients(m.Events)
+	bounced, strangers := bouncedRecipients(m.Events)
 	for _, r := range m.Recipients {
-		status, reply := r.Status, ""
+		status, verdict, reply := r.Status, r.Verdict, ""
 		if r.Code != 0 {
 			reply = strings.TrimSpace(fmt.Sprintf("%d %s %s", r.Code, r.EnhancedCode, r.Text))
 		} else {
@@ -276,12 +277,17 @@ func printMessage(w io.Writer, m admin.Message) {
 		if r.Host != "" {
 			reply += " (" + r.Host + ")"
 		}
-		if b, ok := why[strings.ToLower(r.Address)]; ok {
+		if b, ok := bounced[strings.ToLower(r.Address)]; ok {
 			// Accepted upstream, then bounced: the bounce is what
 			// became of it.
-			status, reply = "bounced", b
+			status, verdict, reply = "bounced", b.verdict, b.why
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\n", r.Address, status, shorten(reply, 100))
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Address, status, verdict, shorten(reply, 100))
+	}
+	// Addresses a bounce named that the message was not sent to: shown,
+	// with no verdict.
+	for _, b := range strangers {
+		fmt.Fprintf(tw, "  %s\t%s\t\t%s\n", b.address, "bounced, not a recipient", shorten(b.why, 100))
 	}
 	tw.Flush()
 	if len(m.Events) > 0 {
@@ -304,11 +310,19 @@ func printMessage(w io.Writer, m admin.Message) {
 	tw.Flush()
 }
 
+// bounceOf is what a BOUNCED event says of one address.
+type bounceOf struct {
+	address string
+	why     string // the event's reason without the address it starts with
+	verdict postinooutcome.Verdict
+}
+
 // bouncedRecipients maps the recipients the message's BOUNCED events name,
-// in lower case, to why they bounced: the event's reason without the
-// address it starts with.
-func bouncedRecipients(events []admin.Event) map[string]string {
-	out := map[string]string{}
+// in lower case, to what the bounce said of them; the addresses a bounce
+// named that the message was not sent to come apart, in their order.
+func bouncedRecipients(events []admin.Event) (map[string]bounceOf, []bounceOf) {
+	out := map[string]bounceOf{}
+	var strangers []bounceOf
 	for _, e := range events {
 		if e.Outcome != "BOUNCED" {
 			continue
@@ -319,16 +333,20 @@ func bouncedRecipients(events []admin.Event) map[string]string {
 		if json.Unmarshal(e.Details, &d) != nil {
 			continue
 		}
+		_, why, _ := strings.Cut(e.Reason, ": ")
 		for _, r := range d.Bounce.Recipients {
+			if r.NotRecipient {
+				strangers = append(strangers, bounceOf{address: cmp.Or(r.OriginalRecipient, r.FinalRecipient), why: why})
+				continue
+			}
 			for _, a := range []string{r.FinalRecipient, r.OriginalRecipient} {
 				if a != "" {
-					_, reason, _ := strings.Cut(e.Reason, ": ")
-					out[strings.ToLower(a)] = reason
+					out[strings.ToLower(a)] = bounceOf{address: a, why: why, verdict: r.Verdict}
 				}
 			}
 		}
 	}
-	return out
+	return out, strangers
 }
 
 func orNull(sender string) string {

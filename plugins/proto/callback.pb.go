@@ -350,7 +350,11 @@ type Recipient struct {
 	Text         string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
 	Host         string `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
 	// When the reply came, RFC 3339; empty before any attempt.
-	At            string `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	At string `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	// What the last failure says of the address: hard (a permanent refusal
+	// of the address itself: no such user, no such domain, a closed
+	// mailbox), soft (any other failure); empty when none was reported.
+	Verdict       string `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -434,13 +438,20 @@ func (x *Recipient) GetAt() string {
 	return ""
 }
 
+func (x *Recipient) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
 // Bounce is a delivery status notification (or a complaint) read from a
 // bounce mailbox.
 type Bounce struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// bounce, delay, complaint.
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	// hard or soft.
+	// hard when a recipient of the message has a hard verdict, else soft.
 	Type         string             `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	ReportingMta string             `protobuf:"bytes,3,opt,name=reporting_mta,json=reportingMta,proto3" json:"reporting_mta,omitempty"`
 	ArrivalDate  string             `protobuf:"bytes,4,opt,name=arrival_date,json=arrivalDate,proto3" json:"arrival_date,omitempty"`
@@ -532,9 +543,14 @@ type BounceRecipient struct {
 	SmtpCode          int32                  `protobuf:"varint,5,opt,name=smtp_code,json=smtpCode,proto3" json:"smtp_code,omitempty"`
 	// user_unknown, mailbox_full, domain_not_found, spam, policy, too_large,
 	// expired, other.
-	Reason        string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
-	RemoteMta     string `protobuf:"bytes,7,opt,name=remote_mta,json=remoteMta,proto3" json:"remote_mta,omitempty"`
-	Diagnostic    string `protobuf:"bytes,8,opt,name=diagnostic,proto3" json:"diagnostic,omitempty"`
+	Reason     string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	RemoteMta  string `protobuf:"bytes,7,opt,name=remote_mta,json=remoteMta,proto3" json:"remote_mta,omitempty"`
+	Diagnostic string `protobuf:"bytes,8,opt,name=diagnostic,proto3" json:"diagnostic,omitempty"`
+	// hard or soft, as Recipient.verdict; empty when not_recipient.
+	Verdict string `protobuf:"bytes,9,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// The address is not one the message was sent to (a list's own, a
+	// postmaster, the next hop of a forward): it has no verdict.
+	NotRecipient  bool `protobuf:"varint,10,opt,name=not_recipient,json=notRecipient,proto3" json:"not_recipient,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -623,6 +639,20 @@ func (x *BounceRecipient) GetDiagnostic() string {
 		return x.Diagnostic
 	}
 	return ""
+}
+
+func (x *BounceRecipient) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *BounceRecipient) GetNotRecipient() bool {
+	if x != nil {
+		return x.NotRecipient
+	}
+	return false
 }
 
 // Pec is an Italian certified mail receipt and its daticert.xml fields.
@@ -870,7 +900,7 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"recipients\x121\n" +
 	"\x06bounce\x18\x0e \x01(\v2\x19.postino.plugin.v1.BounceR\x06bounce\x12(\n" +
 	"\x03pec\x18\x0f \x01(\v2\x16.postino.plugin.v1.PecR\x03pec\x12)\n" +
-	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\"\xae\x01\n" +
+	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\"\xc8\x01\n" +
 	"\tRecipient\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
@@ -878,7 +908,8 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"\renhanced_code\x18\x04 \x01(\tR\fenhancedCode\x12\x12\n" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
 	"\x04host\x18\x06 \x01(\tR\x04host\x12\x0e\n" +
-	"\x02at\x18\a \x01(\tR\x02at\"\xdb\x01\n" +
+	"\x02at\x18\a \x01(\tR\x02at\x12\x18\n" +
+	"\averdict\x18\b \x01(\tR\averdict\"\xdb\x01\n" +
 	"\x06Bounce\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
@@ -888,7 +919,7 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"recipients\x18\x05 \x03(\v2\".postino.plugin.v1.BounceRecipientR\n" +
 	"recipients\x12\x1d\n" +
 	"\n" +
-	"matched_by\x18\x06 \x01(\tR\tmatchedBy\"\x8d\x02\n" +
+	"matched_by\x18\x06 \x01(\tR\tmatchedBy\"\xcc\x02\n" +
 	"\x0fBounceRecipient\x12'\n" +
 	"\x0ffinal_recipient\x18\x01 \x01(\tR\x0efinalRecipient\x12-\n" +
 	"\x12original_recipient\x18\x02 \x01(\tR\x11originalRecipient\x12\x16\n" +
@@ -900,7 +931,10 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"remote_mta\x18\a \x01(\tR\tremoteMta\x12\x1e\n" +
 	"\n" +
 	"diagnostic\x18\b \x01(\tR\n" +
-	"diagnostic\"\xbe\x03\n" +
+	"diagnostic\x12\x18\n" +
+	"\averdict\x18\t \x01(\tR\averdict\x12#\n" +
+	"\rnot_recipient\x18\n" +
+	" \x01(\bR\fnotRecipient\"\xbe\x03\n" +
 	"\x03Pec\x12!\n" +
 	"\freceipt_type\x18\x01 \x01(\tR\vreceiptType\x12\x1c\n" +
 	"\ttransport\x18\x02 \x01(\tR\ttransport\x12\x16\n" +

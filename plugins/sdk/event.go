@@ -44,6 +44,8 @@ type (
 	Bounce = outcome.Bounce
 	// BounceRecipient is one recipient of a bounce.
 	BounceRecipient = outcome.BounceRecipient
+	// Verdict is what a failure says of an address: hard or soft.
+	Verdict = outcome.Verdict
 	// PEC is an Italian certified mail receipt.
 	PEC = outcome.PEC
 	// PECRecipient is one recipient a PEC receipt lists.
@@ -59,15 +61,15 @@ func FromProto(e *pb.Event) *Event {
 		Recipients: make([]Recipient, len(e.Recipients)),
 	}
 	for i, r := range e.Recipients {
-		out.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Code: int(r.Code), EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host,
-			At: parseTime(r.At)}
+		out.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Verdict: outcome.Verdict(r.Verdict), Code: int(r.Code),
+			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: parseTime(r.At)}
 	}
 	if b := e.Bounce; b != nil {
 		out.Bounce = &Bounce{Kind: b.Kind, Type: b.Type, ReportingMTA: b.ReportingMta, ArrivalDate: b.ArrivalDate, MatchedBy: b.MatchedBy}
 		for _, r := range b.Recipients {
 			out.Bounce.Recipients = append(out.Bounce.Recipients, BounceRecipient{FinalRecipient: r.FinalRecipient,
 				OriginalRecipient: r.OriginalRecipient, Action: r.Action, Status: r.Status, SMTPCode: int(r.SmtpCode),
-				Reason: r.Reason, RemoteMTA: r.RemoteMta, Diagnostic: r.Diagnostic})
+				Reason: r.Reason, Verdict: outcome.Verdict(r.Verdict), NotRecipient: r.NotRecipient, RemoteMTA: r.RemoteMta, Diagnostic: r.Diagnostic})
 		}
 	}
 	if p := e.Pec; p != nil {
@@ -89,7 +91,7 @@ func ToProto(e *Event) *pb.Event {
 		Batch: e.Batch, Priority: int32(e.Priority), Route: e.Route, DeliveryAttempt: int32(e.DeliveryAttempt),
 	}
 	for _, r := range e.Recipients {
-		out.Recipients = append(out.Recipients, &pb.Recipient{Address: r.Address, Status: r.Status, Code: int32(r.Code),
+		out.Recipients = append(out.Recipients, &pb.Recipient{Address: r.Address, Status: r.Status, Verdict: string(r.Verdict), Code: int32(r.Code),
 			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: formatTime(r.At)})
 	}
 	if b := e.Bounce; b != nil {
@@ -97,7 +99,7 @@ func ToProto(e *Event) *pb.Event {
 		for _, r := range b.Recipients {
 			out.Bounce.Recipients = append(out.Bounce.Recipients, &pb.BounceRecipient{FinalRecipient: r.FinalRecipient,
 				OriginalRecipient: r.OriginalRecipient, Action: r.Action, Status: r.Status, SmtpCode: int32(r.SMTPCode),
-				Reason: r.Reason, RemoteMta: r.RemoteMTA, Diagnostic: r.Diagnostic})
+				Reason: r.Reason, Verdict: string(r.Verdict), NotRecipient: r.NotRecipient, RemoteMta: r.RemoteMTA, Diagnostic: r.Diagnostic})
 		}
 	}
 	if p := e.PEC; p != nil {

@@ -19,6 +19,8 @@ func fill(v reflect.Value, path string) {
 		v.SetString(path)
 	case reflect.Int, reflect.Int32, reflect.Int64:
 		v.SetInt(int64(len(path)))
+	case reflect.Bool:
+		v.SetBool(true)
 	case reflect.Pointer:
 		v.Set(reflect.New(v.Type().Elem()))
 		fill(v.Elem(), path)

@@ -3,6 +3,8 @@ package bounce
 import (
 	"regexp"
 	"strings"
+
+	"github.com/genropy/postino/outcome"
 )
 
 // A rule gives a reason to a failure. Exactly one of status, code and text
@@ -15,7 +17,8 @@ import (
 //   - text matches the diagnostic, case-insensitively (see anyOf).
 //
 // hard says the address itself is at fault: it does not exist, nor does
-// its domain, or it is closed. It holds for permanent failures only.
+// its domain, or it is closed. It makes a hard verdict only for a
+// permanent failure about the address (see verdict).
 type rule struct {
 	status string
 	code   int
@@ -100,6 +103,10 @@ var rules = []rule{
 		`invalid ip for sending`, `your access to submit messages`, `access from ip address`,
 		`client host rejected`, `helo command rejected`, `(?:sender|source) ip (?:address )?rejected`,
 		`blocked for abuse`, `not currently accepting mail from your ip`,
+		// Microsoft's refusals of a sending host: "messages from [ip]
+		// weren't sent", with Outlook.com's SC-001, OU-002, DY-001 ... and
+		// Office 365's (S3150), (AS3140) and the like.
+		`messages from \S+ weren'?t sent`, `\b(?:sc|ou|dy|rp)-00\d\b`, `\(a?s\d{4,}\)`,
 		// Orange and La Poste refuse a sending host they hold suspect
 		// with "Service refusé" and a code, temporary or not.
 		`service refus`,
@@ -147,6 +154,9 @@ var rules = []rule{
 		`empty envelope senders`, `null sender`, `returned mail not accepted`, `purported responsible address`,
 		`\bbatv\b`, `not (?:a )?member of`, `not allowed to post`, `permission to post`,
 		`groups\.google\.com/support`, `different address or alias using the 'send mail as'`,
+		// A mail gateway's user is its sender (sisimai reads it so); the
+		// words say nothing sure of the recipient.
+		`not a registered gateway user`,
 	), reason: ReasonBlocked},
 	{text: anyOf(
 		`(?:account|mail ?box|user|recipient|address|e-?mail)(?: \S+){0,2} (?:is |has been |was |currently )?(?:disabled|deactivated|suspended|inactive|locked|closed|frozen|discontinued|not active|no longer active|expired|terminated|blocked for)`,
@@ -195,40 +205,40 @@ var rules = []rule{
 	), reason: ReasonDomainNotFound, hard: true},
 
 	// 2. Specific enhanced status codes.
-	{status: "X.1.1", reason: ReasonUserUnknown, hard: true},      // bad destination mailbox address
-	{status: "X.1.2", reason: ReasonDomainNotFound, hard: true},   // bad destination system address
-	{status: "X.1.3", reason: ReasonUserUnknown, hard: true},      // bad destination mailbox address syntax
-	{status: "X.1.6", reason: ReasonUserUnknown, hard: true},      // mailbox has moved
-	{status: "X.1.7", reason: ReasonBlocked},                      // bad sender's mailbox address syntax
-	{status: "X.1.8", reason: ReasonBlocked},                      // bad sender's system address
-	{status: "X.1.10", reason: ReasonDomainNotFound, hard: true},  // recipient address has null MX
-	{status: "X.2.1", reason: ReasonMailboxDisabled, hard: true},  // mailbox disabled
-	{status: "X.2.2", reason: ReasonMailboxFull},                  // mailbox full
-	{status: "X.2.3", reason: ReasonTooLarge},                     // message length exceeds administrative limit
-	{status: "X.3.1", reason: ReasonSystem},                       // mail system full
-	{status: "X.3.2", reason: ReasonDomainNotFound, hard: true},   // system not accepting network messages
-	{status: "X.3.4", reason: ReasonTooLarge},                     // message too big for system
-	{status: "X.4.1", reason: ReasonNetwork},                      // no answer from host
-	{status: "X.4.2", reason: ReasonNetwork},                      // bad connection
-	{status: "X.4.3", reason: ReasonSystem},                       // directory server failure
-	{status: "X.4.4", reason: ReasonDomainNotFound, hard: true},   // unable to route
-	{status: "X.4.6", reason: ReasonNetwork},                      // routing loop detected
-	{status: "X.4.7", reason: ReasonExpired},                      // delivery time expired
-	{status: "X.5.3", reason: ReasonRateLimited},                  // too many recipients
-	{status: "X.7.13", reason: ReasonMailboxDisabled, hard: true}, // user account disabled
-	{status: "X.7.20", reason: ReasonAuthentication},              // no passing DKIM signature
-	{status: "X.7.21", reason: ReasonAuthentication},              // no acceptable DKIM signature
-	{status: "X.7.22", reason: ReasonAuthentication},              // no valid author-matched DKIM signature
-	{status: "X.7.23", reason: ReasonAuthentication},              // SPF validation failed
-	{status: "X.7.24", reason: ReasonAuthentication},              // SPF validation error
-	{status: "X.7.25", reason: ReasonBlocked},                     // reverse DNS validation failed
-	{status: "X.7.26", reason: ReasonAuthentication},              // multiple authentication checks failed
-	{status: "X.7.27", reason: ReasonBlocked},                     // sender address has null MX
-	{status: "X.7.28", reason: ReasonSpam},                        // mail flood
-	{status: "X.7.29", reason: ReasonAuthentication},              // ARC validation failure
-	{status: "X.7.509", reason: ReasonAuthentication},             // Microsoft: DMARC reject
-	{status: "X.7.606", reason: ReasonBlocked},                    // Microsoft: banned sending IP
-	{status: "X.7.650", reason: ReasonBlocked},                    // Microsoft: IP reputation
+	{status: "X.1.1", reason: ReasonUserUnknown, hard: true},     // bad destination mailbox address
+	{status: "X.1.2", reason: ReasonDomainNotFound, hard: true},  // bad destination system address
+	{status: "X.1.3", reason: ReasonUserUnknown, hard: true},     // bad destination mailbox address syntax
+	{status: "X.1.6", reason: ReasonUserUnknown, hard: true},     // mailbox has moved
+	{status: "X.1.7", reason: ReasonBlocked},                     // bad sender's mailbox address syntax
+	{status: "X.1.8", reason: ReasonBlocked},                     // bad sender's system address
+	{status: "X.1.10", reason: ReasonDomainNotFound, hard: true}, // recipient address has null MX
+	{status: "X.2.1", reason: ReasonMailboxDisabled, hard: true}, // mailbox disabled
+	{status: "X.2.2", reason: ReasonMailboxFull},                 // mailbox full
+	{status: "X.2.3", reason: ReasonTooLarge},                    // message length exceeds administrative limit
+	{status: "X.3.1", reason: ReasonSystem},                      // mail system full
+	{status: "X.3.2", reason: ReasonDomainNotFound, hard: true},  // system not accepting network messages
+	{status: "X.3.4", reason: ReasonTooLarge},                    // message too big for system
+	{status: "X.4.1", reason: ReasonNetwork},                     // no answer from host
+	{status: "X.4.2", reason: ReasonNetwork},                     // bad connection
+	{status: "X.4.3", reason: ReasonSystem},                      // directory server failure
+	{status: "X.4.4", reason: ReasonDomainNotFound, hard: true},  // unable to route
+	{status: "X.4.6", reason: ReasonNetwork},                     // routing loop detected
+	{status: "X.4.7", reason: ReasonExpired},                     // delivery time expired
+	{status: "X.5.3", reason: ReasonRateLimited},                 // too many recipients
+	{status: "X.7.13", reason: ReasonMailboxDisabled},            // user account disabled: x.7 is never hard
+	{status: "X.7.20", reason: ReasonAuthentication},             // no passing DKIM signature
+	{status: "X.7.21", reason: ReasonAuthentication},             // no acceptable DKIM signature
+	{status: "X.7.22", reason: ReasonAuthentication},             // no valid author-matched DKIM signature
+	{status: "X.7.23", reason: ReasonAuthentication},             // SPF validation failed
+	{status: "X.7.24", reason: ReasonAuthentication},             // SPF validation error
+	{status: "X.7.25", reason: ReasonBlocked},                    // reverse DNS validation failed
+	{status: "X.7.26", reason: ReasonAuthentication},             // multiple authentication checks failed
+	{status: "X.7.27", reason: ReasonBlocked},                    // sender address has null MX
+	{status: "X.7.28", reason: ReasonSpam},                       // mail flood
+	{status: "X.7.29", reason: ReasonAuthentication},             // ARC validation failure
+	{status: "X.7.509", reason: ReasonAuthentication},            // Microsoft: DMARC reject
+	{status: "X.7.606", reason: ReasonBlocked},                   // Microsoft: banned sending IP
+	{status: "X.7.650", reason: ReasonBlocked},                   // Microsoft: IP reputation
 
 	// 3. Telling wording, and what MTAs say of their own failures.
 	{text: anyOf(
@@ -306,36 +316,50 @@ func (r *rule) match(sub string, code int, diagnostic string) bool {
 	return false
 }
 
-// Classify says whether a failure is hard or soft and why, from the
-// enhanced status code ("5.1.1", may be empty), the SMTP reply code (0 if
-// unknown) and the diagnostic text, by the rules table, for a reply alone
-// (a report's recipient is judged with its action too: a failure after
-// temporary replies is expired, see assess). A failure is hard
-// when it is permanent and the address itself is at fault (no such user,
-// no such domain, a closed account): sending to it again is useless. Any
-// other failure is soft, including permanent refusals of the message or
-// the sender, which another message or a fixed sender may get through. A
-// success status (2.x.x) gives an empty type and reason; a failure no rule
-// explains is ReasonOther.
-func Classify(status string, smtpCode int, diagnostic string) (typ string, reason Reason) {
-	status = findStatus(status)
-	if strings.HasPrefix(status, "2.") || status == "" && smtpCode >= 200 && smtpCode < 300 {
-		return "", ""
-	}
-	return verdict(classify(status, smtpCode, diagnostic), status, smtpCode)
+// Failure is a refusal as the classifier reads it: an upstream's reply
+// during delivery, or a report's account of one.
+type Failure struct {
+	// Status is the enhanced status code, "5.1.1"; it may be empty.
+	Status string
+	// Code is the SMTP reply code, 0 if unknown.
+	Code int
+	// Text is the reply's words, or the report's diagnostic.
+	Text string
+	// OfMessage says the reply is about the message or its sender, not
+	// the recipient's address, whatever its words: it answered MAIL FROM
+	// or the end of DATA (the receiver had accepted the address at RCPT
+	// TO), or it refused the whole message before any command.
+	OfMessage bool
 }
 
-// verdict is the type and reason rule i gives (none if i < 0).
-func verdict(i int, status string, smtpCode int) (typ string, reason Reason) {
+// Classify says what a failure says of the recipient's address, and why,
+// by the rules table, for a reply alone (a report's recipient is judged
+// with its action too: a failure after temporary replies is expired, see
+// assess). The verdict is hard only when the address itself is refused for
+// good: no such user, no such domain, a disabled or closed mailbox, moved
+// without forwarding. Any other failure is soft, among them every
+// temporary one (4xx, 4.x.x), every security or policy one (x.7.x), and
+// every refusal of the message or the sender, which another message or a
+// fixed sender may get through. A success (2.x.x, 2xx) has no verdict and
+// no reason; a failure no rule explains is ReasonOther.
+func Classify(f Failure) (outcome.Verdict, Reason) {
+	status := findStatus(f.Status)
+	if strings.HasPrefix(status, "2.") || status == "" && f.Code >= 200 && f.Code < 300 {
+		return "", ""
+	}
+	return verdict(classify(status, f.Code, f.Text), status, f.Code, f.OfMessage)
+}
+
+// verdict is the verdict and reason rule i gives (none if i < 0) to a
+// failure with these codes.
+func verdict(i int, status string, smtpCode int, ofMessage bool) (outcome.Verdict, Reason) {
 	if i < 0 {
-		return "soft", ReasonOther
+		return outcome.VerdictSoft, ReasonOther
 	}
-	// A transient failure is soft whatever its reason: the receiver itself
-	// says a later try may work.
-	if rules[i].hard && !transient(status, smtpCode) {
-		return "hard", rules[i].reason
+	if rules[i].hard && !ofMessage && !transient(status, smtpCode) && !strings.HasPrefix(status, "5.7.") {
+		return outcome.VerdictHard, rules[i].reason
 	}
-	return "soft", rules[i].reason
+	return outcome.VerdictSoft, rules[i].reason
 }
 
 // classify returns the index of the first rule that matches, or -1.
@@ -365,11 +389,12 @@ func weak(i int) bool {
 	return false
 }
 
-// assess fills in the type and reason of a recipient that failed or is
+// assess fills in the verdict and reason of a recipient that failed or is
 // delayed. extra is the text around the recipient's diagnostic (the
 // bounce's explanation); it is read when the diagnostic alone says no more
-// than the class of its code.
-func (r *Recipient) assess(extra string) {
+// than the class of its code. own is the report's text about this
+// recipient alone, read for the command its reply answered.
+func (r *Recipient) assess(extra, own string) {
 	switch r.Action {
 	case "delivered", "relayed", "expanded":
 		return
@@ -382,47 +407,47 @@ func (r *Recipient) assess(extra string) {
 		code = 0
 	}
 	i := classifyWith(status, code, r.Diagnostic, extra)
-	r.Type, r.Reason = verdict(i, status, code)
+	r.Verdict, r.Reason = verdict(i, status, code, ofMessageRe.MatchString(r.Diagnostic+"\n"+own))
 
 	switch {
 	case r.Action == "delayed":
 		// Still being tried: soft by definition, and late if nothing
 		// better than the class of the code is known.
-		r.Type = "soft"
+		r.Verdict = outcome.VerdictSoft
 		if i < 0 || weak(i) {
 			r.Reason = ReasonExpired
 		}
+	case i >= 0 && rules[i].hard:
+		// The words name the address, hard when the receiver refused it
+		// for good; soft when it only put it off until the upstream gave
+		// up, or refused it after taking it at RCPT TO. The reason stays.
 	case senderSide[r.Reason] && i >= 0 && !weak(i):
 		// Refused for what the sender sends or where from: the same
 		// after any number of tries, and fixed on the sender's side.
-	case i >= 0 && rules[i].hard:
-		// The address is dead, whether the receiver said so for good or
-		// until the upstream gave up.
-		r.Type = "hard"
 	case transient(status, code) || r.Reason == ReasonExpired || gaveUpRe.MatchString(r.Diagnostic+"\n"+extra) ||
 		r.Reason == ReasonNetwork && !strings.HasPrefix(status, "5.") && noAnswerRe.MatchString(r.Diagnostic+"\n"+extra):
 		// Failed after temporary replies only (a full mailbox, a busy
-		// or unreachable server), or saying its time ran out: the
-		// upstream retried for its whole queue lifetime and gave up,
-		// so the message will not arrive, and an address nobody could
-		// deliver to for that long is not worth the next message. The
-		// last reply stays the diagnostic.
-		r.Type, r.Reason = "hard", ReasonExpired
+		// or unreachable server, a name server that did not answer), or
+		// saying its time ran out: the upstream retried for its whole
+		// queue lifetime and gave up. The message will not arrive, but
+		// that says nothing of the address: soft. The last reply stays
+		// the diagnostic.
+		r.Verdict, r.Reason = outcome.VerdictSoft, ReasonExpired
 	}
 }
 
 // senderSide are the reasons that blame what the sender sends or where it
-// sends from: a failure for one of them is soft however long the upstream
-// tried, since the address may well be good.
+// sends from: a failure for one of them keeps its reason however long the
+// upstream tried.
 var senderSide = map[Reason]bool{
 	ReasonSpam: true, ReasonVirus: true, ReasonBlocked: true, ReasonAuthentication: true,
 	ReasonPolicy: true, ReasonTooLarge: true, ReasonRateLimited: true,
 }
 
 // transient reports whether a failure's codes are those of a temporary
-// reply: a 4.x.x status, or a 4xx reply code with no status.
+// reply: a 4.x.x status or a 4xx reply code.
 func transient(status string, smtpCode int) bool {
-	return strings.HasPrefix(status, "4.") || status == "" && smtpCode >= 400 && smtpCode < 500
+	return strings.HasPrefix(status, "4.") || smtpCode >= 400 && smtpCode < 500
 }
 
 // classifyWith returns the index of the rule that explains diagnostic, or
@@ -437,6 +462,16 @@ func classifyWith(status string, code int, diagnostic, extra string) int {
 	}
 	return i
 }
+
+// ofMessageRe is wording that a reply answered MAIL FROM or the DATA
+// command or its end: Postfix's "(in reply to end of DATA command)",
+// Exim's "after end of data" and "after MAIL FROM", wrapped or not. Such a
+// reply is about the sender or the content, however it is worded: an
+// "Unknown user" at the end of DATA, after the receiver took the address
+// at RCPT TO, is its filter refusing the message (sisimai's filtered, NTT
+// docomo's refusal of a sender). Sendmail's transcripts are not read for
+// it: with PIPELINING the replies to RCPT TO come after ">>> DATA".
+var ofMessageRe = regexp.MustCompile(`(?i)in\s+reply\s+to\s+(?:end\s+of\s+)?(?:data|mail\s+from)\s+command|after\s+(?:end\s+of\s+data|mail\s+from)`)
 
 // gaveUpRe is wording that the upstream stopped retrying because time
 // ran out, whatever the receiver kept answering: Exim's "mailbox is full:

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/genropy/postino/outcome"
 )
 
 // classifyCases has at least one case for each row of rules, in the order
@@ -63,7 +65,7 @@ var classifyCases = []struct {
 	{"5.4.6", 554, "", "soft", ReasonNetwork},
 	{"4.4.7", 0, "", "soft", ReasonExpired},
 	{"4.5.3", 452, "", "soft", ReasonRateLimited},
-	{"5.7.13", 525, "", "hard", ReasonMailboxDisabled},
+	{"5.7.13", 525, "", "soft", ReasonMailboxDisabled}, // x.7 is never hard
 	{"5.7.20", 550, "", "soft", ReasonAuthentication},
 	{"5.7.21", 550, "", "soft", ReasonAuthentication},
 	{"5.7.22", 550, "", "soft", ReasonAuthentication},
@@ -115,9 +117,74 @@ var classifyCases = []struct {
 
 func TestClassify(t *testing.T) {
 	for _, c := range classifyCases {
-		typ, reason := Classify(c.status, c.code, c.diagnostic)
-		if typ != c.typ || reason != c.reason {
-			t.Errorf("Classify(%q, %d, %q) = %q, %q; want %q, %q", c.status, c.code, c.diagnostic, typ, reason, c.typ, c.reason)
+		v, reason := Classify(Failure{Status: c.status, Code: c.code, Text: c.diagnostic})
+		if string(v) != c.typ || reason != c.reason {
+			t.Errorf("Classify(%q, %d, %q) = %q, %q; want %q, %q", c.status, c.code, c.diagnostic, v, reason, c.typ, c.reason)
+		}
+	}
+}
+
+// TestVerdict checks what replies say of the address, as the delivery
+// engine reads an upstream's reply and a report's diagnostic is read:
+// hard only for a permanent refusal of the address itself.
+func TestVerdict(t *testing.T) {
+	hard, soft := outcome.VerdictHard, outcome.VerdictSoft
+	tests := []struct {
+		name   string
+		f      Failure
+		want   outcome.Verdict
+		reason Reason
+	}{
+		// Replies at RCPT TO.
+		{"user unknown", Failure{"5.1.1", 550, "5.1.1 <x@example.net>: Recipient address rejected: User unknown in local recipient table", false}, hard, ReasonUserUnknown},
+		{"no such user, no status", Failure{"", 550, "No such user here", false}, hard, ReasonUserUnknown},
+		{"domain not found", Failure{"5.1.2", 550, "5.1.2 Bad destination system address", false}, hard, ReasonDomainNotFound},
+		{"bad syntax", Failure{"5.1.3", 501, "5.1.3 Invalid address", false}, hard, ReasonUserUnknown},
+		{"moved", Failure{"5.1.6", 551, "5.1.6 Recipient no longer on server", false}, hard, ReasonUserUnknown},
+		{"null MX", Failure{"5.1.10", 556, "5.1.10 example.net does not accept mail (null MX, RFC 7505)", false}, hard, ReasonDomainNotFound},
+		{"disabled", Failure{"5.2.1", 550, "5.2.1 The email account that you tried to reach is disabled.", false}, hard, ReasonMailboxDisabled},
+		{"Gmail's unknown user", Failure{"5.1.1", 550, "5.1.1 The email account that you tried to reach does not exist. Please try double-checking the recipient's email address", false}, hard, ReasonUserUnknown},
+		// Temporary replies: never hard, whatever they say.
+		{"mailbox full 452", Failure{"4.2.2", 452, "4.2.2 The email account that you tried to reach is over quota.", false}, soft, ReasonMailboxFull},
+		{"user unknown 450", Failure{"4.1.1", 450, "4.1.1 <x@example.net>: Recipient address rejected: User unknown", false}, soft, ReasonUserUnknown},
+		{"user unknown 4xx without status", Failure{"", 450, "User unknown", false}, soft, ReasonUserUnknown},
+		{"421 closing", Failure{"", 421, "Service not available, closing transmission channel", false}, soft, ReasonSystem},
+		{"4xx code, 5.x.x status", Failure{"5.1.1", 421, "5.1.1 user unknown", false}, soft, ReasonUserUnknown},
+		{"greylisting", Failure{"4.7.1", 450, "4.7.1 <x@example.net>: Recipient address rejected: Greylisted, see http://postgrey.schweikert.ch/", false}, soft, ReasonPolicy},
+		// Security and policy, whatever they say of the address.
+		{"x.7 user unknown", Failure{"5.7.1", 550, "5.7.1 <x@example.net>: Recipient address rejected: User unknown", false}, soft, ReasonUserUnknown},
+		{"x.7.13 disabled", Failure{"5.7.13", 525, "5.7.13 User account disabled", false}, soft, ReasonMailboxDisabled},
+		{"Office 365 blocklist", Failure{"5.7.1", 550, "5.7.1 Unfortunately, messages from [192.0.2.7] weren't sent. Please contact your Internet service provider since part of their network is on our block list (S3150).", false}, soft, ReasonBlocked},
+		{"Office 365 blocklist, 5.7.606", Failure{"5.7.606", 550, "5.7.606 Access denied, banned sending IP [192.0.2.7]. To request removal from this list please visit https://sender.office.com/ and follow the directions. (AS16012609)", false}, soft, ReasonBlocked},
+		{"Outlook.com blocklist, no status", Failure{"", 550, "SC-001 (BAY004-MC1F13) Unfortunately, messages from 192.0.2.7 weren't sent. Please contact your Internet service provider. You can tell them that Hotmail does not relay dynamically-assigned IP ranges.", false}, soft, ReasonBlocked},
+		{"spam", Failure{"5.7.1", 554, "5.7.1 Message rejected as spam", false}, soft, ReasonSpam},
+		{"rate limited", Failure{"5.7.1", 550, "5.7.1 Rate limit exceeded for this sender", false}, soft, ReasonRateLimited},
+		{"mailbox full for good", Failure{"5.2.2", 552, "5.2.2 Mailbox full", false}, soft, ReasonMailboxFull},
+		{"sender refused", Failure{"5.1.8", 553, "5.1.8 Sender address rejected: Domain not found", false}, soft, ReasonBlocked},
+		{"nothing to go by", Failure{"", 554, "Transaction failed", false}, soft, ReasonOther},
+		// A reply to MAIL FROM or to the end of DATA, after the address
+		// was taken at RCPT TO, is about the message.
+		{"user unknown at DATA", Failure{"5.1.1", 550, "5.1.1 User unknown", true}, soft, ReasonUserUnknown},
+		{"sender's user unknown at MAIL", Failure{"5.1.1", 550, "5.1.1 <app@example.com>: Sender address rejected: User unknown", true}, soft, ReasonBlocked},
+		// Success has no verdict.
+		{"accepted", Failure{"2.1.5", 250, "2.1.5 Ok", false}, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, reason := Classify(tt.f); got != tt.want || reason != tt.reason {
+				t.Errorf("Classify(%+v) = %q, %s; want %q, %s", tt.f, got, reason, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+// TestHardReasons checks that only the reasons that blame the address can
+// be hard: no rule makes a hard verdict with any other.
+func TestHardReasons(t *testing.T) {
+	address := map[Reason]bool{ReasonUserUnknown: true, ReasonMailboxDisabled: true, ReasonDomainNotFound: true}
+	for i, r := range rules {
+		if r.hard && !address[r.reason] {
+			t.Errorf("rule %d (status %q, code %d, text %v) is hard with reason %s", i, r.status, r.code, r.text, r.reason)
 		}
 	}
 }
@@ -195,44 +262,56 @@ func TestPreferStatus(t *testing.T) {
 	}
 }
 
-// TestAssessGaveUp checks what a recipient's type and reason become once
-// the upstream gave up after temporary replies: the app should stop, and
-// the reason says that time ran out unless the reply blames the sender or
-// the address itself.
+// TestAssessGaveUp checks what a recipient's verdict and reason become
+// once the upstream gave up after temporary replies: the message will not
+// arrive, but that says nothing of the address, so the verdict is soft;
+// the reason says that time ran out unless the reply names a cause.
 func TestAssessGaveUp(t *testing.T) {
+	hard, soft := outcome.VerdictHard, outcome.VerdictSoft
 	tests := []struct {
 		name       string
 		action     string
 		status     string
 		code       int
 		diagnostic string
-		typ        string
+		own        string
+		verdict    outcome.Verdict
 		reason     Reason
 	}{
-		{"postfix 3.7 queue lifetime", "failed", "4.2.2", 452, "452 4.2.2 <rita@example.org>: Mailbox full", "hard", ReasonExpired},
-		{"busy server", "failed", "4.3.0", 451, "451 4.3.0 Error: queue file write error", "hard", ReasonExpired},
-		{"code only", "failed", "", 421, "421 Service not available", "hard", ReasonExpired},
-		{"no answer", "failed", "", 0, "connect to mx.example.org[192.0.2.1]:25: Connection timed out", "hard", ReasonExpired},
-		{"exim retry timeout", "failed", "", 0, "retry timeout exceeded", "hard", ReasonExpired},
-		{"exchange queue expired", "failed", "4.4.7", 550, "550 4.4.7 QUEUE.Expired; message expired", "hard", ReasonExpired},
+		{"postfix 3.7 queue lifetime", "failed", "4.2.2", 452, "452 4.2.2 <rita@example.org>: Mailbox full", "", soft, ReasonExpired},
+		{"busy server", "failed", "4.3.0", 451, "451 4.3.0 Error: queue file write error", "", soft, ReasonExpired},
+		{"code only", "failed", "", 421, "421 Service not available", "", soft, ReasonExpired},
+		{"no answer", "failed", "", 0, "connect to mx.example.org[192.0.2.1]:25: Connection timed out", "", soft, ReasonExpired},
+		{"exim retry timeout", "failed", "", 0, "retry timeout exceeded", "", soft, ReasonExpired},
+		{"exchange queue expired", "failed", "4.4.7", 550, "550 4.4.7 QUEUE.Expired; message expired", "", soft, ReasonExpired},
 		{"office 365 gave up", "failed", "5.4.316", 550, "Your message wasn't delivered. Despite repeated attempts to deliver your message, " +
-			"the recipient's email system refused to accept a connection from your email system.", "hard", ReasonExpired},
-		// The address is dead whoever gave up.
-		{"unknown user deferred", "failed", "4.1.1", 450, "450 4.1.1 <x@example.org>: Recipient address rejected: User unknown", "hard", ReasonUserUnknown},
+			"the recipient's email system refused to accept a connection from your email system.", "", soft, ReasonExpired},
+		// A temporary refusal of the address is still temporary: soft,
+		// and the reason says what the receiver said.
+		{"unknown user deferred", "failed", "4.1.1", 450, "450 4.1.1 <x@example.org>: Recipient address rejected: User unknown", "", soft, ReasonUserUnknown},
+		{"gmail NXDOMAIN after retries", "failed", "4.0.0", 0, "DNS Error: DNS type 'mx' lookup of example.jp responded with code NXDOMAIN Domain name not found: example.jp", "", soft, ReasonDomainNotFound},
 		// The sender's fault stays the sender's: the address may be good.
-		{"reputation", "failed", "4.7.0", 421, "421 4.7.0 [TSS04] Messages from 192.0.2.7 temporarily deferred due to user complaints", "soft", ReasonBlocked},
-		{"rate", "failed", "4.7.0", 421, "421 4.7.0 Too many concurrent SMTP connections from this IP address", "soft", ReasonRateLimited},
+		{"reputation", "failed", "4.7.0", 421, "421 4.7.0 [TSS04] Messages from 192.0.2.7 temporarily deferred due to user complaints", "", soft, ReasonBlocked},
+		{"rate", "failed", "4.7.0", 421, "421 4.7.0 Too many concurrent SMTP connections from this IP address", "", soft, ReasonRateLimited},
 		// Still being tried: soft.
-		{"delayed", "delayed", "4.2.2", 452, "452 4.2.2 Mailbox full", "soft", ReasonMailboxFull},
+		{"delayed", "delayed", "4.2.2", 452, "452 4.2.2 Mailbox full", "", soft, ReasonMailboxFull},
 		// A permanent refusal is not an expiry.
-		{"permanent full", "failed", "5.2.2", 552, "552 5.2.2 Mailbox full", "soft", ReasonMailboxFull},
+		{"permanent full", "failed", "5.2.2", 552, "552 5.2.2 Mailbox full", "", soft, ReasonMailboxFull},
+		{"permanent unknown", "failed", "5.1.1", 550, "550 5.1.1 <x@example.org>: Recipient address rejected: User unknown", "", hard, ReasonUserUnknown},
+		// An unknown user in reply to the end of DATA, as the text block
+		// of the recipient says: the receiver had taken the address.
+		{"unknown at the end of DATA", "failed", "5.0.0", 550, "550 Unknown user x@example.jp",
+			"<x@example.jp>: host mfsmax.example.jp[192.0.2.240] said:\n    550 Unknown user x@example.jp (in reply to end of DATA\n    command)", soft, ReasonUserUnknown},
+		{"unknown after end of data", "failed", "", 550, "SMTP error from remote mail server after end of data: 550 5.1.1 User unknown", "", soft, ReasonUserUnknown},
+		{"unknown at RCPT TO", "failed", "5.0.0", 550, "550 Unknown user x@example.jp",
+			"<x@example.jp>: host mx.example.jp[192.0.2.240] said: 550 Unknown user x@example.jp (in reply to RCPT TO command)", hard, ReasonUserUnknown},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := Recipient{Action: tt.action, Status: tt.status, SMTPCode: tt.code, Diagnostic: tt.diagnostic}
-			r.assess("")
-			if r.Type != tt.typ || r.Reason != tt.reason {
-				t.Errorf("assess = %s, %s; want %s, %s", r.Type, r.Reason, tt.typ, tt.reason)
+			r.assess("", tt.own)
+			if r.Verdict != tt.verdict || r.Reason != tt.reason {
+				t.Errorf("assess = %s, %s; want %s, %s", r.Verdict, r.Reason, tt.verdict, tt.reason)
 			}
 			if r.Diagnostic != tt.diagnostic {
 				t.Errorf("diagnostic changed to %q", r.Diagnostic)

@@ -351,20 +351,20 @@ func (m *msg) deliveryStatus(rep *Report, bt bounceText) bool {
 			// names the one recipient.
 			r.FinalRecipient = b.addr
 		}
-		if r.Diagnostic == "" {
+		b, hasBlock := bt.block(r.FinalRecipient, len(rs))
+		own := strings.Join(b.lines, "\n")
+		if r.Diagnostic == "" && hasBlock {
 			// The text part often says what the DSN leaves out.
-			if b, ok := bt.block(r.FinalRecipient, len(rs)); ok {
-				r.Diagnostic = b.diagnostic()
-				code, _ := replyCodes(strings.Join(b.lines, "\n"))
-				if r.SMTPCode == 0 {
-					r.SMTPCode = code
-				}
-				if r.Status == "" || genericStatus(r.Status) {
-					r.Status = preferStatus(r.Status, strings.Join(b.lines, "\n"))
-				}
+			r.Diagnostic = b.diagnostic()
+			code, _ := replyCodes(own)
+			if r.SMTPCode == 0 {
+				r.SMTPCode = code
+			}
+			if r.Status == "" || genericStatus(r.Status) {
+				r.Status = preferStatus(r.Status, own)
 			}
 		}
-		r.assess(explanation)
+		r.assess(explanation, own)
 	}
 	rep.Recipients = rs
 	rep.Kind = kindOf(rs)

@@ -294,7 +294,7 @@ func (m *msg) textBounce(rep *Report, bt bounceText) bool {
 		if delayed {
 			r.Action = "delayed"
 		}
-		r.assess(preamble)
+		r.assess(preamble, strings.Join(b.lines, "\n"))
 		rep.Recipients = append(rep.Recipients, r)
 	}
 	rep.Kind = KindBounce

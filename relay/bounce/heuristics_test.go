@@ -122,7 +122,7 @@ func TestTextBounceRecipients(t *testing.T) {
 				"------ This is a copy of the message, including all the headers. ------\r\n" +
 				"From: s@sender.example\r\nTo: c@example.com\r\nSubject: hi\r\n\r\nhello\r\n",
 			kind: KindBounce,
-			want: []want{{addr: "c@example.com", action: "failed", typ: "soft", reason: ReasonMailboxFull}},
+			want: []want{{addr: "c@example.com", action: "failed", verdict: "soft", reason: ReasonMailboxFull}},
 		},
 		{
 			// With two recipients the returned message says nothing of

@@ -163,21 +163,33 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 		sum := sha256.Sum256(raw)
 		reportID = hex.EncodeToString(sum[:])
 	}
+	sentTo := envelope(m)
 	// The details are the plugin contract's bounce, by its JSON names.
-	detail := func(kind, typ string, rcpts ...Recipient) map[string]any {
-		b := outcome.Bounce{Kind: kind, Type: typ, ReportingMTA: rep.ReportingMTA, MatchedBy: by}
+	detail := func(kind string, rcpts ...Recipient) map[string]any {
+		b := outcome.Bounce{Kind: kind, ReportingMTA: rep.ReportingMTA, MatchedBy: by}
 		if !rep.ArrivalDate.IsZero() {
 			b.ArrivalDate = rep.ArrivalDate.UTC().Format(time.RFC3339)
 		}
+		if kind != "complaint" {
+			b.Type = string(outcome.VerdictSoft)
+		}
 		for _, rc := range rcpts {
-			b.Recipients = append(b.Recipients, outcome.BounceRecipient{FinalRecipient: rc.FinalRecipient, OriginalRecipient: rc.OriginalRecipient,
-				Action: rc.Action, Status: rc.Status, SMTPCode: rc.SMTPCode, Reason: string(rc.Reason), RemoteMTA: rc.RemoteMTA, Diagnostic: rc.Diagnostic})
+			br := outcome.BounceRecipient{FinalRecipient: rc.FinalRecipient, OriginalRecipient: rc.OriginalRecipient,
+				Action: rc.Action, Status: rc.Status, SMTPCode: rc.SMTPCode, Reason: string(rc.Reason), Verdict: rc.Verdict,
+				RemoteMTA: rc.RemoteMTA, Diagnostic: rc.Diagnostic}
+			if !sentTo.has(rc) {
+				br.Verdict, br.NotRecipient = "", true
+			}
+			if br.Verdict == outcome.VerdictHard {
+				b.Type = string(outcome.VerdictHard)
+			}
+			b.Recipients = append(b.Recipients, br)
 		}
 		return map[string]any{"bounce": b}
 	}
 	var out []*backends.Event
 	if rep.Kind == KindComplaint {
-		e := backends.OutcomeEvent(m.Status, "COMPLAINED", complaintReason(rep), detail("complaint", "", rep.Recipients...))
+		e := backends.OutcomeEvent(m.Status, "COMPLAINED", complaintReason(rep), detail("complaint", rep.Recipients...))
 		e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00complaint\x00"+reportID)).String()
 		return append(out, e)
 	}
@@ -189,11 +201,12 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 		addr := strings.ToLower(cmp.Or(rc.FinalRecipient, rc.Address()))
 		switch {
 		case rc.Action == "delayed" || rep.Kind == KindDelay && rc.Action == "":
-			e := backends.OutcomeEvent(m.Status, "DELAYED", recipientReason(rc), detail("delay", "soft", rc))
+			rc.Verdict = outcome.VerdictSoft
+			e := backends.OutcomeEvent(m.Status, "DELAYED", recipientReason(rc, sentTo.has(rc)), detail("delay", rc))
 			e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00delay\x00"+addr+"\x00"+reportID)).String()
 			out = append(out, e)
 		case rc.Action == "" || rc.Action == "failed":
-			e := backends.OutcomeEvent(m.Status, backends.StatusBounced, recipientReason(rc), detail("bounce", rc.Type, rc))
+			e := backends.OutcomeEvent(m.Status, backends.StatusBounced, recipientReason(rc, sentTo.has(rc)), detail("bounce", rc))
 			e.ID = uuid.NewSHA1(eventNamespace, []byte(m.ID+"\x00bounce\x00"+addr)).String()
 			out = append(out, e)
 		}
@@ -202,10 +215,31 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 	return out
 }
 
+// addresses is a set of addresses, in lower case.
+type addresses map[string]bool
+
+// envelope is the set of m's envelope recipients.
+func envelope(m *backends.Message) addresses {
+	set := addresses{}
+	for _, a := range m.Envelope.Recipients {
+		set[strings.ToLower(a)] = true
+	}
+	return set
+}
+
+// has reports whether the report's recipient is one the message was sent
+// to: the address the report says the app sent to (its original
+// recipient, else its final one) is in the envelope. Any other address a
+// bounce names (a list's own, a postmaster, the next hop of a forward)
+// says nothing of the message's recipients.
+func (set addresses) has(rc Recipient) bool {
+	return set[strings.ToLower(rc.Address())]
+}
+
 // recipientReason is the event's reason: who (the address the app sent
 // to), the codes unless the reply already says them, the reply, and the
-// verdict.
-func recipientReason(rc Recipient) string {
+// verdict, or that the address is not the message's.
+func recipientReason(rc Recipient, sentTo bool) string {
 	var b strings.Builder
 	b.WriteString(rc.Address())
 	b.WriteString(":")
@@ -223,8 +257,11 @@ func recipientReason(rc Recipient) string {
 		}
 		b.WriteString(" " + d)
 	}
-	if rc.Type != "" || rc.Reason != "" {
-		fmt.Fprintf(&b, " (%s, %s)", rc.Type, rc.Reason)
+	switch {
+	case !sentTo:
+		fmt.Fprintf(&b, " (not a recipient of the message, %s)", rc.Reason)
+	case rc.Verdict != "" || rc.Reason != "":
+		fmt.Fprintf(&b, " (%s, %s)", rc.Verdict, rc.Reason)
 	}
 	return b.String()
 }

@@ -1,9 +1,18 @@
 package bounce
 
 import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/outcome"
+	"github.com/genropy/postino/relay/mailbox"
 )
 
 func TestRecipientReason(t *testing.T) {
@@ -13,23 +22,23 @@ func TestRecipientReason(t *testing.T) {
 		want string
 	}{
 		{"reply says its codes", Recipient{FinalRecipient: "a@example.org", SMTPCode: 550, Status: "5.1.1",
-			Diagnostic: "550 5.1.1 <a@example.org>: User unknown", Type: "hard", Reason: ReasonUserUnknown},
+			Diagnostic: "550 5.1.1 <a@example.org>: User unknown", Verdict: outcome.VerdictHard, Reason: ReasonUserUnknown},
 			"a@example.org: 550 5.1.1 <a@example.org>: User unknown (hard, user_unknown)"},
 		{"reply inside prose", Recipient{FinalRecipient: "a@example.org", SMTPCode: 550, Status: "5.1.1",
-			Diagnostic: "SMTP error from remote mail server after RCPT TO:<a@example.org>: 550 5.1.1 User unknown", Type: "hard", Reason: ReasonUserUnknown},
+			Diagnostic: "SMTP error from remote mail server after RCPT TO:<a@example.org>: 550 5.1.1 User unknown", Verdict: outcome.VerdictHard, Reason: ReasonUserUnknown},
 			"a@example.org: SMTP error from remote mail server after RCPT TO:<a@example.org>: 550 5.1.1 User unknown (hard, user_unknown)"},
 		{"status from the report", Recipient{FinalRecipient: "a@example.org", SMTPCode: 550, Status: "5.1.1",
-			Diagnostic: "550 Requested action not taken", Type: "hard", Reason: ReasonUserUnknown},
+			Diagnostic: "550 Requested action not taken", Verdict: outcome.VerdictHard, Reason: ReasonUserUnknown},
 			"a@example.org: 5.1.1 550 Requested action not taken (hard, user_unknown)"},
-		{"no reply", Recipient{FinalRecipient: "a@example.org", Status: "4.4.7", Type: "hard", Reason: ReasonExpired},
-			"a@example.org: 4.4.7 (hard, expired)"},
+		{"no reply", Recipient{FinalRecipient: "a@example.org", Status: "4.4.7", Verdict: outcome.VerdictSoft, Reason: ReasonExpired},
+			"a@example.org: 4.4.7 (soft, expired)"},
 		{"the app's address", Recipient{FinalRecipient: "a.fwd@mail.example.net", OriginalRecipient: "a@example.org", SMTPCode: 552,
-			Diagnostic: "552 Mailbox full", Type: "soft", Reason: ReasonMailboxFull},
+			Diagnostic: "552 Mailbox full", Verdict: outcome.VerdictSoft, Reason: ReasonMailboxFull},
 			"a@example.org: 552 Mailbox full (soft, mailbox_full)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := recipientReason(tt.rc); got != tt.want {
+			if got := recipientReason(tt.rc, true); got != tt.want {
 				t.Errorf("got  %q\nwant %q", got, tt.want)
 			}
 		})
@@ -44,7 +53,7 @@ func TestBounceEventID(t *testing.T) {
 	r := &Recorder{}
 	m := &backends.Message{ID: "m1", Status: backends.StatusSent}
 	id := func(rc Recipient, reportID string) string {
-		rc.Action, rc.Type = "failed", "hard"
+		rc.Action, rc.Verdict = "failed", outcome.VerdictHard
 		es := r.events(m, &Report{Kind: KindBounce, MessageID: reportID, Recipients: []Recipient{rc}}, "test", nil)
 		if len(es) != 1 {
 			t.Fatalf("%d events, want 1", len(es))
@@ -58,5 +67,57 @@ func TestBounceEventID(t *testing.T) {
 	}
 	if other := id(Recipient{FinalRecipient: "b@example.org"}, "<r1@example.net>"); other == plain {
 		t.Error("two recipients made one event")
+	}
+}
+
+// TestRecorderNotRecipient: a bounce that names an address the message was
+// not sent to (a list member the list expanded to, with no
+// Original-Recipient) is recorded, but marked so and with no verdict that
+// could stop mail to it, and its event is soft; the message's own
+// recipient keeps its hard verdict.
+func TestRecorderNotRecipient(t *testing.T) {
+	store := outboxtest.Store(t)
+	ctx := context.Background()
+	m := &backends.Message{ID: "nr-1", EmlPath: "outbox:nr-1.x",
+		Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{"Alice@example.org", "team@lists.example.org"}}}
+	if err := store.Create(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	dsn, err := os.ReadFile(filepath.Join("testdata", "not-recipient.eml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRecorder(store, Options{}, slog.New(slog.DiscardHandler), nil, nil)
+	if v, err := r.Handle(ctx, dsn); err != nil || v != mailbox.Processed {
+		t.Fatalf("Handle = %v, %v", v, err)
+	}
+	events, err := store.Events(ctx, m.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]outcome.Bounce{}
+	reasons := map[string]string{}
+	for _, e := range events {
+		var d struct {
+			Bounce outcome.Bounce `json:"bounce"`
+		}
+		if err := json.Unmarshal(e.Details, &d); err != nil || e.Outcome != string(backends.StatusBounced) || len(d.Bounce.Recipients) != 1 {
+			t.Fatalf("event %s %s: %s (%v)", e.Outcome, e.Reason, e.Details, err)
+		}
+		got[d.Bounce.Recipients[0].FinalRecipient] = d.Bounce
+		reasons[d.Bounce.Recipients[0].FinalRecipient] = e.Reason
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d BOUNCED events, want 2: %v", len(got), reasons)
+	}
+	alice, bob := got["alice@example.org"], got["bob@member.example.net"]
+	if rc := alice.Recipients[0]; alice.Type != "hard" || rc.Verdict != outcome.VerdictHard || rc.NotRecipient || rc.Reason != "user_unknown" {
+		t.Errorf("the message's recipient: type %q, %+v", alice.Type, rc)
+	}
+	if rc := bob.Recipients[0]; bob.Type != "soft" || rc.Verdict != "" || !rc.NotRecipient || rc.Reason != "user_unknown" {
+		t.Errorf("the address the message was not sent to: type %q, %+v", bob.Type, rc)
+	}
+	if want := "(not a recipient of the message, user_unknown)"; !strings.HasSuffix(reasons["bob@member.example.net"], want) {
+		t.Errorf("its event's reason %q does not end with %q", reasons["bob@member.example.net"], want)
 	}
 }

@@ -5,7 +5,11 @@
 // user can act on, and which keys tie it to the message it is about.
 package bounce
 
-import "time"
+import (
+	"time"
+
+	"github.com/genropy/postino/outcome"
+)
 
 // Kind tells a bounce from the other mail a bounce mailbox receives.
 type Kind string
@@ -49,16 +53,16 @@ type Recipient struct {
 	// Status is the enhanced status code as written, "5.1.1".
 	Status   string `json:"status,omitempty"`
 	SMTPCode int    `json:"smtp_code,omitempty"`
-	// Type says what the app should do next (docs/bounces.md has the
-	// table). Hard: stop sending to the address; it does not exist, nor
-	// does its domain, its account is closed, or the upstream gave up
-	// after its whole queue lifetime of temporary replies (expired).
-	// Soft: the same address may work later, or once the sender fixes
-	// what it sends or where from (blocked, policy, spam, ...).
-	Type       string `json:"type,omitempty"`
-	Reason     Reason `json:"reason,omitempty"`
-	RemoteMTA  string `json:"remote_mta,omitempty"`
-	Diagnostic string `json:"diagnostic,omitempty"`
+	// Verdict is what the failure says of the address (outcome.Verdict):
+	// hard when the receiver refused the address itself for good (it does
+	// not exist, nor does its domain, its account is closed); soft for
+	// everything else, among them an expiry after temporary replies and
+	// any refusal of the sender or the content. docs/bounces.md has the
+	// table of reasons.
+	Verdict    outcome.Verdict `json:"verdict,omitempty"`
+	Reason     Reason          `json:"reason,omitempty"`
+	RemoteMTA  string          `json:"remote_mta,omitempty"`
+	Diagnostic string          `json:"diagnostic,omitempty"`
 }
 
 // Keys are what ties a report to the message it is about, in the order

@@ -114,7 +114,7 @@ func (b *sesBounce) read(rep *Report) {
 		if transient && r.Action == "failed" && strings.HasPrefix(r.Status, "4.") {
 			r.Action = "delayed"
 		}
-		r.assess("")
+		r.assess("", "")
 		rep.Recipients = append(rep.Recipients, r)
 	}
 	rep.Kind = kindOf(rep.Recipients)

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/emersion/go-sasl"
+
+	"github.com/genropy/postino/outcome"
+	"github.com/genropy/postino/relay/bounce"
 )
 
 // Timeouts bound every network step of a delivery. The defaults are those
@@ -46,6 +49,16 @@ type Reply struct {
 	Text     string
 
 	lines []string // as received, for EHLO
+	// ofMessage says the reply is about the message or its sender, not a
+	// recipient's address: MAIL FROM's, DATA's, or the relay's refusal of
+	// the whole message.
+	ofMessage bool
+}
+
+// addressVerdict is what the reply, a failure, says of the recipient's address.
+func (r Reply) addressVerdict() outcome.Verdict {
+	v, _ := bounce.Classify(bounce.Failure{Status: r.Enhanced, Code: r.Code, Text: r.Text, OfMessage: r.ofMessage})
+	return v
 }
 
 func (r Reply) String() string {

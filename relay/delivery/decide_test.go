@@ -20,14 +20,16 @@ func TestDecide(t *testing.T) {
 	)
 	sent := outcome.Recipient{Address: "a@example.net", Status: outcome.RecipientSent,
 		Code: 250, EnhancedCode: "2.0.0", Text: "queued", Host: "mx.example.net", At: now}
-	refused := outcome.Recipient{Address: "c@example.net", Status: outcome.RecipientFailed,
+	refused := outcome.Recipient{Address: "c@example.net", Status: outcome.RecipientFailed, Verdict: outcome.VerdictHard,
 		Code: 550, EnhancedCode: "5.1.1", Text: "no such user", Host: "mx.example.net", At: now}
 	full := outcome.Recipient{Address: "b@example.net", Status: outcome.RecipientPending,
 		Code: 452, EnhancedCode: "4.2.2", Text: "mailbox full", Host: "mx.example.net", At: now}
 	noReply := outcome.Recipient{Address: "d@example.net", Status: outcome.RecipientPending,
 		Text: "no reply: the session ended", Host: "mx.example.net", At: now}
+	// Expired recipients are soft, whatever their last reply said: the
+	// list of temporary replies says nothing of the address.
 	expired := func(r outcome.Recipient) outcome.Recipient {
-		r.Status = outcome.RecipientFailed
+		r.Status, r.Verdict = outcome.RecipientFailed, outcome.VerdictSoft
 		r.Text = "expired: not delivered within 1h0m0s; last: " + r.Text
 		return r
 	}

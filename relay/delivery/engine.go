@@ -378,20 +378,23 @@ func (j *job) record(host string, out replies, lost error) {
 	for k, i := range j.rcpts {
 		rep := out.rcpts[k]
 		if rep.ok() {
+			// Taken at RCPT TO: what became of it is the content's reply.
 			rep = out.data
+			rep.ofMessage = true
 		}
 		r := &f.results[i]
 		r.At, r.Host = now, host
 		switch {
 		case rep.Code == 0:
-			r.Status, r.Code, r.EnhancedCode = outcome.RecipientPending, 0, ""
+			// The session was lost: the moment's failure.
+			r.Status, r.Code, r.EnhancedCode, r.Verdict = outcome.RecipientPending, 0, "", outcome.VerdictSoft
 			r.Text = "no reply: " + errText(lost)
 		case rep.ok():
-			r.Status = outcome.RecipientSent
+			r.Status, r.Verdict = outcome.RecipientSent, ""
 		case rep.permanent():
-			r.Status = outcome.RecipientFailed
+			r.Status, r.Verdict = outcome.RecipientFailed, rep.addressVerdict()
 		default:
-			r.Status = outcome.RecipientPending
+			r.Status, r.Verdict = outcome.RecipientPending, rep.addressVerdict()
 		}
 		if rep.Code != 0 {
 			r.Code, r.EnhancedCode, r.Text = rep.Code, rep.Enhanced, rep.Text
@@ -581,7 +584,9 @@ func decide(a attemptEnd, retry Retry) decision {
 	if expired {
 		for i := range d.results {
 			if r := &d.results[i]; r.Status == outcome.RecipientPending {
-				r.Status = outcome.RecipientFailed
+				// Temporary failures until time ran out say nothing of
+				// the address.
+				r.Status, r.Verdict = outcome.RecipientFailed, outcome.VerdictSoft
 				r.Text = fmt.Sprintf("expired: not delivered within %s; last: %s", retry.MaxAge, r.Text)
 			}
 		}

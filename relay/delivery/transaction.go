@@ -173,8 +173,10 @@ func isAtext(c byte) bool {
 // line buffers one command; it leaves when the writer is flushed.
 func (c *client) line(s string) { fmt.Fprintf(c.w, "%s\r\n", s) }
 
-// fill gives every recipient the same reply.
+// fill gives every recipient the same reply, one about the message (the
+// sender refused, or the whole message): it says nothing of any address.
 func fill(rcpts []Reply, rep Reply) {
+	rep.ofMessage = true
 	for i := range rcpts {
 		rcpts[i] = rep
 	}

@@ -1,8 +1,11 @@
 // Command bouncescore runs the bounce reader of `postino bounce parse` over
 // the shared sisimai corpus and prints how often it agrees with sisimai's
-// expected.tsv: recipients, status codes, hard or soft, and reasons after
-// the mapping in relay/bounce/bouncescore/reasons.tsv. -v lists every
-// disagreement as "file, index, field, expected, got".
+// expected.tsv: recipients, status codes, hard or soft (over the bounce
+// rows, leaving out sisimai's filtered and suspend), and reasons after the
+// mapping in relay/bounce/bouncescore/reasons.tsv; then the hard verdicts
+// given on a soft reason, and the false recipients. -v lists every
+// disagreement as "file, index, field, expected, got", then the hard
+// verdicts on a soft reason and the false recipients.
 //
 //	go run ./contrib/bench/bouncescore [-v] [-corpus DIR]
 //
@@ -36,8 +39,12 @@ func main() {
 		os.Exit(1)
 	}
 	if *verbose {
-		fmt.Println(strings.Join(res.Disagreements, "\n"))
-		fmt.Println()
+		for _, part := range [][]string{res.Disagreements, res.HardOnSoftRows, res.HardOnSoft, res.FalseRecipients} {
+			if len(part) > 0 {
+				fmt.Println(strings.Join(part, "\n"))
+				fmt.Println()
+			}
+		}
 	}
 	for _, e := range res.Errors {
 		fmt.Fprintf(os.Stderr, "bouncescore: %s\n", e)

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/bounce"
 )
 
@@ -132,11 +133,25 @@ func pseudoStatus(s string) bool {
 	return len(s) == 7 && s[1:5] == ".0.9"
 }
 
-// Result is the agreement over the corpus. Rows, Found, Status, Hard and
-// Reason count expected rows; Files and Kinds count messages.
+// Result is the agreement over the corpus. Rows, Found, Status and
+// Reasons count expected rows; HardRows and Hard the bounce rows hard or
+// soft is compared on (see Score); Files and Kinds count messages.
 type Result struct {
-	Files, Kinds                       int
-	Rows, Found, Status, Hard, Reasons int
+	Files, Kinds                 int
+	Rows, Found, Status, Reasons int
+	HardRows, Hard               int
+	// HardOnSoft are the recipients given a hard verdict with a reason of
+	// SoftReasons, of any file: "file, index, reason" lines.
+	HardOnSoft []string
+	// HardOnSoftRows are the rows whose sisimai reason maps to one of
+	// SoftReasons and whose recipient the reader calls hard: "file,
+	// index, reason (sisimai's), got" lines.
+	HardOnSoftRows []string
+	// FalseRecipients are the recipients the reader reports beyond those
+	// sisimai lists for a file: "file: n recipients, sisimai lists m"
+	// lines. The corpus has no envelope; this is its proxy for an address
+	// a bounce names that the message was not sent to.
+	FalseRecipients []string
 	// Disagreements are "file, index, field, expected, got" lines, sorted.
 	Disagreements []string
 	// Errors are the files the reader refused or failed on.
@@ -145,21 +160,37 @@ type Result struct {
 	Unmapped []string
 }
 
+// SoftReasons are the reasons that never make an address hard: they say
+// the message or the sender was refused, or the moment was wrong, not that
+// the address cannot receive mail.
+var SoftReasons = []bounce.Reason{
+	bounce.ReasonExpired, bounce.ReasonNetwork, bounce.ReasonBlocked, bounce.ReasonPolicy,
+	bounce.ReasonSpam, bounce.ReasonRateLimited, bounce.ReasonMailboxFull,
+}
+
+// uncompared are sisimai's reasons of the rows hard or soft is not
+// compared on: filtered and suspend, which sisimai defines otherwise (a
+// user unknown at the end of DATA, a disabled account: soft for sisimai),
+// and the rows that are no bounce (complaints, auto-replies, deliveries).
+var uncompared = map[string]bool{"filtered": true, "suspend": true, "feedback": true, "vacation": true, "delivered": true}
+
 // Score reads every message of the corpus in dir with parse and compares
 // the reports with expected.tsv.
 //
-// Every figure is over all the rows of expected.tsv, one row per
-// recipient sisimai found. A row whose recipient the reader did not find
-// at that position counts as a disagreement for every field. Rows whose
-// expected status is empty (complaints and auto-replies, which carry no
-// code) count as equal when the reader reports no status either. Rows
+// Every figure but hard or soft is over all the rows of expected.tsv, one
+// row per recipient sisimai found. A row whose recipient the reader did
+// not find at that position counts as a disagreement for every field. Rows
+// whose expected status is empty (complaints and auto-replies, which carry
+// no code) count as equal when the reader reports no status either. Rows
 // whose expected status is one of sisimai's internal codes (see
 // pseudoStatus) count as equal when the reader reports no code or only a
-// generic x.0.0: Postino keeps codes as written and invents none. Hard is
-// equal when sisimai's hard_bounce is true exactly when the recipient's
-// type is hard. Reasons compare after reasons.tsv; the rows named feedback
-// and vacation compare the kind of the report (complaint, auto-reply), and
-// delivered rows the recipient's action.
+// generic x.0.0: Postino keeps codes as written and invents none. Hard or
+// soft is compared on the bounce rows only, leaving out sisimai's
+// filtered and suspend (see uncompared): equal when sisimai's hard_bounce
+// is true exactly when the recipient's verdict is hard. Reasons compare
+// after reasons.tsv; the rows named feedback and vacation compare the
+// kind of the report (complaint, auto-reply), and delivered rows the
+// recipient's action.
 func Score(dir string, parse func(path string) (*bounce.Report, error)) (*Result, error) {
 	rows, err := ReadExpected(filepath.Join(dir, "expected.tsv"))
 	if err != nil {
@@ -192,12 +223,34 @@ func Score(dir string, parse func(path string) (*bounce.Report, error)) (*Result
 	for _, row := range rows {
 		res.compare(row, reports[row.File].rep, mapping)
 	}
+	for _, path := range files {
+		name := filepath.Base(path)
+		rep := reports[name].rep
+		if rep == nil {
+			continue
+		}
+		for i, rc := range rep.Recipients {
+			if rc.Verdict == outcome.VerdictHard && slices.Contains(SoftReasons, rc.Reason) {
+				res.HardOnSoft = append(res.HardOnSoft, fmt.Sprintf("%s\t%d\t%s", name, i+1, rc.Reason))
+			}
+		}
+		if n := len(byFile[name]); n > 0 && len(rep.Recipients) > n {
+			res.FalseRecipients = append(res.FalseRecipients, fmt.Sprintf("%s: %d recipients, sisimai lists %d", name, len(rep.Recipients), n))
+		}
+	}
 	sort.Strings(res.Disagreements)
+	sort.Strings(res.HardOnSoft)
+	sort.Strings(res.HardOnSoftRows)
+	sort.Strings(res.FalseRecipients)
 	return res, nil
 }
 
 // compare counts what the reader's report agrees with of one row.
 func (res *Result) compare(row Row, rep *bounce.Report, mapping map[string]bounce.Reason) {
+	compareHard := !uncompared[row.Reason]
+	if compareHard {
+		res.HardRows++
+	}
 	if rep == nil || row.Pos > len(rep.Recipients) || rep.Recipients[row.Pos-1].FinalRecipient == "" {
 		res.disagree(row.File, row.Pos, "recipient", "found", "none")
 		return
@@ -209,10 +262,16 @@ func (res *Result) compare(row Row, rep *bounce.Report, mapping map[string]bounc
 	} else {
 		res.disagree(row.File, row.Pos, "status", row.Status, got.Status)
 	}
-	if row.Hard == (got.Type == "hard") {
+	hard := got.Verdict == outcome.VerdictHard
+	switch {
+	case !compareHard:
+	case row.Hard == hard:
 		res.Hard++
-	} else {
-		res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Type, got.Reason))
+	default:
+		res.disagree(row.File, row.Pos, "hard", fmt.Sprintf("%t (%s)", row.Hard, row.Reason), fmt.Sprintf("%s [%s]", got.Verdict, got.Reason))
+	}
+	if hard && slices.Contains(SoftReasons, mapping[row.Reason]) {
+		res.HardOnSoftRows = append(res.HardOnSoftRows, fmt.Sprintf("%s\t%d\t%s (%s)\thard [%s]", row.File, row.Pos, mapping[row.Reason], row.Reason, got.Reason))
 	}
 	ok, want := reasonAgrees(row, rep, got, mapping)
 	if _, known := mapping[row.Reason]; !known && !ok && !slices.Contains(res.Unmapped, row.Reason) {
@@ -300,8 +359,21 @@ func (res *Result) Summary() string {
 	fmt.Fprintf(&b, "corpus: %d files, %d expected rows, %d unreadable\n", res.Files, res.Rows, len(res.Errors))
 	line("recipients found", res.Found, res.Rows)
 	line("status codes equal", res.Status, res.Rows)
-	line("hard/soft equal", res.Hard, res.Rows)
+	line("hard/soft equal", res.Hard, res.HardRows)
+	fmt.Fprintf(&b, "%21s(of the bounce rows, leaving out sisimai's filtered and suspend: defined otherwise)\n", "")
 	line("reasons equal", res.Reasons, res.Rows)
 	line("kinds equal", res.Kinds, res.Files)
+	fmt.Fprintf(&b, "%-20s %4d rows, %d recipients\n", "hard, reason soft:", len(res.HardOnSoftRows), len(res.HardOnSoft))
+	fmt.Fprintf(&b, "%21s(rows by sisimai's reason, recipients by the reader's: %s)\n", "", strings.Join(reasonNames(SoftReasons), ", "))
+	fmt.Fprintf(&b, "%-20s %4d\n", "false recipients:", len(res.FalseRecipients))
+	fmt.Fprintf(&b, "%21s(recipients past those sisimai lists for a file: the corpus has no envelope)\n", "")
 	return b.String()
+}
+
+func reasonNames(rs []bounce.Reason) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = string(r)
+	}
+	return out
 }
