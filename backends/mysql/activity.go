@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // minutesStmt sums the activity counters of each minute from since's on
@@ -24,7 +25,7 @@ func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute
 		return nil, fmt.Errorf("minutes: %w", err)
 	}
 	defer rows.Close()
-	return backends.ReadMinutes(rows)
+	return sqlstore.ReadMinutes(rows)
 }
 
 func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // adoptPage bounds one adoption transaction.
@@ -26,10 +27,10 @@ const (
 // the event that tells it; one that names no message file becomes INVALID,
 // told too. It can run again: what it did is not done twice.
 func Adopt(ctx context.Context, db *sql.DB) (backends.Adoption, error) {
-	return backends.AdoptSeed(seedAdopter{ctx, db}, seedInFlight, seedUntold)
+	return sqlstore.AdoptSeed(seedAdopter{ctx, db}, seedInFlight, seedUntold)
 }
 
-// seedAdopter is the backends.SeedAdopter of a database.
+// seedAdopter is the sqlstore.SeedAdopter of a database.
 type seedAdopter struct {
 	ctx context.Context
 	db  *sql.DB
@@ -69,7 +70,7 @@ func (s seedAdopter) AdoptPage(ids []string) ([]backends.Adopted, error) {
 	}
 	defer tx.Rollback()
 	w := newTxRows(s.ctx, tx)
-	done, err := backends.AdoptHeld(w, ids, time.Now().UTC())
+	done, err := sqlstore.AdoptHeld(w, ids, time.Now().UTC())
 	if err != nil {
 		return nil, err
 	}

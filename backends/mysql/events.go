@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/go-sql-driver/mysql"
 )
 
@@ -55,7 +56,7 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx *txn) error {
 		w := newTxRows(ctx, tx)
-		if err := backends.AddHeldEvent(w, e, now); err != nil {
+		if err := sqlstore.AddHeldEvent(w, e, now); err != nil {
 			return err
 		}
 		return w.write()
@@ -104,7 +105,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	err = s.tx(ctx, func(tx *txn) error {
 		w := newTxRows(ctx, tx)
 		var err error
-		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
+		if out, err = sqlstore.ClaimHeldEvents(w, ids, c); err != nil {
 			return err
 		}
 		return w.write()

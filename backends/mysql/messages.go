@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Create goes through the group commit, with the writes of other
@@ -54,7 +55,7 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 }
 
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	return backends.ListPages(q, func(q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+	return sqlstore.ListPages(q, func(q backends.ListQuery, after *sqlstore.ListKey) ([]sqlstore.Listed, error) {
 		if q.Status != "" {
 			return s.listStatus(ctx, q, after)
 		}
@@ -66,12 +67,12 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 // per value of claim_held (READY's held messages are listed too), each read
 // from the cursor on in index order and merged. The cursor's comparison is
 // spelled out, because MariaDB reads no index range for a row constructor's.
-func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *sqlstore.ListKey) ([]sqlstore.Listed, error) {
 	helds := []int{0}
 	if q.Status == backends.StatusReady {
 		helds = append(helds, 1)
 	}
-	var out []backends.Listed
+	var out []sqlstore.Listed
 	for _, held := range helds {
 		page, err := s.listed(ctx, listStatusStmt(q, after, held))
 		if err != nil {
@@ -79,7 +80,7 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *bac
 		}
 		out = append(out, page...)
 	}
-	backends.SortListed(out)
+	sqlstore.SortListed(out)
 	return out, nil
 }
 
@@ -87,7 +88,7 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *bac
 // from the cursor on: the page's ids from the claim index alone, then
 // their rows. (Reading the rows while walking the index, MariaDB reads the
 // whole status through its equalities, ignoring the cursor's range.)
-func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held int) stmt {
+func listStatusStmt(q backends.ListQuery, after *sqlstore.ListKey, held int) stmt {
 	query := "SELECT id FROM emails WHERE status = ? AND claim_held = ?"
 	args := []any{q.Status, held}
 	if after != nil {
@@ -100,13 +101,13 @@ func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held int) stm
 }
 
 // listAll lists every message, newest first.
-func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+func (s *Store) listAll(ctx context.Context, q backends.ListQuery, after *sqlstore.ListKey) ([]sqlstore.Listed, error) {
 	return s.listed(ctx, listAllStmt(q, after))
 }
 
 // listAllStmt reads a page of every message from the cursor on
 // (idx_created, whose entries end with the id).
-func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
+func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails"
 	var args []any
 	if after != nil {
@@ -116,20 +117,20 @@ func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
 	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.PageSize()+1)}
 }
 
-func (s *Store) listed(ctx context.Context, st stmt) ([]backends.Listed, error) {
+func (s *Store) listed(ctx context.Context, st stmt) ([]sqlstore.Listed, error) {
 	rows, err := s.db.QueryContext(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []backends.Listed
+	var out []sqlstore.Listed
 	for rows.Next() {
 		var qa time.Time
 		m, err := scanMessage(rowWith{rows, &qa})
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, backends.ListedAt(m, qa))
+		out = append(out, sqlstore.ListedAt(m, qa))
 	}
 	return out, rows.Err()
 }

@@ -10,15 +10,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migrations are the schema's files, in order (backends.ReadMigrations).
-func migrations() ([]backends.Migration, error) {
-	return backends.ReadMigrations(migrationFiles, "migrations")
+// migrations are the schema's files, in order (sqlstore.ReadMigrations).
+func migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.ReadMigrations(migrationFiles, "migrations")
 }
 
 // splitStatements cuts a file at lines that end with ';', dropping comments.
@@ -41,7 +41,7 @@ func splitStatements(sql string) []string {
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
+func LatestVersion() int { return sqlstore.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.

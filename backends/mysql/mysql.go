@@ -20,6 +20,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Options tune the store.
@@ -44,7 +45,7 @@ const DefaultMaxConns = 32
 // table for a whole group of callers (txRows).
 type Store struct {
 	db      *sql.DB
-	commits *backends.GroupCommit[*op]
+	commits *sqlstore.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
@@ -183,7 +184,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("MySQL: read max_allowed_packet: %w", err)
 	}
 	st := &Store{db: db, bodyBudget: bodyBudgetOf(packet)}
-	st.commits = backends.NewGroupCommit(commitConfig, st.commit, func(w backends.Write) *op { return &op{Write: w} })
+	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }
 

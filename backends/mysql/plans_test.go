@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/backends/mysql"
 )
 
@@ -108,8 +109,8 @@ func TestPlans(t *testing.T) {
 	const limit = 50
 	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
 	ids := []any{"m-000008", "m-000018", "m-000028"}
-	late := func(status backends.Status, order string) *backends.ListKey {
-		var c backends.ListKey
+	late := func(status backends.Status, order string) *sqlstore.ListKey {
+		var c sqlstore.ListKey
 		err := db.QueryRow("SELECT priority, queue_at, created_at, id FROM emails WHERE status = ? AND claim_held = 0 ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
 			Scan(&c.Priority, &c.At, &c.Created, &c.ID)
 		if err != nil {

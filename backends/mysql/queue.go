@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Transition goes through the group commit, with the writes of other
@@ -113,7 +114,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(cands) == 0 {
 		return nil, err
 	}
-	o := &op{Write: backends.Write{Claim: &c}, cands: cands}
+	o := &op{Write: sqlstore.Write{Claim: &c}, cands: cands}
 	if err := s.commits.Submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
@@ -124,7 +125,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// lockClaims is the backends.ClaimFunc of the group commit: a claim
+// lockClaims is the sqlstore.ClaimFunc of the group commit: a claim
 // alone keeps its first pick, claims together pick again.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
 	var cands []string
@@ -187,7 +188,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Me
 		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int {
-		return backends.ListedAt(a, a.QueueTime()).Key.Compare(backends.ListedAt(b, b.QueueTime()).Key)
+		return sqlstore.ListedAt(a, a.QueueTime()).Key.Compare(sqlstore.ListedAt(b, b.QueueTime()).Key)
 	})
 	w.Adopt(out)
 	return out, nil
@@ -241,7 +242,7 @@ func anyOf[T any](vs []T) []any {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := backends.InChunks(func() (int, error) {
+	total, err := sqlstore.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx *txn) error {
@@ -259,7 +260,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 				return err
 			}
 			w := newTxRows(ctx, tx)
-			if err := backends.RestoreHeld(w, msgs, now); err != nil {
+			if err := sqlstore.RestoreHeld(w, msgs, now); err != nil {
 				return err
 			}
 			n = len(msgs) + int(ne)
@@ -305,7 +306,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 			out = nil
 			return err
 		}
-		purged, h := backends.Purged(msgs)
+		purged, h := sqlstore.Purged(msgs)
 		ids := anyOf(purged)
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).

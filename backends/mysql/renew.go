@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 func (s *Store) Renew(ctx context.Context, r backends.Renewal) ([]string, error) {
@@ -55,7 +56,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 		w := newTxRows(ctx, tx)
 		var msgs []string
 		var err error
-		if renewed, msgs, err = backends.HeldRenewals(w, r); err != nil {
+		if renewed, msgs, err = sqlstore.HeldRenewals(w, r); err != nil {
 			return err
 		}
 		if err := setLease(ctx, tx, "email_events", "event_id", renewed, until); err != nil {

@@ -7,10 +7,11 @@ import (
 	"strings"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // txRows holds the rows a transaction has locked and changes in memory
-// (backends.Rows, the EventTx of the event rules), and writes them at its
+// (sqlstore.Rows, the EventTx of the event rules), and writes them at its
 // end with one statement per table, whatever the number of messages: the
 // moves of a whole group of callers cost a few statements.
 //
@@ -18,7 +19,7 @@ import (
 // each by id, then the counters (changesStmts), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
-	backends.Rows
+	sqlstore.Rows
 	ctx context.Context
 	tx  *txn
 	// lastSeq is the last event number of each message LockMessages
@@ -27,13 +28,13 @@ type txRows struct {
 }
 
 func newTxRows(ctx context.Context, tx *txn) *txRows {
-	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
+	return &txRows{Rows: sqlstore.NewRows(), ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
 }
 
-// sortedIDs returns ids once each, sorted (backends.SortedIDs), as
+// sortedIDs returns ids once each, sorted (sqlstore.SortedIDs), as
 // arguments.
 func sortedIDs(ids []string) []any {
-	return anyOf(backends.SortedIDs(ids))
+	return anyOf(sqlstore.SortedIDs(ids))
 }
 
 // LockMessages reads and locks the messages of ids that exist, in id order.

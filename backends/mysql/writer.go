@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit (backends.Write), and what the
+// op is one write of the group commit (sqlstore.Write), and what the
 // store keeps beside it.
 type op struct {
-	backends.Write
+	sqlstore.Write
 	cands []string // the claim's first pick, ids in claim order
 }
 
@@ -28,20 +29,20 @@ type op struct {
 // within max_allowed_packet.
 var commitConfig = groupcommit.Config{Max: 256, Window: 10 * time.Millisecond, Paced: true}
 
-// commit runs a group in one transaction (backends.CommitGroup).
+// commit runs a group in one transaction (sqlstore.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
-	return backends.CommitGroup(group, func(g []*op) error {
+	return sqlstore.CommitGroup(group, func(g []*op) error {
 		return s.tx(ctx, func(tx *txn) error { return s.apply(ctx, tx, g) })
 	})
 }
 
-// apply writes a group inside tx (backends.ApplyGroup), with a few
+// apply writes a group inside tx (sqlstore.ApplyGroup), with a few
 // statements whatever its size (txRows).
 func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	w := newTxRows(ctx, tx)
 	insert := func(creates []*op) error { return s.insertMessages(ctx, tx, creates, &w.Changes) }
-	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
+	if err := sqlstore.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
 	// Creates deferred to a query that did not come: their outcome must

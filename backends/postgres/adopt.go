@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // adoptPage bounds one adoption transaction.
@@ -28,10 +29,10 @@ const (
 // INVALID, told too. It can run again: what it did is not done twice. Its
 // notifications name no store, so that every relay listening wakes.
 func Adopt(ctx context.Context, pool *pgxpool.Pool) (backends.Adoption, error) {
-	return backends.AdoptSeed(seedAdopter{ctx, pool}, seedInFlight, seedUntold)
+	return sqlstore.AdoptSeed(seedAdopter{ctx, pool}, seedInFlight, seedUntold)
 }
 
-// seedAdopter is the backends.SeedAdopter of a database.
+// seedAdopter is the sqlstore.SeedAdopter of a database.
 type seedAdopter struct {
 	ctx  context.Context
 	pool *pgxpool.Pool
@@ -66,7 +67,7 @@ func (s seedAdopter) AdoptPage(ids []string) ([]backends.Adopted, error) {
 	err := pgx.BeginFunc(s.ctx, s.pool, func(tx pgx.Tx) error {
 		w := newTxRows(s.ctx, tx, "")
 		var err error
-		if done, err = backends.AdoptHeld(w, ids, time.Now().UTC()); err != nil {
+		if done, err = sqlstore.AdoptHeld(w, ids, time.Now().UTC()); err != nil {
 			return err
 		}
 		return w.write()

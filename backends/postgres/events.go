@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
@@ -46,7 +47,7 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 	now := time.Now().UTC()
 	err := s.tx(ctx, func(tx pgx.Tx) error {
 		w := newTxRows(ctx, tx, s.sender)
-		if err := backends.AddHeldEvent(w, e, now); err != nil {
+		if err := sqlstore.AddHeldEvent(w, e, now); err != nil {
 			return err
 		}
 		return w.write()
@@ -91,7 +92,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	err = s.tx(ctx, func(tx pgx.Tx) error {
 		w := newTxRows(ctx, tx, s.sender)
 		var err error
-		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
+		if out, err = sqlstore.ClaimHeldEvents(w, ids, c); err != nil {
 			return err
 		}
 		return w.write()

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 const messageCols = `id, status, eml_file_path, payload_file_path, reason, version, created_at, updated_at,
@@ -114,7 +115,7 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 }
 
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
-	return backends.ListPages(q, func(q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+	return sqlstore.ListPages(q, func(q backends.ListQuery, after *sqlstore.ListKey) ([]sqlstore.Listed, error) {
 		if q.Status != "" {
 			return s.listStatus(ctx, q, after)
 		}
@@ -125,12 +126,12 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 // listStatus lists a status in claim order, from the claim index: one range
 // per value of claim_held (READY's held messages are listed too), each read
 // from the cursor on in index order, and merged.
-func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *backends.ListKey) ([]backends.Listed, error) {
+func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *sqlstore.ListKey) ([]sqlstore.Listed, error) {
 	helds := []bool{false}
 	if q.Status == backends.StatusReady {
 		helds = append(helds, true)
 	}
-	var out []backends.Listed
+	var out []sqlstore.Listed
 	for _, held := range helds {
 		page, err := s.listed(ctx, listStatusStmt(q, after, held))
 		if err != nil {
@@ -138,14 +139,14 @@ func (s *Store) listStatus(ctx context.Context, q backends.ListQuery, after *bac
 		}
 		out = append(out, page...)
 	}
-	backends.SortListed(out)
+	sqlstore.SortListed(out)
 	return out, nil
 }
 
 // listStatusStmt reads a page of q.Status's messages of one claim_held
 // from the cursor on, a range of idx_claim (a row comparison is an index
 // condition in PostgreSQL).
-func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held bool) stmt {
+func listStatusStmt(q backends.ListQuery, after *sqlstore.ListKey, held bool) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails WHERE status = $1 AND claim_held = $2"
 	args := []any{q.Status, held, q.PageSize() + 1}
 	if after != nil {
@@ -157,7 +158,7 @@ func listStatusStmt(q backends.ListQuery, after *backends.ListKey, held bool) st
 
 // listAllStmt reads a page of every message from the cursor on, newest
 // first (idx_created).
-func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
+func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails"
 	args := []any{q.PageSize() + 1}
 	if after != nil {
@@ -167,20 +168,20 @@ func listAllStmt(q backends.ListQuery, after *backends.ListKey) stmt {
 	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT $1", args}
 }
 
-func (s *Store) listed(ctx context.Context, st stmt) ([]backends.Listed, error) {
+func (s *Store) listed(ctx context.Context, st stmt) ([]sqlstore.Listed, error) {
 	rows, err := s.pool.Query(ctx, st.query, st.args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []backends.Listed
+	var out []sqlstore.Listed
 	for rows.Next() {
 		var qa time.Time
 		m, err := scanMessage(rows, &qa)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, backends.ListedAt(m, qa))
+		out = append(out, sqlstore.ListedAt(m, qa))
 	}
 	return out, rows.Err()
 }

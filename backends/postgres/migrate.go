@@ -8,19 +8,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migrations are the schema's files, in order (backends.ReadMigrations).
-func migrations() ([]backends.Migration, error) {
-	return backends.ReadMigrations(migrationFiles, "migrations")
+// migrations are the schema's files, in order (sqlstore.ReadMigrations).
+func migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.ReadMigrations(migrationFiles, "migrations")
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
+func LatestVersion() int { return sqlstore.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/backends/postgres"
 )
 
@@ -104,8 +105,8 @@ func TestPlans(t *testing.T) {
 	const limit = 50
 	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
 	ids := []string{"m-000008", "m-000018", "m-000028"}
-	late := func(status backends.Status, order string) *backends.ListKey {
-		var c backends.ListKey
+	late := func(status backends.Status, order string) *sqlstore.ListKey {
+		var c sqlstore.ListKey
 		var p int16
 		err := db.QueryRow(ctx, "SELECT priority, queue_at, created_at, id FROM emails WHERE status = $1 AND claim_held = false ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
 			Scan(&p, &c.At, &c.Created, &c.ID)

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Options tune the store.
@@ -38,7 +39,7 @@ const DefaultMaxConns = 32
 // table for a whole group of callers (txRows).
 type Store struct {
 	pool    *pgxpool.Pool
-	commits *backends.GroupCommit[*op]
+	commits *sqlstore.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement.
 	bodyBudget int
 	// sender names this store in its notifications, so that Listen passes
@@ -124,7 +125,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: it is at version %d, this postino needs %d; run: postino migrate --backend postgres --dsn DSN", ErrSchemaBehind, v, want)
 	}
 	st := &Store{pool: pool, bodyBudget: defaultBodyBudget, sender: backends.Nonce()}
-	st.commits = backends.NewGroupCommit(commitConfig, st.commit, func(w backends.Write) *op { return &op{Write: w} })
+	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }
 

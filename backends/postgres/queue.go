@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Transition goes through the group commit, with the writes of other
@@ -35,7 +36,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 	if err != nil || len(prios) == 0 {
 		return nil, err
 	}
-	o := &op{Write: backends.Write{Claim: &c}, prios: prios}
+	o := &op{Write: sqlstore.Write{Claim: &c}, prios: prios}
 	if err := s.commits.Submit(ctx, o); err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
@@ -63,7 +64,7 @@ func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
 		[]any{c.From, priority, ts(c.Now), mine, n}}
 }
 
-// lockClaims is the backends.ClaimFunc of the group commit: the claims
+// lockClaims is the sqlstore.ClaimFunc of the group commit: the claims
 // together look at the priorities any of them found due.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
 	due := map[int]bool{}
@@ -109,7 +110,7 @@ func strs[S ~string](ss []S) []string {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := backends.InChunks(func() (int, error) {
+	total, err := sqlstore.InChunks(func() (int, error) {
 		n := 0
 		now := time.Now().UTC()
 		err := s.tx(ctx, func(tx pgx.Tx) error {
@@ -127,7 +128,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			if err != nil {
 				return err
 			}
-			if err := backends.RestoreHeld(w, msgs, now); err != nil {
+			if err := sqlstore.RestoreHeld(w, msgs, now); err != nil {
 				return err
 			}
 			n = len(msgs) + int(tag.RowsAffected())
@@ -173,7 +174,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
-		ids, h := backends.Purged(msgs)
+		ids, h := sqlstore.Purged(msgs)
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
 		b := &pgx.Batch{}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Renew moves the leases r renews with one statement, which returns the
@@ -43,7 +44,7 @@ func (s *Store) RenewEvents(ctx context.Context, r backends.EventRenewal) ([]str
 		w := newTxRows(ctx, tx, s.sender)
 		var msgs []string
 		var err error
-		if renewed, msgs, err = backends.HeldRenewals(w, r); err != nil {
+		if renewed, msgs, err = sqlstore.HeldRenewals(w, r); err != nil {
 			return err
 		}
 		if err := setLease(ctx, tx, "email_events", "event_id", renewed, until); err != nil {

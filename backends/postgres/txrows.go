@@ -10,10 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // txRows holds the rows a transaction has locked and changes in memory
-// (backends.Rows, the EventTx of the event rules), and writes them at its
+// (sqlstore.Rows, the EventTx of the event rules), and writes them at its
 // end with one statement per table, whatever the number of messages
 // (arrays, unnest): the moves of a whole group of callers cost a few
 // statements.
@@ -22,7 +23,7 @@ import (
 // each by id, then the counters (flushChanges), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
-	backends.Rows
+	sqlstore.Rows
 	ctx context.Context
 	tx  pgx.Tx
 	// wake holds the channels to notify at the commit: work became due.
@@ -33,7 +34,7 @@ type txRows struct {
 
 // newTxRows holds the rows of tx, which notifies as sender.
 func newTxRows(ctx context.Context, tx pgx.Tx, sender string) *txRows {
-	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, sender: sender}
+	return &txRows{Rows: sqlstore.NewRows(), ctx: ctx, tx: tx, sender: sender}
 }
 
 // LockMessages reads and locks the messages of ids that exist, in id order.
@@ -41,7 +42,7 @@ func (w *txRows) LockMessages(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(backends.SortedIDs(ids)))
+	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(sqlstore.SortedIDs(ids)))
 	w.Adopt(msgs)
 	return err
 }
@@ -57,7 +58,7 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(backends.SortedIDs(ids), skip))
+	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(sqlstore.SortedIDs(ids), skip))
 	w.AdoptEvents(events)
 	return err
 }
@@ -87,7 +88,7 @@ func (w *txRows) notifyEvent(e *backends.Event) {
 	}
 }
 
-// Move is backends.Rows.Move, and notifies the message's queue when the
+// Move is sqlstore.Rows.Move, and notifies the message's queue when the
 // move makes it claimable now.
 func (w *txRows) Move(t backends.Transition) error {
 	if err := w.Rows.Move(t); err != nil {
@@ -98,7 +99,7 @@ func (w *txRows) Move(t backends.Transition) error {
 	return nil
 }
 
-// PutEvent is backends.Rows.PutEvent, and notifies the dispatchers when
+// PutEvent is sqlstore.Rows.PutEvent, and notifies the dispatchers when
 // the event is pending and due now.
 func (w *txRows) PutEvent(before, e *backends.Event) error {
 	if err := w.Rows.PutEvent(before, e); err != nil {
@@ -151,7 +152,7 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 	for _, e := range w.NewEvents {
 		owners = append(owners, e.MessageID)
 	}
-	last := lastSeqStmt(backends.SortedIDs(owners))
+	last := lastSeqStmt(sqlstore.SortedIDs(owners))
 	rows, err := w.tx.Query(w.ctx, last.query, last.args...)
 	if err != nil {
 		return err
@@ -223,7 +224,7 @@ func nullJSON(v []string) *string {
 
 // writeEvents writes the changed events, which exist and are locked.
 func (w *txRows) writeEvents(b *pgx.Batch) error {
-	ids := backends.SortedIDs(w.DirtyEvents)
+	ids := sqlstore.SortedIDs(w.DirtyEvents)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -242,7 +243,7 @@ func (w *txRows) writeEvents(b *pgx.Batch) error {
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them, with one statement.
 func (w *txRows) writeMessages(b *pgx.Batch) error {
-	ids := backends.SortedIDs(w.DirtyMessages)
+	ids := sqlstore.SortedIDs(w.DirtyMessages)
 	if len(ids) == 0 {
 		return nil
 	}

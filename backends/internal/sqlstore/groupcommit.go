@@ -1,10 +1,11 @@
-package backends
+package sqlstore
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
@@ -37,7 +38,7 @@ func (g *GroupCommit[O]) Submit(ctx context.Context, o O) error {
 }
 
 // Create is Messages.Create.
-func (g *GroupCommit[O]) Create(ctx context.Context, m *Message) error {
+func (g *GroupCommit[O]) Create(ctx context.Context, m *backends.Message) error {
 	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ func (g *GroupCommit[O]) Create(ctx context.Context, m *Message) error {
 }
 
 // Transition is Queue.Transition.
-func (g *GroupCommit[O]) Transition(ctx context.Context, t Transition) error {
+func (g *GroupCommit[O]) Transition(ctx context.Context, t backends.Transition) error {
 	if err := t.Prepare(time.Now().UTC()); err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func (g *GroupCommit[O]) Transition(ctx context.Context, t Transition) error {
 }
 
 // UpdateEvent is Events.UpdateEvent.
-func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u EventUpdate) (*Event, error) {
+func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
 	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
 	}
