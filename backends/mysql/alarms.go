@@ -38,7 +38,7 @@ func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
 
 func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
 	due := dueAlarmsStmt(kind, now, limit)
-	rows, err := s.db.QueryContext(ctx, due.query, due.args...)
+	rows, err := s.db.QueryContext(ctx, due.Query, due.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +59,6 @@ func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit
 // dueAlarmsStmt reads the alarms of kind due by now, in order
 // (idx_alarm_due).
 func dueAlarmsStmt(kind string, now time.Time, limit int) stmt {
-	return stmt{`SELECT email_id, due_at FROM email_alarms WHERE kind = ? AND due_at <= ?
-		ORDER BY due_at, email_id LIMIT ?`, []any{kind, clamp(now), limit}}
+	return stmt{Query: `SELECT email_id, due_at FROM email_alarms WHERE kind = ? AND due_at <= ?
+		ORDER BY due_at, email_id LIMIT ?`, Args: []any{kind, clamp(now), limit}}
 }

@@ -93,7 +93,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	// since an acknowledged event never goes back. Then lock those still
 	// pending; another relay may have taken some.
 	pick := eventPickStmt(c)
-	rows, err := s.db.QueryContext(ctx, pick.query, pick.args...)
+	rows, err := s.db.QueryContext(ctx, pick.Query, pick.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)
 	}
@@ -120,10 +120,10 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 // message, in claim order (idx_state_due_seq; the earlier events of each
 // through idx_email_seq).
 func eventPickStmt(c backends.EventClaim) stmt {
-	return stmt{`SELECT e.event_id FROM email_events e
+	return stmt{Query: `SELECT e.event_id FROM email_events e
 		WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
 			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-		ORDER BY e.due_at, e.seq LIMIT ?`, []any{c.Now.UTC(), c.Limit}}
+		ORDER BY e.due_at, e.seq LIMIT ?`, Args: []any{c.Now.UTC(), c.Limit}}
 }
 
 // eventLockStmt reads and locks events by id, in id order; skip passes
@@ -133,7 +133,7 @@ func eventLockStmt(ids []any, skip bool) stmt {
 	if skip {
 		q += " SKIP LOCKED"
 	}
-	return stmt{q, ids}
+	return stmt{Query: q, Args: ids}
 }
 
 func scanIDs(rows *sql.Rows) ([]string, error) {

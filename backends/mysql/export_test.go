@@ -19,12 +19,9 @@ var (
 	EventPickStmt     = eventPickStmt
 	EventLockStmt     = eventLockStmt
 	HoldBatchStmt     = holdBatchStmt
-	CountsStmt        = stmt{query: countsQuery}
+	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 )
-
-// Parts returns the statement's text and arguments.
-func (s stmt) Parts() (string, []any) { return s.query, s.args }
 
 // SetBodyBudget makes the statements of message bytes small, so that a
 // test sees them split without sending megabytes.
@@ -51,4 +48,4 @@ type Txn = txn
 var Begin = begin
 
 // Stmt makes a statement for Txn.Last.
-func Stmt(query string, args ...any) stmt { return stmt{query, args} }
+func Stmt(query string, args ...any) stmt { return stmt{Query: query, Args: args} }

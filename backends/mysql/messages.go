@@ -96,8 +96,8 @@ func listStatusStmt(q backends.ListQuery, after *sqlstore.ListKey, held int) stm
 			(created_at > ? OR (created_at = ? AND id > ?))))))`
 		args = append(args, after.Priority, after.Priority, after.At, after.At, after.Created, after.Created, after.ID)
 	}
-	return stmt{"SELECT " + messageCols + ", queue_at FROM emails JOIN (" + query +
-		" ORDER BY priority, queue_at, created_at, id LIMIT ?) page USING (id)", append(args, q.PageSize()+1)}
+	return stmt{Query: "SELECT " + messageCols + ", queue_at FROM emails JOIN (" + query +
+		" ORDER BY priority, queue_at, created_at, id LIMIT ?) page USING (id)", Args: append(args, q.PageSize()+1)}
 }
 
 // listAll lists every message, newest first.
@@ -114,11 +114,11 @@ func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 		query += " WHERE created_at < ? OR (created_at = ? AND id < ?)"
 		args = append(args, after.Created, after.Created, after.ID)
 	}
-	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT ?", append(args, q.PageSize()+1)}
+	return stmt{Query: query + " ORDER BY created_at DESC, id DESC LIMIT ?", Args: append(args, q.PageSize()+1)}
 }
 
 func (s *Store) listed(ctx context.Context, st stmt) ([]sqlstore.Listed, error) {
-	rows, err := s.db.QueryContext(ctx, st.query, st.args...)
+	rows, err := s.db.QueryContext(ctx, st.Query, st.Args...)
 	if err != nil {
 		return nil, err
 	}

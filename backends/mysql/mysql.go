@@ -250,10 +250,7 @@ type scanner interface{ Scan(...any) error }
 // functions named after them (claimPickStmt, listStatusStmt, …), which the
 // store runs and TestPlans explains, so that the plans tested are those of
 // the statements run.
-type stmt struct {
-	query string
-	args  []any
-}
+type stmt = sqlstore.Stmt
 
 func scanMessage(r scanner) (*backends.Message, error) {
 	var (

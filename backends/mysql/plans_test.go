@@ -70,7 +70,7 @@ func fillOutbox(t *testing.T, db *sql.DB, now time.Time) {
 // plan is a hot statement and what its plan must be.
 type plan struct {
 	name string
-	st   interface{ Parts() (string, []any) }
+	st   sqlstore.Stmt
 	// use names the index of every table access, as "table/index", with
 	// how many of its columns it must use at least.
 	use map[string]int
@@ -149,7 +149,7 @@ func TestPlans(t *testing.T) {
 	}
 	var doc strings.Builder
 	for _, p := range plans {
-		query, args := p.st.Parts()
+		query, args := p.st.Query, p.st.Args
 		verb := "EXPLAIN"
 		if p.maxRows > 0 {
 			verb = "ANALYZE"

@@ -36,8 +36,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for _, h := range history {
 			args = append(args, h.MessageID, h.Status, null(h.Reason), h.At.UTC(), nullBytes(h.Details))
 		}
-		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
-			rowsOf(5, len(history)), args})
+		out = append(out, stmt{Query: "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
+			rowsOf(5, len(history)), Args: args})
 	}
 	shard := rand.N(countShards)
 	if len(statuses) > 0 {
@@ -45,8 +45,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for i, st := range statuses {
 			args = append(args, st, shard, deltas[i])
 		}
-		out = append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
-			rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+		out = append(out, stmt{Query: "INSERT INTO email_counts (status, shard, n) VALUES " +
+			rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", Args: args})
 	}
 	if len(acts) > 0 {
 		minute := backends.MinuteOf(time.Now())
@@ -54,8 +54,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for i, a := range acts {
 			args = append(args, minute, a, shard, ns[i])
 		}
-		out = append(out, stmt{"INSERT INTO email_activity (minute, activity, shard, n) VALUES " +
-			rowsOf(4, len(acts)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+		out = append(out, stmt{Query: "INSERT INTO email_activity (minute, activity, shard, n) VALUES " +
+			rowsOf(4, len(acts)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", Args: args})
 	}
 	return out
 }
@@ -66,10 +66,10 @@ func changesStmts(c *backends.Changes) []stmt {
 // out.
 func execAll(ctx context.Context, tx querier, stmts []stmt) error {
 	all := joinStmts(stmts)
-	if all.query == "" {
+	if all.Query == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, all.query, all.args...)
+	_, err := tx.ExecContext(ctx, all.Query, all.Args...)
 	return err
 }
 
@@ -81,16 +81,16 @@ func joinStmts(stmts []stmt) stmt {
 		args  []any
 	)
 	for _, st := range stmts {
-		if st.query == "" {
+		if st.Query == "" {
 			continue
 		}
 		if query.Len() > 0 {
 			query.WriteString(";\n")
 		}
-		query.WriteString(st.query)
-		args = append(args, st.args...)
+		query.WriteString(st.Query)
+		args = append(args, st.Args...)
 	}
-	return stmt{query.String(), args}
+	return stmt{Query: query.String(), Args: args}
 }
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
@@ -170,7 +170,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Me
 		}
 		if len(ids) > 0 {
 			lock := claimLockStmt(c, ids)
-			locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
+			locked, err := queryMessages(w.ctx, w.tx, lock.Query, lock.Args...)
 			if err != nil {
 				return nil, err
 			}
@@ -208,22 +208,22 @@ func claimPickStmt(c backends.Claim, n int) stmt {
 	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
 		args = append(args, p)
 	}
-	return stmt{q, append(args, c.Now.UTC(), n)}
+	return stmt{Query: q, Args: append(args, c.Now.UTC(), n)}
 }
 
 // claimLockStmt locks the picked messages that are still to be claimed, in
 // id order, skipping those another claimer holds.
 func claimLockStmt(c backends.Claim, ids []any) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
 		") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
-		append(slices.Clip(ids), c.From, c.Now.UTC())}
+		Args: append(slices.Clip(ids), c.From, c.Now.UTC())}
 }
 
 // claimCandidates reads, without locks, the ids of the first n messages a claim may
 // take, in claim order (the statement's).
 func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]string, error) {
 	pick := claimPickStmt(c, n)
-	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
+	rows, err := q.QueryContext(ctx, pick.Query, pick.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -249,13 +249,13 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			n = 0
 			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
-			res, err := tx.ExecContext(ctx, upd.query, upd.args...)
+			res, err := tx.ExecContext(ctx, upd.Query, upd.Args...)
 			if err != nil {
 				return err
 			}
 			ne, _ := res.RowsAffected()
 			sel := restoreStmt(expiredBefore)
-			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
+			msgs, err := queryMessages(ctx, tx, sel.Query, sel.Args...)
 			if err != nil {
 				return err
 			}
@@ -278,15 +278,15 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 // (idx_status_lease).
 func restoreStmt(expiredBefore time.Time) stmt {
 	working := anyOf(backends.WorkingStatuses())
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
-		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(working, clamp(expiredBefore), restoreChunk)}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
+		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", Args: append(working, clamp(expiredBefore), restoreChunk)}
 }
 
 // restoreEventsStmt is backends.RestoreEvent, for the expired events at
 // once (idx_state_lease).
 func restoreEventsStmt(now, expiredBefore time.Time) stmt {
-	return stmt{`UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
-		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, []any{now, now, clamp(expiredBefore), restoreChunk}}
+	return stmt{Query: `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
+		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, Args: []any{now, now, clamp(expiredBefore), restoreChunk}}
 }
 
 // clamp keeps a time within what DATETIME holds.
@@ -301,7 +301,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *txn) error {
 		sel := purgeStmt(cutoff, limit)
-		msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
+		msgs, err := queryMessages(ctx, tx, sel.Query, sel.Args...)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err
@@ -328,6 +328,6 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 // statuses.
 func purgeStmt(cutoff time.Time, limit int) stmt {
 	acked := anyOf(backends.AcknowledgedStatuses())
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
-		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
+		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", Args: append(acked, cutoff.UTC(), limit)}
 }

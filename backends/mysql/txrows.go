@@ -50,7 +50,7 @@ func (w *txRows) LockMessages(ids []string) error {
 			w.lastSeq[m.ID] = seq
 		}
 		return m, err
-	}, lock.query, lock.args...)
+	}, lock.Query, lock.Args...)
 	w.Adopt(msgs)
 	return err
 }
@@ -66,8 +66,8 @@ func (w *txRows) LockMessages(ids []string) error {
 // one such a relay committed while the lock waited; the insert then meets
 // idx_email_seq, and the group runs again write by write (CommitGroup).
 func messageLockStmt(ids []any) stmt {
-	return stmt{"SELECT " + messageCols + `, GREATEST(event_seq, COALESCE((SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id), 0))
-		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
+	return stmt{Query: "SELECT " + messageCols + `, GREATEST(event_seq, COALESCE((SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id), 0))
+		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", Args: ids}
 }
 
 // withSeq scans a row of messageCols followed by a last event number.
@@ -85,7 +85,7 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 		return nil
 	}
 	lock := eventLockStmt(sortedIDs(ids), skip)
-	events, err := queryEvents(w.ctx, w.tx, lock.query, lock.args...)
+	events, err := queryEvents(w.ctx, w.tx, lock.Query, lock.Args...)
 	w.AdoptEvents(events)
 	return err
 }
@@ -128,7 +128,7 @@ func (w *txRows) insertEvents() (stmt, error) {
 		w.DirtyMessages = append(w.DirtyMessages, e.MessageID)
 		args = append(args, eventArgs(e)...)
 	}
-	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
+	return stmt{Query: "INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), Args: args}, nil
 }
 
 // eventArgs are an event's values in the order of eventCols.
@@ -148,9 +148,9 @@ func (w *txRows) writeEvents() stmt {
 	for _, id := range ids {
 		args = append(args, eventArgs(w.Events[id.(string)])...)
 	}
-	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
+	return stmt{Query: "INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
 		` ON DUPLICATE KEY UPDATE state = VALUES(state), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
-		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, args}
+		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, Args: args}
 }
 
 // writeMessages writes the changed messages, which exist and are locked,
@@ -185,11 +185,11 @@ func (w *txRows) writeMessages() (stmt, error) {
 		args = append(args, m.ID, m.Status, null(m.Reason), m.Version, m.UpdatedAt.UTC(), nullTime(m.LeaseUntil), nullTime(m.DueAt),
 			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope), w.lastSeq[m.ID])
 	}
-	return stmt{`INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
+	return stmt{Query: `INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
 		attempts, route, results, envelope, event_seq) VALUES ` + rowsOf(13, len(ids)) + ` ON DUPLICATE KEY UPDATE status = VALUES(status),
 		reason = VALUES(reason), version = VALUES(version), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
 		due_at = VALUES(due_at), queue_at = VALUES(queue_at), attempts = VALUES(attempts), route = VALUES(route),
-		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope), event_seq = GREATEST(event_seq, VALUES(event_seq))`, args}, nil
+		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope), event_seq = GREATEST(event_seq, VALUES(event_seq))`, Args: args}, nil
 }
 
 func (w *txRows) writeAlarms() stmt {
@@ -200,8 +200,8 @@ func (w *txRows) writeAlarms() stmt {
 	for _, a := range w.Alarms {
 		args = append(args, a.Kind, a.MessageID, a.At.UTC())
 	}
-	return stmt{"INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.Alarms)) +
-		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", args}
+	return stmt{Query: "INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.Alarms)) +
+		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", Args: args}
 }
 
 // rowsOf makes the VALUES of n rows of k columns.

@@ -81,7 +81,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *b
 		})
 		return nil
 	}
-	res, err := tx.ExecContext(ctx, insert.query, insert.args...)
+	res, err := tx.ExecContext(ctx, insert.Query, insert.Args...)
 	if err != nil {
 		return err
 	}
@@ -124,9 +124,9 @@ func insertStmt(creates []*op) (stmt, []any, error) {
 			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
 		ids = append(ids, m.ID)
 	}
-	return stmt{`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
+	return stmt{Query: `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
 		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES ` +
-		rowsOf(16, len(creates)) + " ON DUPLICATE KEY UPDATE id = id", args}, ids, nil
+		rowsOf(16, len(creates)) + " ON DUPLICATE KEY UPDATE id = id", Args: args}, ids, nil
 }
 
 // madeBy records the history and counts of the rows the creates made,
@@ -170,7 +170,7 @@ func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, 
 		return paths, nil
 	}
 	read := pathsStmt(ids)
-	rows, err := tx.QueryContext(ctx, read.query, read.args...)
+	rows, err := tx.QueryContext(ctx, read.Query, read.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +180,7 @@ func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, 
 
 // pathsStmt reads the spool path of the rows of ids.
 func pathsStmt(ids []any) stmt {
-	return stmt{"SELECT id, eml_file_path FROM emails WHERE id IN (" + inList(len(ids)) + ")", ids}
+	return stmt{Query: "SELECT id, eml_file_path FROM emails WHERE id IN (" + inList(len(ids)) + ")", Args: ids}
 }
 
 // scanPaths reads the result of pathsStmt, leaving rows open for what

@@ -13,15 +13,15 @@ import (
 // The table holds two hours at most (the housekeeping prunes it), which
 // the planner scans for the last hour's half of it.
 func minutesStmt(since time.Time) stmt {
-	return stmt{"SELECT minute, activity, SUM(n)::bigint FROM email_activity WHERE minute >= $1 GROUP BY minute, activity",
-		[]any{backends.MinuteOf(since)}}
+	return stmt{Query: "SELECT minute, activity, SUM(n)::bigint FROM email_activity WHERE minute >= $1 GROUP BY minute, activity",
+		Args: []any{backends.MinuteOf(since)}}
 }
 
 // Minutes sums the counters that every change keeps (email_activity, see
 // flushChanges): a few rows per minute and activity, whatever the traffic.
 func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
 	q := minutesStmt(since)
-	rows, err := s.pool.Query(ctx, q.query, q.args...)
+	rows, err := s.pool.Query(ctx, q.Query, q.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("minutes: %w", err)
 	}

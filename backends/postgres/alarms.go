@@ -27,7 +27,7 @@ func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
 
 func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
 	due := dueAlarmsStmt(kind, now, limit)
-	rows, err := s.pool.Query(ctx, due.query, due.args...)
+	rows, err := s.pool.Query(ctx, due.Query, due.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -46,6 +46,6 @@ func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit
 // dueAlarmsStmt reads the alarms of kind due by now, in order
 // (idx_alarm_due).
 func dueAlarmsStmt(kind string, now time.Time, limit int) stmt {
-	return stmt{`SELECT email_id, due_at FROM email_alarms WHERE kind = $1 AND due_at <= $2
-		ORDER BY due_at, email_id LIMIT $3`, []any{kind, ts(now), limit}}
+	return stmt{Query: `SELECT email_id, due_at FROM email_alarms WHERE kind = $1 AND due_at <= $2
+		ORDER BY due_at, email_id LIMIT $3`, Args: []any{kind, ts(now), limit}}
 }

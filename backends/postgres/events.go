@@ -59,7 +59,7 @@ func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
 }
 
 func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
-	out, err := queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE email_id = $1 ORDER BY seq", []any{messageID}})
+	out, err := queryEvents(ctx, s.pool, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE email_id = $1 ORDER BY seq", Args: []any{messageID}})
 	if err == nil && len(out) == 0 {
 		_, err = s.Get(ctx, messageID)
 	}
@@ -67,8 +67,8 @@ func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event
 }
 
 func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
-	return queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE state = $1 ORDER BY updated_at, event_id LIMIT $2",
-		[]any{state, limit}})
+	return queryEvents(ctx, s.pool, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE state = $1 ORDER BY updated_at, event_id LIMIT $2",
+		Args: []any{state, limit}})
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
@@ -80,7 +80,7 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 	// since an acknowledged event never goes back. Then lock those still
 	// pending; another relay may have taken some.
 	pick := eventPickStmt(c)
-	rows, err := s.pool.Query(ctx, pick.query, pick.args...)
+	rows, err := s.pool.Query(ctx, pick.Query, pick.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim events: %w", err)
 	}
@@ -107,10 +107,10 @@ func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*back
 // message, in claim order (idx_state_due_seq; the earlier events of each
 // through idx_email_seq).
 func eventPickStmt(c backends.EventClaim) stmt {
-	return stmt{`SELECT e.event_id FROM email_events e
+	return stmt{Query: `SELECT e.event_id FROM email_events e
 		WHERE e.state = 'pending' AND e.due_at <= $1 AND NOT EXISTS (
 			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-		ORDER BY e.due_at, e.seq LIMIT $2`, []any{ts(c.Now), c.Limit}}
+		ORDER BY e.due_at, e.seq LIMIT $2`, Args: []any{ts(c.Now), c.Limit}}
 }
 
 // eventLockStmt reads and locks events by id, in id order; skip passes
@@ -120,7 +120,7 @@ func eventLockStmt(ids []string, skip bool) stmt {
 	if skip {
 		q += " SKIP LOCKED"
 	}
-	return stmt{q, []any{ids}}
+	return stmt{Query: q, Args: []any{ids}}
 }
 
 // UpdateEvent goes through the group commit, with the updates and

@@ -20,12 +20,9 @@ var (
 	EventLockStmt     = eventLockStmt
 	LastSeqStmt       = lastSeqStmt
 	HoldBatchStmt     = holdBatchStmt
-	CountsStmt        = stmt{query: countsQuery}
+	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 )
-
-// Parts returns the statement's text and arguments.
-func (s stmt) Parts() (string, []any) { return s.query, s.args }
 
 // SetBodyBudget makes the statements of message bytes small, so that a
 // test sees them split without sending megabytes.

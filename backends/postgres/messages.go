@@ -50,7 +50,7 @@ func queryMessages(ctx context.Context, q querier, st stmt) ([]*backends.Message
 
 // queryRows runs st and reads its rows with scan.
 func queryRows[T any](ctx context.Context, q querier, st stmt, scan func(pgx.Row) (T, error)) ([]T, error) {
-	rows, err := q.Query(ctx, st.query, st.args...)
+	rows, err := q.Query(ctx, st.Query, st.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (s *Store) History(ctx context.Context, id string) ([]backends.HistoryEntry
 }
 
 func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error) {
-	return queryMessages(ctx, s.pool, stmt{"SELECT " + messageCols + " FROM emails WHERE message_id = $1 ORDER BY created_at, id", []any{messageID}})
+	return queryMessages(ctx, s.pool, stmt{Query: "SELECT " + messageCols + " FROM emails WHERE message_id = $1 ORDER BY created_at, id", Args: []any{messageID}})
 }
 
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
@@ -153,7 +153,7 @@ func listStatusStmt(q backends.ListQuery, after *sqlstore.ListKey, held bool) st
 		query += " AND (priority, queue_at, created_at, id) > ($4, $5, $6, $7)"
 		args = append(args, after.Priority, ts(after.At), ts(after.Created), after.ID)
 	}
-	return stmt{query + " ORDER BY priority, queue_at, created_at, id LIMIT $3", args}
+	return stmt{Query: query + " ORDER BY priority, queue_at, created_at, id LIMIT $3", Args: args}
 }
 
 // listAllStmt reads a page of every message from the cursor on, newest
@@ -165,11 +165,11 @@ func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 		query += " WHERE (created_at, id) < ($2, $3)"
 		args = append(args, ts(after.Created), after.ID)
 	}
-	return stmt{query + " ORDER BY created_at DESC, id DESC LIMIT $1", args}
+	return stmt{Query: query + " ORDER BY created_at DESC, id DESC LIMIT $1", Args: args}
 }
 
 func (s *Store) listed(ctx context.Context, st stmt) ([]sqlstore.Listed, error) {
-	rows, err := s.pool.Query(ctx, st.query, st.args...)
+	rows, err := s.pool.Query(ctx, st.Query, st.Args...)
 	if err != nil {
 		return nil, err
 	}

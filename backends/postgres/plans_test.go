@@ -70,7 +70,7 @@ func fillOutbox(t *testing.T, db *pgxpool.Pool, now time.Time) {
 // plan is a hot statement and what its plan must be.
 type plan struct {
 	name string
-	st   interface{ Parts() (string, []any) }
+	st   sqlstore.Stmt
 	// use names the index of every table access with the columns its
 	// condition must bound; a scan of a table is "seq:table".
 	use map[string][]string
@@ -151,7 +151,7 @@ func TestPlans(t *testing.T) {
 	}
 	var doc strings.Builder
 	for _, p := range plans {
-		query, args := p.st.Parts()
+		query, args := p.st.Query, p.st.Args
 		var js []byte
 		// Run, rolled back: writes and locks are measured too.
 		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {

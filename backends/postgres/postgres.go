@@ -202,10 +202,7 @@ type querier interface {
 // functions named after them (claimStmt, listStatusStmt, …), which the
 // store runs and TestPlans explains, so that the plans tested are those of
 // the statements run.
-type stmt struct {
-	query string
-	args  []any
-}
+type stmt = sqlstore.Stmt
 
 // null makes "" a NULL.
 func null(s string) *string {

@@ -28,7 +28,7 @@ func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Messag
 		return nil, nil
 	}
 	due := claimDueStmt(c)
-	rows, err := s.pool.Query(ctx, due.query, due.args...)
+	rows, err := s.pool.Query(ctx, due.Query, due.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", c.From, err)
 	}
@@ -49,19 +49,19 @@ var priorities = []int{backends.PriorityImmediate, backends.PriorityHigh, backen
 // claimDueStmt reads which priorities hold a message the claim may take:
 // one probe of idx_claim per priority.
 func claimDueStmt(c backends.Claim) stmt {
-	return stmt{`SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
+	return stmt{Query: `SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
 		WHERE status = $1 AND claim_held = false AND priority = p AND queue_at <= $2)`,
-		[]any{c.From, ts(c.Now), priorities}}
+		Args: []any{c.From, ts(c.Now), priorities}}
 }
 
 // claimStmt locks the first n messages of one priority a claim may take, in
 // claim order, walking idx_claim and skipping the rows other transactions
 // hold (SKIP LOCKED) and those this one holds for other writes (mine).
 func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
-	return stmt{"SELECT " + messageCols + ` FROM emails
+	return stmt{Query: "SELECT " + messageCols + ` FROM emails
 		WHERE status = $1 AND claim_held = false AND priority = $2 AND queue_at <= $3 AND id <> ALL($4)
 		ORDER BY queue_at, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`,
-		[]any{c.From, priority, ts(c.Now), mine, n}}
+		Args: []any{c.From, priority, ts(c.Now), mine, n}}
 }
 
 // lockClaims is the sqlstore.ClaimFunc of the group commit: the claims
@@ -117,7 +117,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 			w := newTxRows(ctx, tx, s.sender)
 			// Events first: every transaction locks events before messages.
 			upd := restoreEventsStmt(now, expiredBefore)
-			tag, err := tx.Exec(ctx, upd.query, upd.args...)
+			tag, err := tx.Exec(ctx, upd.Query, upd.Args...)
 			if err != nil {
 				return err
 			}
@@ -145,7 +145,7 @@ func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, erro
 // restoreStmt locks only the working rows whose lease ran out
 // (idx_status_lease), status by status (inStatuses).
 func restoreStmt(expiredBefore time.Time) stmt {
-	return stmt{inStatuses("lease_until < $2 ORDER BY lease_until"), []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
+	return stmt{Query: inStatuses("lease_until < $2 ORDER BY lease_until"), Args: []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
 }
 
 // inStatuses locks up to $3 messages whose status is one of $1 and which
@@ -161,9 +161,9 @@ func inStatuses(where string) string {
 // restoreEventsStmt is backends.RestoreEvent, for the expired events at
 // once (idx_state_lease).
 func restoreEventsStmt(now, expiredBefore time.Time) stmt {
-	return stmt{`UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
+	return stmt{Query: `UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
 		FROM (SELECT event_id FROM email_events WHERE state = 'calling' AND lease_until < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, []any{ts(now), ts(expiredBefore), restoreChunk}}
+			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, Args: []any{ts(now), ts(expiredBefore), restoreChunk}}
 }
 
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
@@ -192,5 +192,5 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 // purgeStmt locks only the acknowledged rows older than cutoff, the
 // oldest of each status first (idx_status_updated).
 func purgeStmt(cutoff time.Time, limit int) stmt {
-	return stmt{inStatuses("updated_at < $2 ORDER BY updated_at"), []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
+	return stmt{Query: inStatuses("updated_at < $2 ORDER BY updated_at"), Args: []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
 }

@@ -49,7 +49,7 @@ func (w *txRows) LockMessages(ids []string) error {
 
 // messageLockStmt reads and locks messages by id, in id order.
 func messageLockStmt(ids []string) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE id = ANY($1) ORDER BY id FOR UPDATE", []any{ids}}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE id = ANY($1) ORDER BY id FOR UPDATE", Args: []any{ids}}
 }
 
 // LockEvents reads and locks the events of ids that exist, in id order;
@@ -153,7 +153,7 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 		owners = append(owners, e.MessageID)
 	}
 	last := lastSeqStmt(sqlstore.SortedIDs(owners))
-	rows, err := w.tx.Query(w.ctx, last.query, last.args...)
+	rows, err := w.tx.Query(w.ctx, last.Query, last.Args...)
 	if err != nil {
 		return err
 	}
@@ -187,7 +187,7 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 // lastSeqStmt reads the last event number of each message of ids
 // (idx_email_seq).
 func lastSeqStmt(ids []string) stmt {
-	return stmt{"SELECT email_id, MAX(seq) FROM email_events WHERE email_id = ANY($1) GROUP BY email_id", []any{ids}}
+	return stmt{Query: "SELECT email_id, MAX(seq) FROM email_events WHERE email_id = ANY($1) GROUP BY email_id", Args: []any{ids}}
 }
 
 // eventColumns are events' values, a column each, in the order of
