@@ -2,11 +2,9 @@ package mysql
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // minutesStmt sums the activity counters of each minute from since's on
@@ -19,18 +17,9 @@ func minutesStmt(since time.Time) stmt {
 // Minutes sums the counters that every change keeps (email_activity, see
 // changesStmts): a few rows per minute and activity, whatever the traffic.
 func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
-	q := minutesStmt(since)
-	rows, err := s.db.QueryContext(ctx, q.Query, q.Args...)
-	if err != nil {
-		return nil, fmt.Errorf("minutes: %w", err)
-	}
-	defer rows.Close()
-	return sqlstore.ReadMinutes(rows)
+	return s.sql.Minutes(ctx, minutesStmt(since))
 }
 
 func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM email_activity WHERE minute < ?", backends.MinuteOf(before)); err != nil {
-		return fmt.Errorf("prune minutes: %w", err)
-	}
-	return nil
+	return s.sql.PruneMinutes(ctx, "DELETE FROM email_activity WHERE minute < ?", before)
 }

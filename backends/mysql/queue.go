@@ -104,21 +104,10 @@ func inList(n int) string {
 // its first pick runs before, outside any transaction, so that finding
 // nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	if c.Limit <= 0 {
-		return nil, nil
-	}
-	cands, err := claimCandidates(ctx, s.db, c, c.Limit)
-	if err != nil || len(cands) == 0 {
-		return nil, err
-	}
-	o := &op{Write: sqlstore.Write{Claim: &c}, cands: cands}
-	if err := s.commits.Submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	return o.Claimed, nil
+	return s.commits.Claim(ctx, c, func(c *backends.Claim) (*op, bool, error) {
+		cands, err := claimCandidates(ctx, s.db, *c, c.Limit)
+		return &op{Write: sqlstore.Write{Claim: c}, cands: cands}, len(cands) > 0, err
+	})
 }
 
 // claimRounds bounds how many times a claim picks again after other
@@ -170,7 +159,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Me
 		}
 		if len(ids) > 0 {
 			lock := claimLockStmt(c, ids)
-			locked, err := queryMessages(w.ctx, w.tx, lock.Query, lock.Args...)
+			locked, err := queryMessages(w.ctx, w.tx, lock)
 			if err != nil {
 				return nil, err
 			}
@@ -222,12 +211,7 @@ func claimLockStmt(c backends.Claim, ids []any) stmt {
 // claimCandidates reads, without locks, the ids of the first n messages a claim may
 // take, in claim order (the statement's).
 func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]string, error) {
-	pick := claimPickStmt(c, n)
-	rows, err := q.QueryContext(ctx, pick.Query, pick.Args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanIDs(rows)
+	return queryIDs(ctx, q, claimPickStmt(c, n))
 }
 
 const restoreChunk = 500
@@ -242,36 +226,7 @@ func anyOf[T any](vs []T) []any {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := sqlstore.InChunks(func() (int, error) {
-		n := 0
-		now := time.Now().UTC()
-		err := s.tx(ctx, func(tx *txn) error {
-			n = 0
-			// Events first: every transaction locks events before messages.
-			upd := restoreEventsStmt(now, expiredBefore)
-			res, err := tx.ExecContext(ctx, upd.Query, upd.Args...)
-			if err != nil {
-				return err
-			}
-			ne, _ := res.RowsAffected()
-			sel := restoreStmt(expiredBefore)
-			msgs, err := queryMessages(ctx, tx, sel.Query, sel.Args...)
-			if err != nil {
-				return err
-			}
-			w := newTxRows(ctx, tx)
-			if err := sqlstore.RestoreHeld(w, msgs, now); err != nil {
-				return err
-			}
-			n = len(msgs) + int(ne)
-			return w.write()
-		})
-		return n, err
-	})
-	if err != nil {
-		return total, fmt.Errorf("restore: %w", err)
-	}
-	return total, nil
+	return s.sql.Restore(ctx, expiredBefore, restoreEventsStmt, restoreStmt(expiredBefore))
 }
 
 // restoreStmt reads only the working rows whose lease ran out
@@ -301,7 +256,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *txn) error {
 		sel := purgeStmt(cutoff, limit)
-		msgs, err := queryMessages(ctx, tx, sel.Query, sel.Args...)
+		msgs, err := queryMessages(ctx, tx, sel)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err

@@ -20,15 +20,16 @@ import (
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
 	sqlstore.Rows
-	ctx context.Context
-	tx  *txn
+	sqlDB // the transaction's statements
+	ctx   context.Context
+	tx    *txn
 	// lastSeq is the last event number of each message LockMessages
 	// locked, 0 for none.
 	lastSeq map[string]int64
 }
 
 func newTxRows(ctx context.Context, tx *txn) *txRows {
-	return &txRows{Rows: sqlstore.NewRows(), ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
+	return &txRows{Rows: sqlstore.NewRows(), sqlDB: sqlDB{tx}, ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
 }
 
 // sortedIDs returns ids once each, sorted (sqlstore.SortedIDs), as
@@ -43,14 +44,14 @@ func (w *txRows) LockMessages(ids []string) error {
 		return nil
 	}
 	lock := messageLockStmt(sortedIDs(ids))
-	msgs, err := queryAll(w.ctx, w.tx, func(r scanner) (*backends.Message, error) {
+	msgs, err := sqlstore.QueryAll(w.ctx, sqlDB{w.tx}, func(r sqlstore.Scanner) (*backends.Message, error) {
 		var seq int64
-		m, err := scanMessage(withSeq{r, &seq})
+		m, err := scanMessage(r, &seq)
 		if err == nil {
 			w.lastSeq[m.ID] = seq
 		}
 		return m, err
-	}, lock.Query, lock.Args...)
+	}, lock)
 	w.Adopt(msgs)
 	return err
 }
@@ -70,14 +71,6 @@ func messageLockStmt(ids []any) stmt {
 		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", Args: ids}
 }
 
-// withSeq scans a row of messageCols followed by a last event number.
-type withSeq struct {
-	r   scanner
-	seq *int64
-}
-
-func (s withSeq) Scan(dest ...any) error { return s.r.Scan(append(dest, s.seq)...) }
-
 // LockEvents reads and locks the events of ids that exist, in id order;
 // skip passes over those another transaction holds.
 func (w *txRows) LockEvents(ids []string, skip bool) error {
@@ -85,16 +78,16 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 		return nil
 	}
 	lock := eventLockStmt(sortedIDs(ids), skip)
-	events, err := queryEvents(w.ctx, w.tx, lock.Query, lock.Args...)
+	events, err := queryEvents(w.ctx, w.tx, lock)
 	w.AdoptEvents(events)
 	return err
 }
 
-// write stores what changed, with the COMMIT (txn.Last): the new events,
+// Write stores what changed, with the COMMIT (txn.Last): the new events,
 // the changed events, the changed messages, the alarms, then the history
 // and the counts. Of these, only the new events' insert can meet a taken
 // key; the others update the rows they meet.
-func (w *txRows) write() error {
+func (w *txRows) Write() error {
 	newEvents, err := w.insertEvents()
 	if err != nil {
 		return err
@@ -107,6 +100,9 @@ func (w *txRows) write() error {
 	w.tx.Last(append([]stmt{newEvents, events, messages, w.writeAlarms()}, changesStmts(&w.Changes)...)...)
 	return nil
 }
+
+// EventsDue: no relay is told of work made due on MySQL; each polls.
+func (w *txRows) EventsDue() {}
 
 // insertEvents numbers the new events after their messages' last ones,
 // which LockMessages read with the locks that keep anyone else from

@@ -50,7 +50,7 @@ func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	if err := tx.Flush(ctx); err != nil {
 		return err
 	}
-	return w.write()
+	return w.Write()
 }
 
 // insertMessages creates messages with one statement, and their bodies
@@ -210,11 +210,7 @@ func holdSuspended(ctx context.Context, tx *txn, batched map[string][]any) error
 	for code := range batched {
 		codes = append(codes, code)
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT code FROM email_batches WHERE code IN ("+inList(len(codes))+") LOCK IN SHARE MODE", codes...)
-	if err != nil {
-		return err
-	}
-	held, err := scanIDs(rows)
+	held, err := queryIDs(ctx, tx, stmt{Query: "SELECT code FROM email_batches WHERE code IN (" + inList(len(codes)) + ") LOCK IN SHARE MODE", Args: codes})
 	if err != nil || len(held) == 0 {
 		return err
 	}

@@ -2,11 +2,9 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // minutesStmt sums the activity counters of each minute from since's on.
@@ -20,18 +18,9 @@ func minutesStmt(since time.Time) stmt {
 // Minutes sums the counters that every change keeps (email_activity, see
 // flushChanges): a few rows per minute and activity, whatever the traffic.
 func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
-	q := minutesStmt(since)
-	rows, err := s.pool.Query(ctx, q.Query, q.Args...)
-	if err != nil {
-		return nil, fmt.Errorf("minutes: %w", err)
-	}
-	defer rows.Close()
-	return sqlstore.ReadMinutes(rows)
+	return s.sql.Minutes(ctx, minutesStmt(since))
 }
 
 func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {
-	if _, err := s.pool.Exec(ctx, "DELETE FROM email_activity WHERE minute < $1", backends.MinuteOf(before)); err != nil {
-		return fmt.Errorf("prune minutes: %w", err)
-	}
-	return nil
+	return s.sql.PruneMinutes(ctx, "DELETE FROM email_activity WHERE minute < $1", before)
 }

@@ -38,7 +38,9 @@ const DefaultMaxConns = 32
 // database transaction: one commit, one WAL flush, and one statement per
 // table for a whole group of callers (txRows).
 type Store struct {
-	pool    *pgxpool.Pool
+	pool *pgxpool.Pool
+	// sql is the store as the code the SQL stores share drives it.
+	sql     sqlstore.Store
 	commits *sqlstore.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement.
 	bodyBudget int
@@ -125,6 +127,8 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: it is at version %d, this postino needs %d; run: postino migrate --backend postgres --dsn DSN", ErrSchemaBehind, v, want)
 	}
 	st := &Store{pool: pool, bodyBudget: defaultBodyBudget, sender: backends.Nonce()}
+	st.sql = sqlstore.Store{DB: pgDB{pool}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
+		InTx: st.inTx, Fault: fault, Time: ts}
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }
@@ -191,11 +195,42 @@ func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
 	}
 }
 
+// inTx runs fn in a transaction (tx) over the rows it locks.
+func (s *Store) inTx(ctx context.Context, fn func(sqlstore.Tx) error) error {
+	return s.tx(ctx, func(tx pgx.Tx) error { return fn(newTxRows(ctx, tx, s.sender)) })
+}
+
 // querier is the pool or a transaction.
 type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// pgDB is q as the code the SQL stores share (sqlstore) runs statements on
+// it.
+type pgDB struct{ q querier }
+
+func (d pgDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
+	return d.q.Query(ctx, query, args...)
+}
+
+func (d pgDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := d.q.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+// fault reads what err says, where the shared code tells errors apart.
+func fault(err error) sqlstore.Fault {
+	switch pgCode(err) {
+	case codeUniqueViolation:
+		return sqlstore.KeyTaken
+	case codeForeignKeyViolation:
+		return sqlstore.NoParent
+	case codeUndefinedTable:
+		return sqlstore.NoTable
+	}
+	return sqlstore.OtherFault
 }
 
 // stmt is a statement with its arguments. The hot statements are built by
@@ -241,6 +276,13 @@ func nullTime(t time.Time) *time.Time {
 	}
 	v := ts(t)
 	return &v
+}
+
+// scanID reads a row of an id.
+func scanID(r sqlstore.Scanner) (string, error) {
+	var id string
+	err := r.Scan(&id)
+	return id, err
 }
 
 // str reads a nullable text column.

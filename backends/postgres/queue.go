@@ -21,26 +21,15 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 // a look at which priorities hold due messages runs before, outside any
 // transaction, so that finding nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	if c.Limit <= 0 {
-		return nil, nil
-	}
-	due := claimDueStmt(c)
-	rows, err := s.pool.Query(ctx, due.Query, due.Args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	prios, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || len(prios) == 0 {
-		return nil, err
-	}
-	o := &op{Write: sqlstore.Write{Claim: &c}, prios: prios}
-	if err := s.commits.Submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	return o.Claimed, nil
+	return s.commits.Claim(ctx, c, func(c *backends.Claim) (*op, bool, error) {
+		due := claimDueStmt(*c)
+		rows, err := s.pool.Query(ctx, due.Query, due.Args...)
+		if err != nil {
+			return nil, false, err
+		}
+		prios, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		return &op{Write: sqlstore.Write{Claim: c}, prios: prios}, len(prios) > 0, err
+	})
 }
 
 // priorities are the values of emails.priority, in claim order.
@@ -110,36 +99,7 @@ func strs[S ~string](ss []S) []string {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := sqlstore.InChunks(func() (int, error) {
-		n := 0
-		now := time.Now().UTC()
-		err := s.tx(ctx, func(tx pgx.Tx) error {
-			w := newTxRows(ctx, tx, s.sender)
-			// Events first: every transaction locks events before messages.
-			upd := restoreEventsStmt(now, expiredBefore)
-			tag, err := tx.Exec(ctx, upd.Query, upd.Args...)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() > 0 {
-				w.notify(ChannelEvents)
-			}
-			msgs, err := queryMessages(ctx, tx, restoreStmt(expiredBefore))
-			if err != nil {
-				return err
-			}
-			if err := sqlstore.RestoreHeld(w, msgs, now); err != nil {
-				return err
-			}
-			n = len(msgs) + int(tag.RowsAffected())
-			return w.write()
-		})
-		return n, err
-	})
-	if err != nil {
-		return total, fmt.Errorf("restore: %w", err)
-	}
-	return total, nil
+	return s.sql.Restore(ctx, expiredBefore, restoreEventsStmt, restoreStmt(expiredBefore))
 }
 
 // restoreStmt locks only the working rows whose lease ran out

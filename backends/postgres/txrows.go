@@ -24,8 +24,9 @@ import (
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
 	sqlstore.Rows
-	ctx context.Context
-	tx  pgx.Tx
+	pgDB // the transaction's statements
+	ctx  context.Context
+	tx   pgx.Tx
 	// wake holds the channels to notify at the commit: work became due.
 	wake map[string]bool
 	// sender names the store in its notifications (Store.sender).
@@ -34,7 +35,7 @@ type txRows struct {
 
 // newTxRows holds the rows of tx, which notifies as sender.
 func newTxRows(ctx context.Context, tx pgx.Tx, sender string) *txRows {
-	return &txRows{Rows: sqlstore.NewRows(), ctx: ctx, tx: tx, sender: sender}
+	return &txRows{Rows: sqlstore.NewRows(), pgDB: pgDB{tx}, ctx: ctx, tx: tx, sender: sender}
 }
 
 // LockMessages reads and locks the messages of ids that exist, in id order.
@@ -70,6 +71,10 @@ func (w *txRows) notify(channel string) {
 	}
 	w.wake[channel] = true
 }
+
+// EventsDue notifies the dispatchers: a statement of the transaction's
+// own made events pending and due.
+func (w *txRows) EventsDue() { w.notify(ChannelEvents) }
 
 // notifyDue notifies the message's queue when st makes it claimable now.
 func (w *txRows) notifyDue(st backends.Status, due time.Time) {
@@ -109,11 +114,11 @@ func (w *txRows) PutEvent(before, e *backends.Event) error {
 	return nil
 }
 
-// write stores what changed: the new events, the changed events, the
+// Write stores what changed: the new events, the changed events, the
 // changed messages, the alarms, then the history and the counts, and
 // notifies the work made due; every statement in one round trip (a batch,
 // pipelined), but the read of the events' last numbers before.
-func (w *txRows) write() error {
+func (w *txRows) Write() error {
 	b := &pgx.Batch{}
 	if err := w.insertEvents(b); err != nil {
 		return err

@@ -40,7 +40,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, group []*op) error {
 	if err := sqlstore.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
-	return w.write()
+	return w.Write()
 }
 
 // insertMessages creates messages with one statement, and their bodies

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 )
 
 // DB is a SQL store's database, or one of its transactions, as the shared
@@ -68,3 +69,23 @@ const (
 	// NoTable: the table is not there: no migration ran.
 	NoTable
 )
+
+// errNoRow is a read that found no row.
+var errNoRow = errors.New("no row")
+
+// queryRow reads the one row st selects into dest; errNoRow when there is
+// none.
+func queryRow(ctx context.Context, db DB, st Stmt, dest ...any) error {
+	rows, err := db.Query(ctx, st.Query, st.Args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return errNoRow
+	}
+	return rows.Scan(dest...)
+}

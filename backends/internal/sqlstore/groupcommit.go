@@ -71,3 +71,26 @@ func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u backends.EventUpdate
 	}
 	return o.Base().Event, nil
 }
+
+// Claim is Queue.Claim: pick, which runs before, outside any
+// transaction, so that finding nothing costs one read, makes the store's
+// write of c, or none (ok false) when nothing is due.
+func (g *GroupCommit[O]) Claim(ctx context.Context, c backends.Claim, pick func(c *backends.Claim) (o O, ok bool, err error)) ([]*backends.Message, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	if c.Limit <= 0 {
+		return nil, nil
+	}
+	o, ok, err := pick(&c)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	if err := g.Submit(ctx, o); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	return o.Base().Claimed, nil
+}

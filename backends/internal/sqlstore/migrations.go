@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path"
@@ -48,4 +49,48 @@ func LatestMigration(fsys fs.FS, dir string) int {
 		return 0
 	}
 	return ms[len(ms)-1].Version
+}
+
+// SchemaVersion is the version of the schema in db, the last migration
+// applied; 0 when none was (no schema_migrations table).
+func SchemaVersion(ctx context.Context, db DB, fault func(error) Fault) (int, error) {
+	var v *int64
+	err := queryRow(ctx, db, Stmt{Query: "SELECT MAX(version) FROM schema_migrations"}, &v)
+	if fault(err) == NoTable {
+		return 0, nil
+	}
+	if err != nil || v == nil {
+		return 0, err
+	}
+	return int(*v), nil
+}
+
+// Migrator applies a store's migrations, on the one connection they run
+// on, under the lock that keeps relays starting together from migrating
+// at once.
+type Migrator interface {
+	// Version is the schema's version in the database (SchemaVersion).
+	Version(ctx context.Context) (int, error)
+	// Apply applies m and records it in schema_migrations.
+	Apply(ctx context.Context, m Migration) error
+}
+
+// Migrate applies with m the migrations of ms the database lacks, up to
+// version last, in order, and returns the versions applied.
+func Migrate(ctx context.Context, m Migrator, ms []Migration, last int) ([]int, error) {
+	current, err := m.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	for _, mg := range ms {
+		if mg.Version <= current || mg.Version > last {
+			continue
+		}
+		if err := m.Apply(ctx, mg); err != nil {
+			return applied, err
+		}
+		applied = append(applied, mg.Version)
+	}
+	return applied, nil
 }

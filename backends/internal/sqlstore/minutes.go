@@ -1,23 +1,21 @@
 package sqlstore
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
 )
 
-// MinuteRows is a SQL store's result of rows of a minute, an activity and
-// a count (database/sql's and pgx's alike).
-type MinuteRows interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-// ReadMinutes reads rows of a minute, an activity and a count into
-// minutes, oldest first.
-func ReadMinutes(rows MinuteRows) ([]backends.Minute, error) {
+// Minutes reads the rows of a minute, an activity and a count that st
+// selects into minutes, oldest first (backends.Throughput.Minutes).
+func (s Store) Minutes(ctx context.Context, st Stmt) ([]backends.Minute, error) {
+	rows, err := s.DB.Query(ctx, st.Query, st.Args...)
+	if err != nil {
+		return nil, fmt.Errorf("minutes: %w", err)
+	}
+	defer rows.Close()
 	tally := backends.Tally{}
 	for rows.Next() {
 		var at time.Time
@@ -32,4 +30,13 @@ func ReadMinutes(rows MinuteRows) ([]backends.Minute, error) {
 		return nil, fmt.Errorf("minutes: %w", err)
 	}
 	return tally.Minutes(), nil
+}
+
+// PruneMinutes runs query, which deletes the minutes before its one
+// argument, the minute of before (backends.Throughput.PruneMinutes).
+func (s Store) PruneMinutes(ctx context.Context, query string, before time.Time) error {
+	if _, err := s.DB.Exec(ctx, query, backends.MinuteOf(before)); err != nil {
+		return fmt.Errorf("prune minutes: %w", err)
+	}
+	return nil
 }
