@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -211,15 +210,7 @@ func retryable(err error) bool {
 // that fails otherwise may have landed (its reply was lost with the
 // connection): its error is backends.ErrOutcomeUnknown.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
-	backoff := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := s.attempt(ctx, fn)
-		if err == nil || !retryable(err) || attempt == 8 {
-			return err
-		}
-		time.Sleep(backoff/2 + rand.N(backoff))
-		backoff *= 2
-	}
+	return sqlstore.Retry(retryable, func() error { return s.attempt(ctx, fn) })
 }
 
 // inTx runs fn in a transaction (tx) over the rows it locks.

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -169,30 +168,27 @@ func retryable(err error) bool {
 // may have landed (its reply was lost with the connection): its error is
 // backends.ErrOutcomeUnknown.
 func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	backoff := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		err = fn(tx)
-		if err == nil {
-			err = tx.Commit(ctx)
-			if err == nil && s.afterCommit != nil {
-				err = s.afterCommit()
-			}
-			if err != nil && !retryable(err) {
-				return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
-			}
-		} else {
-			tx.Rollback(context.WithoutCancel(ctx))
-		}
-		if err == nil || !retryable(err) || attempt == 8 {
-			return err
-		}
-		time.Sleep(backoff/2 + rand.N(backoff))
-		backoff *= 2
+	return sqlstore.Retry(retryable, func() error { return s.attempt(ctx, fn) })
+}
+
+// attempt runs fn in one transaction.
+func (s *Store) attempt(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
 	}
+	if err := fn(tx); err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	err = tx.Commit(ctx)
+	if err == nil && s.afterCommit != nil {
+		err = s.afterCommit()
+	}
+	if err != nil && !retryable(err) {
+		return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+	}
+	return err
 }
 
 // inTx runs fn in a transaction (tx) over the rows it locks.

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"math/rand/v2"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -53,4 +54,19 @@ type Tx interface {
 // messages reads the messages st selects.
 func (s Store) messages(ctx context.Context, db DB, st Stmt) ([]*backends.Message, error) {
 	return QueryAll(ctx, db, func(r Scanner) (*backends.Message, error) { return s.Scan(r) }, st)
+}
+
+// Retry runs attempt, a transaction, again while it fails with an error
+// that retryable says another attempt may not meet (a deadlock, a lock
+// wait timeout), eight times at most, after a jittered backoff from 5 ms.
+func Retry(retryable func(error) bool, attempt func() error) error {
+	backoff := 5 * time.Millisecond
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil || !retryable(err) || n == 8 {
+			return err
+		}
+		time.Sleep(backoff/2 + rand.N(backoff))
+		backoff *= 2
+	}
 }
