@@ -1,6 +1,6 @@
 package mysql
 
-import "sync"
+import "github.com/genropy/postino/backends/backendtest"
 
 // MigrateTo lets tests make a database of an older schema.
 var MigrateTo = migrateTo
@@ -29,17 +29,7 @@ func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }
 
 // FailNextCommit makes the next COMMIT that lands answer err, as a
 // connection lost on its reply would.
-func FailNextCommit(s *Store, err error) {
-	var once sync.Once
-	s.afterCommit = func() error {
-		fail := false
-		once.Do(func() { fail = true })
-		if fail {
-			return err
-		}
-		return nil
-	}
-}
+func FailNextCommit(s *Store, err error) { s.afterCommit = backendtest.FailOnce(err) }
 
 // Txn is the store's transaction, for TestTxn.
 type Txn = txn
