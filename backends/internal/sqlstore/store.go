@@ -14,6 +14,7 @@ import (
 // of backends.Outbox that the SQL stores do alike, given the store's
 // statements.
 type Store struct {
+	// DB is the store's pool.
 	DB DB
 	// Scan reads a message's columns, then extra, from a row.
 	Scan ScanFunc
