@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
@@ -267,7 +266,7 @@ type DynamoDBConfig struct {
 	Region string `yaml:"region"`
 	// TTL lets DynamoDB drop a message's items this long after their last
 	// change, its bytes this long after it was accepted; 0 writes no TTL.
-	// It must be longer than delivery.retry.max_age (checkTTL).
+	// It must be longer than delivery.retry.max_age (checkTTL, stores.go).
 	TTL Duration `yaml:"ttl"`
 }
 
@@ -689,8 +688,8 @@ func (c *Config) Check() error {
 		}
 	}
 	var errs []error
-	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.Outbox.check, c.checkSpool, c.Intake.check,
-		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.checkTTL, c.Log.check} {
+	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.checkOutbox, c.checkSpool, c.Intake.check,
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.Log.check} {
 		errs = append(errs, check())
 	}
 	return errors.Join(errs...)
@@ -782,26 +781,13 @@ func (a *AdminConfig) check() error {
 	return nil
 }
 
-func (o *OutboxConfig) check() error {
-	switch o.Backend {
-	case "bolt", "dynamodb":
-	case "mysql":
-		return checkDSN("outbox.mysql", " (--dsn)", o.MySQL.DSN, o.MySQL.DSNFile, o.MySQL.DSNEnv)
-	case "postgres":
-		return checkDSN("outbox.postgres", " (--dsn)", o.Postgres.DSN, o.Postgres.DSNFile, o.Postgres.DSNEnv)
-	default:
-		return fmt.Errorf("outbox.backend %q: use bolt, mysql, postgres or dynamodb", o.Backend)
-	}
-	return nil
-}
-
 func (c *Config) checkSpool() error {
 	switch c.Spool.Store {
 	case SpoolLocal, SpoolShared:
 	case SpoolOutbox:
-		if c.Outbox.Backend == "bolt" {
-			return errors.New("spool.store outbox keeps messages in a store the fleet shares, and bbolt is this relay's own file: " +
-				"use spool.store local with bolt, or outbox.backend mysql, postgres or dynamodb")
+		if s, _ := c.store(); s.local != "" {
+			return fmt.Errorf("spool.store outbox keeps messages in a store the fleet shares, and %s: "+
+				"use spool.store local with %s, or outbox.backend %s", s.local, s.name, storeNames(func(s outboxStore) bool { return s.local == "" }, "or"))
 		}
 	default:
 		return fmt.Errorf("spool.store %q: use local, shared or outbox", c.Spool.Store)
@@ -866,19 +852,6 @@ func (p *PluginConfig) check(i int) error {
 func (c *Config) checkRetention() error {
 	if c.Retention <= 0 {
 		return errors.New("retention must be positive, for instance 7d")
-	}
-	return nil
-}
-
-// checkTTL keeps DynamoDB's TTL longer than a message may wait to be sent.
-// A message's bytes expire ttl after it was accepted, its record ttl after
-// its last change: past max_age a message ends as expired at its next
-// attempt, and never needs its bytes again.
-func (c *Config) checkTTL() error {
-	ttl, maxAge := c.Outbox.DynamoDB.TTL, c.Delivery.Retry.MaxAge
-	if c.Outbox.Backend == "dynamodb" && ttl > 0 && ttl <= maxAge {
-		return fmt.Errorf("outbox.dynamodb.ttl %s is not longer than delivery.retry.max_age %s: DynamoDB would drop the bytes of messages "+
-			"still to be sent; make the ttl longer (a day more at least) or 0 for no TTL", ttl.D(), maxAge.D())
 	}
 	return nil
 }
@@ -952,19 +925,6 @@ func btoi(b bool) int {
 	return 0
 }
 
-// MySQLDSN reads the DSN from where the configuration says.
-func (c *Config) MySQLDSN() (string, error) { return c.mysqlDSN(os.Getenv) }
-
-func (c *Config) mysqlDSN(getenv func(string) string) (string, error) {
-	my := c.Outbox.MySQL
-	return dsnOf("outbox.mysql", my.DSN, my.DSNFile, my.DSNEnv, getenv)
-}
-
-// mysqlOptions are the MySQL outbox's options but its DSN.
-func (c *Config) mysqlOptions() mysql.Options {
-	return mysql.Options{CAFile: c.Outbox.MySQL.TLSCAFile, MaxConns: c.Outbox.MySQL.MaxConns}
-}
-
 // checkDSN says what is wrong when the settings key give a DSN in none or
 // several of their three ways; flag names the command-line flag that sets
 // dsn, if any.
@@ -986,22 +946,6 @@ func dsnOf(key, dsn, file, env string, getenv func(string) string) (string, erro
 		return "", fmt.Errorf("%s DSN: %w", key, err)
 	}
 	return dsn, nil
-}
-
-// PostgresDSN reads the DSN from where the configuration says.
-func (c *Config) PostgresDSN() (string, error) { return c.postgresDSN(os.Getenv) }
-
-func (c *Config) postgresDSN(getenv func(string) string) (string, error) {
-	pg := c.Outbox.Postgres
-	return dsnOf("outbox.postgres", pg.DSN, pg.DSNFile, pg.DSNEnv, getenv)
-}
-
-// boltPath is where the embedded outbox lives.
-func (c *Config) boltPath() string {
-	if c.Outbox.Bolt.Path != "" {
-		return c.Outbox.Bolt.Path
-	}
-	return filepath.Join(c.DataDir, "outbox.db")
 }
 
 // journalPath is where this relay keeps the outcomes the outbox failed to

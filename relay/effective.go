@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
@@ -37,24 +35,8 @@ func (c Config) Effective(getenv func(string) string) Config {
 	if c.SMTP.AllowNetworks == nil {
 		c.SMTP.AllowNetworks = slices.Clone(loopbackNetworks)
 	}
-	switch c.Outbox.Backend {
-	case "bolt":
-		c.Outbox.Bolt.Path = c.boltPath()
-	case "mysql":
-		if c.Outbox.MySQL.MaxConns <= 0 {
-			c.Outbox.MySQL.MaxConns = mysql.DefaultMaxConns
-		}
-	case "postgres":
-		if c.Outbox.Postgres.MaxConns <= 0 {
-			c.Outbox.Postgres.MaxConns = postgres.DefaultMaxConns
-		}
-	case "dynamodb":
-		if c.Outbox.DynamoDB.Table == "" {
-			c.Outbox.DynamoDB.Table = getenv("EMAIL_OUTBOX_TABLE")
-		}
-		if c.Outbox.DynamoDB.Endpoint == "" {
-			c.Outbox.DynamoDB.Endpoint = getenv("AWS_ENDPOINT_URL")
-		}
+	if s, _ := c.store(); s.defaults != nil {
+		s.defaults(&c, getenv)
 	}
 	if c.Spool.Store != SpoolOutbox {
 		c.Spool.MinFreeSpace = ByteSize(c.minFreeSpace())

@@ -24,8 +24,10 @@ var secretName = regexp.MustCompile(`(?i)(secret|password|passwd|token|key|dsn|c
 // A URL among plugin variables or arguments has its password masked.
 func (c Config) YAML() ([]byte, error) {
 	c = c.Effective(os.Getenv)
-	if c.Outbox.MySQL.DSN != "" {
-		c.Outbox.MySQL.DSN = maskMySQLDSN(c.Outbox.MySQL.DSN)
+	for _, s := range stores {
+		if s.mask != nil {
+			s.mask(&c.Outbox)
+		}
 	}
 	c.Submissions = slices.Clone(c.Submissions)
 	for i, s := range c.Submissions {
@@ -37,7 +39,6 @@ func (c Config) YAML() ([]byte, error) {
 			c.Submissions[i].DSN = keywordPassword.ReplaceAllString(maskURL(s.DSN), "${1}"+masked)
 		}
 	}
-	c.Outbox.Postgres.DSN = pgPassword.ReplaceAllString(maskURL(c.Outbox.Postgres.DSN), "${1}"+masked)
 	c.Plugins = slices.Clone(c.Plugins)
 	for i, p := range c.Plugins {
 		p.Env = maps.Clone(p.Env)

@@ -19,9 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
-	"github.com/genropy/postino/backends/dynamodb"
-	"github.com/genropy/postino/backends/mysql"
 	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/internal/journal"
 	"github.com/genropy/postino/plugins"
@@ -95,7 +92,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.spool, err = spool.Open(cfg.spoolDir()); err != nil {
 		return nil, err
 	}
-	if r.outbox, r.exclusive, err = cfg.openOutbox(context.Background()); err != nil {
+	kind, _ := cfg.store()
+	r.exclusive = kind.exclusive
+	if r.outbox, err = cfg.OpenOutbox(context.Background()); err != nil {
 		return nil, err
 	}
 	store, err := keptInOutbox(cfg, r.outbox)
@@ -240,45 +239,6 @@ func logKeys(log *slog.Logger, ring *dkim.Keyring) {
 	for _, k := range ring.Keys() {
 		log.Info("DKIM key", "domain", k.Domain, "selector", k.Selector, "algorithm", k.Algorithm(), "active", k.Active, "file", k.File)
 	}
-}
-
-// openOutbox opens the configured store; exclusive tells whether this
-// process is its only user.
-func (c *Config) openOutbox(ctx context.Context) (backends.Outbox, bool, error) {
-	switch c.Outbox.Backend {
-	case "mysql":
-		dsn, err := c.mysqlDSN(os.Getenv)
-		if err != nil {
-			return nil, false, err
-		}
-		s, err := mysql.Open(ctx, dsn, c.mysqlOptions())
-		if err != nil {
-			return nil, false, err
-		}
-		return s, false, nil
-	case "postgres":
-		dsn, err := c.postgresDSN(os.Getenv)
-		if err != nil {
-			return nil, false, err
-		}
-		s, err := postgres.Open(ctx, dsn, postgres.Options{MaxConns: c.Outbox.Postgres.MaxConns})
-		if err != nil {
-			return nil, false, err
-		}
-		return s, false, nil
-	case "dynamodb":
-		d := c.Outbox.DynamoDB
-		s, err := dynamodb.Open(ctx, dynamodb.Options{Table: d.Table, Endpoint: d.Endpoint, Region: d.Region, TTL: d.TTL.D()})
-		if err != nil {
-			return nil, false, err
-		}
-		return s, false, nil
-	}
-	s, err := bolt.Open(c.boltPath(), bolt.Options{})
-	if err != nil {
-		return nil, false, err
-	}
-	return s, true, nil
 }
 
 // listener is a store that tells when another relay sharing it made work

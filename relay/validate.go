@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay/mailbox"
 )
 
@@ -47,31 +45,6 @@ func fails[T any](step func(getenv func(string) string) (T, error)) func(func(st
 		_, err := step(getenv)
 		return err
 	}
-}
-
-// checkOutboxAccess reports what would stop the outbox from opening
-// before it is reached: its DSN's secret and text, its CA file, a DynamoDB
-// table with no name.
-func (c *Config) checkOutboxAccess(getenv func(string) string) error {
-	switch c.Outbox.Backend {
-	case "mysql":
-		dsn, err := c.mysqlDSN(getenv)
-		if err != nil {
-			return err
-		}
-		return mysql.CheckDSN(dsn, c.mysqlOptions())
-	case "postgres":
-		dsn, err := c.postgresDSN(getenv)
-		if err != nil {
-			return err
-		}
-		return postgres.CheckDSN(dsn)
-	case "dynamodb":
-		if c.Outbox.DynamoDB.Table == "" {
-			return errors.New("outbox.dynamodb.table is empty: set it (POSTINO_OUTBOX_DYNAMODB_TABLE, --table), or EMAIL_OUTBOX_TABLE")
-		}
-	}
-	return nil
 }
 
 // checkSubmissionDSNs reads the DSN of every submissions table, as

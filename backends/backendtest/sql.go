@@ -332,3 +332,18 @@ func ConcurrentClaimsShareAGroup(t *testing.T, s backends.Outbox) {
 	}
 	wg.Wait()
 }
+
+// FailOnce is a hook that answers err once, then nil: a SQL store's
+// FailNextCommit answers a COMMIT that landed with it, as a connection
+// lost on the reply would.
+func FailOnce(err error) func() error {
+	var once sync.Once
+	return func() error {
+		fail := false
+		once.Do(func() { fail = true })
+		if fail {
+			return err
+		}
+		return nil
+	}
+}

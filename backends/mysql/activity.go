@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -11,25 +10,16 @@ import (
 // minutesStmt sums the activity counters of each minute from since's on
 // (PRIMARY, a range in its order).
 func minutesStmt(since time.Time) stmt {
-	return stmt{"SELECT minute, activity, SUM(n) FROM email_activity WHERE minute >= ? GROUP BY minute, activity",
-		[]any{backends.MinuteOf(since)}}
+	return stmt{Query: "SELECT minute, activity, SUM(n) FROM email_activity WHERE minute >= ? GROUP BY minute, activity",
+		Args: []any{backends.MinuteOf(since)}}
 }
 
 // Minutes sums the counters that every change keeps (email_activity, see
 // changesStmts): a few rows per minute and activity, whatever the traffic.
 func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
-	q := minutesStmt(since)
-	rows, err := s.db.QueryContext(ctx, q.query, q.args...)
-	if err != nil {
-		return nil, fmt.Errorf("minutes: %w", err)
-	}
-	defer rows.Close()
-	return backends.ReadMinutes(rows)
+	return s.sql.Minutes(ctx, minutesStmt(since))
 }
 
 func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {
-	if _, err := s.db.ExecContext(ctx, "DELETE FROM email_activity WHERE minute < ?", backends.MinuteOf(before)); err != nil {
-		return fmt.Errorf("prune minutes: %w", err)
-	}
-	return nil
+	return s.sql.PruneMinutes(ctx, "DELETE FROM email_activity WHERE minute < ?", before)
 }

@@ -37,7 +37,7 @@ func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 			return err
 		}
 		hold := holdBatchStmt(code, true)
-		_, err := tx.ExecContext(ctx, hold.query, hold.args...)
+		_, err := tx.ExecContext(ctx, hold.Query, hold.Args...)
 		return err
 	})
 }
@@ -51,7 +51,7 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 			return err
 		}
 		release := holdBatchStmt(code, false)
-		_, err := tx.ExecContext(ctx, release.query, release.args...)
+		_, err := tx.ExecContext(ctx, release.Query, release.Args...)
 		return err
 	})
 }
@@ -60,5 +60,5 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 // through idx_batch even when the batch is a good part of the outbox (the
 // optimizer then scans the whole table).
 func holdBatchStmt(code string, held bool) stmt {
-	return stmt{"UPDATE emails FORCE INDEX (idx_batch) SET held = ? WHERE batch_code = ? AND held <> ?", []any{held, code, held}}
+	return stmt{Query: "UPDATE emails FORCE INDEX (idx_batch) SET held = ? WHERE batch_code = ? AND held <> ?", Args: []any{held, code, held}}
 }

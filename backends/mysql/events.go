@@ -4,18 +4,16 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/genropy/postino/backends"
-	"github.com/go-sql-driver/mysql"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
 
-func scanEvent(r scanner) (*backends.Event, error) {
+func scanEvent(r sqlstore.Scanner) (*backends.Event, error) {
 	var (
 		e                              backends.Event
 		reason, details, lastErr, acks sql.NullString
@@ -39,8 +37,8 @@ func scanEvent(r scanner) (*backends.Event, error) {
 	return &e, nil
 }
 
-func queryEvents(ctx context.Context, q querier, query string, args ...any) ([]*backends.Event, error) {
-	return queryAll(ctx, q, scanEvent, query, args...)
+func queryEvents(ctx context.Context, q querier, st stmt) ([]*backends.Event, error) {
+	return sqlstore.QueryAll(ctx, sqlDB{q}, scanEvent, st)
 }
 
 func nullJSON(v []string) sql.NullString {
@@ -51,78 +49,29 @@ func nullJSON(v []string) sql.NullString {
 	return sql.NullString{String: string(b), Valid: true}
 }
 
-func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
-	now := time.Now().UTC()
-	err := s.tx(ctx, func(tx *txn) error {
-		w := newTxRows(ctx, tx)
-		if err := backends.AddHeldEvent(w, e, now); err != nil {
-			return err
-		}
-		return w.write()
-	})
-	// The event's id is taken: it was added before (a receipt read again).
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
-		err = backends.ErrDuplicate
-	}
-	if err != nil {
-		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
-	}
-	return nil
-}
+func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error { return s.sql.AddEvent(ctx, e) }
 
 func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
-	out, err := queryEvents(ctx, s.db, "SELECT "+eventCols+" FROM email_events WHERE email_id = ? ORDER BY seq", messageID)
-	if err == nil && len(out) == 0 {
-		_, err = s.Get(ctx, messageID)
-	}
-	return out, err
+	return s.sql.Events(ctx, messageID, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE email_id = ? ORDER BY seq", Args: []any{messageID}})
 }
 
 func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
-	return queryEvents(ctx, s.db, "SELECT "+eventCols+" FROM email_events WHERE state = ? ORDER BY updated_at, event_id LIMIT ?", state, limit)
+	return s.sql.EventsByState(ctx, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE state = ? ORDER BY updated_at, event_id LIMIT ?",
+		Args: []any{state, limit}})
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	// First the candidates, without locks and outside the transaction, so
-	// that finding none costs one read: an event first in line stays so,
-	// since an acknowledged event never goes back. Then lock those still
-	// pending; another relay may have taken some.
-	pick := eventPickStmt(c)
-	rows, err := s.db.QueryContext(ctx, pick.query, pick.args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
-	}
-	ids, err := scanIDs(rows)
-	if err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	var out []*backends.Event
-	err = s.tx(ctx, func(tx *txn) error {
-		w := newTxRows(ctx, tx)
-		var err error
-		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
-			return err
-		}
-		return w.write()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
-	}
-	return out, nil
+	return s.sql.ClaimEvents(ctx, c, eventPickStmt(c))
 }
 
 // eventPickStmt reads the due pending events first in line for their
 // message, in claim order (idx_state_due_seq; the earlier events of each
 // through idx_email_seq).
 func eventPickStmt(c backends.EventClaim) stmt {
-	return stmt{`SELECT e.event_id FROM email_events e
+	return stmt{Query: `SELECT e.event_id FROM email_events e
 		WHERE e.state = 'pending' AND e.due_at <= ? AND NOT EXISTS (
 			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-		ORDER BY e.due_at, e.seq LIMIT ?`, []any{c.Now.UTC(), c.Limit}}
+		ORDER BY e.due_at, e.seq LIMIT ?`, Args: []any{c.Now.UTC(), c.Limit}}
 }
 
 // eventLockStmt reads and locks events by id, in id order; skip passes
@@ -132,20 +81,20 @@ func eventLockStmt(ids []any, skip bool) stmt {
 	if skip {
 		q += " SKIP LOCKED"
 	}
-	return stmt{q, ids}
+	return stmt{Query: q, Args: ids}
 }
 
-func scanIDs(rows *sql.Rows) ([]string, error) {
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, strings.TrimRight(id, " "))
-	}
-	return ids, rows.Err()
+// scanID reads a row of an id (or a batch's code), which its CHAR
+// column may pad.
+func scanID(r sqlstore.Scanner) (string, error) {
+	var id string
+	err := r.Scan(&id)
+	return strings.TrimRight(id, " "), err
+}
+
+// queryIDs reads the ids st selects.
+func queryIDs(ctx context.Context, q querier, st stmt) ([]string, error) {
+	return sqlstore.QueryAll(ctx, sqlDB{q}, scanID, st)
 }
 
 // UpdateEvent goes through the group commit, with the updates and

@@ -1,6 +1,6 @@
 package mysql
 
-import "sync"
+import "github.com/genropy/postino/backends/backendtest"
 
 // MigrateTo lets tests make a database of an older schema.
 var MigrateTo = migrateTo
@@ -19,12 +19,9 @@ var (
 	EventPickStmt     = eventPickStmt
 	EventLockStmt     = eventLockStmt
 	HoldBatchStmt     = holdBatchStmt
-	CountsStmt        = stmt{query: countsQuery}
+	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 )
-
-// Parts returns the statement's text and arguments.
-func (s stmt) Parts() (string, []any) { return s.query, s.args }
 
 // SetBodyBudget makes the statements of message bytes small, so that a
 // test sees them split without sending megabytes.
@@ -32,17 +29,7 @@ func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }
 
 // FailNextCommit makes the next COMMIT that lands answer err, as a
 // connection lost on its reply would.
-func FailNextCommit(s *Store, err error) {
-	var once sync.Once
-	s.afterCommit = func() error {
-		fail := false
-		once.Do(func() { fail = true })
-		if fail {
-			return err
-		}
-		return nil
-	}
-}
+func FailNextCommit(s *Store, err error) { s.afterCommit = backendtest.FailOnce(err) }
 
 // Txn is the store's transaction, for TestTxn.
 type Txn = txn
@@ -51,4 +38,4 @@ type Txn = txn
 var Begin = begin
 
 // Stmt makes a statement for Txn.Last.
-func Stmt(query string, args ...any) stmt { return stmt{query, args} }
+func Stmt(query string, args ...any) stmt { return stmt{Query: query, Args: args} }

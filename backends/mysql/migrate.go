@@ -10,15 +10,15 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migrations are the schema's files, in order (backends.ReadMigrations).
-func migrations() ([]backends.Migration, error) {
-	return backends.ReadMigrations(migrationFiles, "migrations")
+// migrations are the schema's files, in order (sqlstore.ReadMigrations).
+func migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.ReadMigrations(migrationFiles, "migrations")
 }
 
 // splitStatements cuts a file at lines that end with ';', dropping comments.
@@ -41,21 +41,12 @@ func splitStatements(sql string) []string {
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
+func LatestVersion() int { return sqlstore.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.
 func SchemaVersion(ctx context.Context, db *sql.DB) (int, error) {
-	var v sql.NullInt64
-	err := db.QueryRowContext(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&v)
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1146 { // no such table
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	return int(v.Int64), nil
+	return sqlstore.SchemaVersion(ctx, sqlDB{db}, fault)
 }
 
 // alreadyDone are errors of a statement whose work was done by an earlier,
@@ -102,24 +93,25 @@ func migrateTo(ctx context.Context, db *sql.DB, last int) ([]int, error) {
 	) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`); err != nil {
 		return nil, err
 	}
-	current, err := SchemaVersion(ctx, db)
-	if err != nil {
-		return nil, err
+	return sqlstore.Migrate(ctx, migrator{db, conn}, ms, last)
+}
+
+// migrator applies migrations on conn, one statement at a time: MySQL's
+// DDL commits as it goes, so a statement an interrupted run applied
+// already is passed over (alreadyDone).
+type migrator struct {
+	db   *sql.DB
+	conn *sql.Conn
+}
+
+func (m migrator) Version(ctx context.Context) (int, error) { return SchemaVersion(ctx, m.db) }
+
+func (m migrator) Apply(ctx context.Context, mg sqlstore.Migration) error {
+	for i, st := range splitStatements(mg.SQL) {
+		if _, err := m.conn.ExecContext(ctx, st); err != nil && !alreadyDone(err) {
+			return fmt.Errorf("migration %s, statement %d: %w", mg.Name, i+1, err)
+		}
 	}
-	var applied []int
-	for _, m := range ms {
-		if m.Version <= current || m.Version > last {
-			continue
-		}
-		for i, st := range splitStatements(m.SQL) {
-			if _, err := conn.ExecContext(ctx, st); err != nil && !alreadyDone(err) {
-				return applied, fmt.Errorf("migration %s, statement %d: %w", m.Name, i+1, err)
-			}
-		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
-			return applied, err
-		}
-		applied = append(applied, m.Version)
-	}
-	return applied, nil
+	_, err := m.conn.ExecContext(ctx, "INSERT INTO schema_migrations (version, name) VALUES (?, ?)", mg.Version, mg.Name)
+	return err
 }

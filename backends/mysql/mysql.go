@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Options tune the store.
@@ -43,8 +43,10 @@ const DefaultMaxConns = 32
 // database transaction: one commit, one log flush, and one statement per
 // table for a whole group of callers (txRows).
 type Store struct {
-	db      *sql.DB
-	commits *backends.GroupCommit[*op]
+	db *sql.DB
+	// sql is the store as the code the SQL stores share drives it.
+	sql     sqlstore.Store
+	commits *sqlstore.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
@@ -183,7 +185,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("MySQL: read max_allowed_packet: %w", err)
 	}
 	st := &Store{db: db, bodyBudget: bodyBudgetOf(packet)}
-	st.commits = backends.NewGroupCommit(commitConfig, st.commit, func(w backends.Write) *op { return &op{Write: w} })
+	st.sql = sqlstore.Store{DB: sqlDB{db}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
+		InTx: st.inTx, Fault: fault, Time: clamp}
+	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }
 
@@ -206,15 +210,12 @@ func retryable(err error) bool {
 // that fails otherwise may have landed (its reply was lost with the
 // connection): its error is backends.ErrOutcomeUnknown.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
-	backoff := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err := s.attempt(ctx, fn)
-		if err == nil || !retryable(err) || attempt == 8 {
-			return err
-		}
-		time.Sleep(backoff/2 + rand.N(backoff))
-		backoff *= 2
-	}
+	return sqlstore.Retry(retryable, func() error { return s.attempt(ctx, fn) })
+}
+
+// inTx runs fn in a transaction (tx) over the rows it locks.
+func (s *Store) inTx(ctx context.Context, fn func(sqlstore.Tx) error) error {
+	return s.tx(ctx, func(tx *txn) error { return fn(newTxRows(ctx, tx)) })
 }
 
 // attempt runs fn in one transaction.
@@ -243,26 +244,22 @@ func (s *Store) attempt(ctx context.Context, fn func(*txn) error) error {
 const messageCols = `id, status, eml_file_path, payload_file_path, reason, version, created_at, updated_at,
 	message_id, priority, batch_code, due_at, attempts, lease_until, route, envelope, results`
 
-type scanner interface{ Scan(...any) error }
-
 // stmt is a statement with its arguments. The hot statements are built by
 // functions named after them (claimPickStmt, listStatusStmt, …), which the
 // store runs and TestPlans explains, so that the plans tested are those of
 // the statements run.
-type stmt struct {
-	query string
-	args  []any
-}
+type stmt = sqlstore.Stmt
 
-func scanMessage(r scanner) (*backends.Message, error) {
+// scanMessage reads a row of messageCols, then extra.
+func scanMessage(r sqlstore.Scanner, extra ...any) (*backends.Message, error) {
 	var (
 		m                                              backends.Message
 		eml, payload, reason, msgid, batch, route, env sql.NullString
 		results                                        sql.NullString
 		due, lease                                     sql.NullTime
 	)
-	err := r.Scan(&m.ID, &m.Status, &eml, &payload, &reason, &m.Version, &m.CreatedAt, &m.UpdatedAt,
-		&msgid, &m.Priority, &batch, &due, &m.Attempts, &lease, &route, &env, &results)
+	err := r.Scan(append([]any{&m.ID, &m.Status, &eml, &payload, &reason, &m.Version, &m.CreatedAt, &m.UpdatedAt,
+		&msgid, &m.Priority, &batch, &due, &m.Attempts, &lease, &route, &env, &results}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -292,32 +289,51 @@ type querier interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-func getMessage(ctx context.Context, db *sql.DB, id string) (*backends.Message, error) {
-	m, err := scanMessage(db.QueryRowContext(ctx, "SELECT "+messageCols+" FROM emails WHERE id = ?", id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("message %s: %w", id, backends.ErrNotFound)
-	}
-	return m, err
-}
+// sqlDB is q as the code the SQL stores share (sqlstore) runs statements
+// on it.
+type sqlDB struct{ q querier }
 
-func queryMessages(ctx context.Context, q querier, query string, args ...any) ([]*backends.Message, error) {
-	return queryAll(ctx, q, scanMessage, query, args...)
-}
-
-// queryAll runs query and scans each row of its result with scan.
-func queryAll[T any](ctx context.Context, q querier, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
-	rows, err := q.QueryContext(ctx, query, args...)
+func (d sqlDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
+	rows, err := d.q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
+	return result{rows}, nil
 }
+
+func (d sqlDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	res, err := d.q.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// result is rows as sqlstore reads them.
+type result struct{ *sql.Rows }
+
+func (r result) Close() { r.Rows.Close() }
+
+// fault reads what err says, where the shared code tells errors apart.
+func fault(err error) sqlstore.Fault {
+	var me *mysql.MySQLError
+	if !errors.As(err, &me) {
+		return sqlstore.OtherFault
+	}
+	switch me.Number {
+	case 1062: // duplicate entry
+		return sqlstore.KeyTaken
+	case 1452: // a foreign key names no row
+		return sqlstore.NoParent
+	case 1146: // no such table
+		return sqlstore.NoTable
+	}
+	return sqlstore.OtherFault
+}
+
+func queryMessages(ctx context.Context, q querier, st stmt) ([]*backends.Message, error) {
+	return sqlstore.QueryAll(ctx, sqlDB{q}, scanOne, st)
+}
+
+// scanOne reads a row of messageCols.
+func scanOne(r sqlstore.Scanner) (*backends.Message, error) { return scanMessage(r) }

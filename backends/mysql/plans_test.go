@@ -3,15 +3,15 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/backends/mysql"
 )
 
@@ -66,26 +66,32 @@ func fillOutbox(t *testing.T, db *sql.DB, now time.Time) {
 	}
 }
 
-// plan is a hot statement and what its plan must be.
-type plan struct {
-	name string
-	st   interface{ Parts() (string, []any) }
-	// use names the index of every table access, as "table/index", with
-	// how many of its columns it must use at least.
-	use map[string]int
-	// maxRows bounds the rows the statement reads, over every access
-	// (ANALYZE, for reads); 0 for writes, which are only explained.
-	maxRows int
-	// scan allows a full scan: of the counters, a table of a few rows.
-	scan bool
-}
+// plan is a hot statement and what its plan must be: the index of every
+// table access, as "table/index", with how many of its columns it must
+// use at least. MaxRows bounds the rows it reads (ANALYZE, for reads); 0
+// for writes, which are only explained.
+type plan = backendtest.PlanCase[int]
 
 // access is one table access of a plan.
 type access struct {
 	table, typ, key, keyLen string
 	parts                   []string
 	rows, readRows          float64
-	extra                   []string
+	// analyzed: the statement ran (ANALYZE), and readRows counts.
+	analyzed bool
+	extra    []string
+}
+
+func (a access) Key() string   { return a.table + "/" + a.key }
+func (a access) Read() float64 { return a.readRows }
+
+func (a access) Row() string {
+	read := "-"
+	if a.analyzed {
+		read = fmt.Sprintf("%.0f", a.readRows)
+	}
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %.0f | %s | %s |", a.table, a.typ, a.key, a.keyLen,
+		strings.Join(a.parts, ", "), a.rows, read, strings.Join(a.extra, "; "))
 }
 
 // TestPlans explains every hot statement on a filled outbox and fails on a
@@ -108,8 +114,8 @@ func TestPlans(t *testing.T) {
 	const limit = 50
 	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
 	ids := []any{"m-000008", "m-000018", "m-000028"}
-	late := func(status backends.Status, order string) *backends.ListKey {
-		var c backends.ListKey
+	late := func(status backends.Status, order string) *sqlstore.ListKey {
+		var c sqlstore.ListKey
 		err := db.QueryRow("SELECT priority, queue_at, created_at, id FROM emails WHERE status = ? AND claim_held = 0 ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
 			Scan(&c.Priority, &c.At, &c.Created, &c.ID)
 		if err != nil {
@@ -124,99 +130,68 @@ func TestPlans(t *testing.T) {
 	byID := "emails/PRIMARY"
 	page := func(parts int) map[string]int { return map[string]int{"emails/idx_claim": parts, byID: 1} }
 	plans := []plan{
-		{"claim: pick", mysql.ClaimPickStmt(claim, limit), map[string]int{"emails/idx_claim": 4}, limit + 1, false},
-		{"claim: lock", mysql.ClaimLockStmt(claim, ids), map[string]int{byID: 1}, len(ids), false},
-		{"transitions: lock", mysql.MessageLockStmt(ids), map[string]int{byID: 1, "v/idx_email_seq": 1}, len(ids), false},
-		{"list READY: first page", mysql.ListStatusStmt(ready, nil, 0), page(2), 2 * (limit + 1), false},
-		{"list READY: held, first page", mysql.ListStatusStmt(ready, nil, 1), page(2), 2 * (limit + 1), false},
-		{"list READY: page 400", mysql.ListStatusStmt(ready, lateReady, 0), page(6), 2 * (limit + 1), false},
-		{"list SENT-ACKNOWLEDGED: first page", mysql.ListStatusStmt(acked, nil, 0), page(2), 2 * (limit + 1), false},
-		{"list all: first page", mysql.ListAllStmt(backends.ListQuery{Limit: limit}, nil), map[string]int{"emails/idx_created": 1}, limit + 1, false},
-		{"list all: page 600", mysql.ListAllStmt(backends.ListQuery{Limit: limit}, lateAll), map[string]int{"emails/idx_created": 2}, limit + 1, false},
-		{"restore: messages", mysql.RestoreStmt(now), map[string]int{"emails/idx_status_lease": 2}, 100, false},
-		{"restore: events", mysql.RestoreEventsStmt(now, now), map[string]int{"email_events/idx_state_lease": 2}, 0, false},
-		{"purge", mysql.PurgeStmt(now.Add(-20*24*time.Hour), limit), map[string]int{"emails/idx_status_updated": 2}, limit, false},
-		{"counts", mysql.CountsStmt, map[string]int{"email_counts/PRIMARY": 0}, 16 * len(backends.Statuses()), true},
-		{"minutes of the last hour", mysql.MinutesStmt(now.Add(-59 * time.Minute)), map[string]int{"email_activity/PRIMARY": 1},
-			60 * 16 * len(backends.Activities()), false},
-		{"alarms due", mysql.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string]int{"email_alarms/idx_alarm_due": 2}, limit, false},
-		{"event claim: pick", mysql.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
-			map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, 3 * limit, false},
-		{"event claim: lock", mysql.EventLockStmt([]any{"e-000001", "e-000101"}, true), map[string]int{"email_events/PRIMARY": 1}, 2, false},
-		{"suspend a batch", mysql.HoldBatchStmt("camp", true), map[string]int{"emails/idx_batch": 1}, 0, false},
-		{"event updates: lock", mysql.EventLockStmt([]any{"e-000003", "e-000103"}, false), map[string]int{"email_events/PRIMARY": 1}, 2, false},
+		{Name: "claim: pick", Stmt: mysql.ClaimPickStmt(claim, limit), Use: map[string]int{"emails/idx_claim": 4}, MaxRows: limit + 1},
+		{Name: "claim: lock", Stmt: mysql.ClaimLockStmt(claim, ids), Use: map[string]int{byID: 1}, MaxRows: len(ids)},
+		{Name: "transitions: lock", Stmt: mysql.MessageLockStmt(ids), Use: map[string]int{byID: 1, "v/idx_email_seq": 1}, MaxRows: len(ids)},
+		{Name: "list READY: first page", Stmt: mysql.ListStatusStmt(ready, nil, false), Use: page(2), MaxRows: 2 * (limit + 1)},
+		{Name: "list READY: held, first page", Stmt: mysql.ListStatusStmt(ready, nil, true), Use: page(2), MaxRows: 2 * (limit + 1)},
+		{Name: "list READY: page 400", Stmt: mysql.ListStatusStmt(ready, lateReady, false), Use: page(6), MaxRows: 2 * (limit + 1)},
+		{Name: "list SENT-ACKNOWLEDGED: first page", Stmt: mysql.ListStatusStmt(acked, nil, false), Use: page(2), MaxRows: 2 * (limit + 1)},
+		{Name: "list all: first page", Stmt: mysql.ListAllStmt(backends.ListQuery{Limit: limit}, nil), Use: map[string]int{"emails/idx_created": 1}, MaxRows: limit + 1},
+		{Name: "list all: page 600", Stmt: mysql.ListAllStmt(backends.ListQuery{Limit: limit}, lateAll), Use: map[string]int{"emails/idx_created": 2}, MaxRows: limit + 1},
+		{Name: "restore: messages", Stmt: mysql.RestoreStmt(now), Use: map[string]int{"emails/idx_status_lease": 2}, MaxRows: 100},
+		{Name: "restore: events", Stmt: mysql.RestoreEventsStmt(now, now), Use: map[string]int{"email_events/idx_state_lease": 2}, MaxRows: 0},
+		{Name: "purge", Stmt: mysql.PurgeStmt(now.Add(-20*24*time.Hour), limit), Use: map[string]int{"emails/idx_status_updated": 2}, MaxRows: limit},
+		{Name: "counts", Stmt: mysql.CountsStmt, Use: map[string]int{"email_counts/PRIMARY": 0}, MaxRows: 16 * len(backends.Statuses()),
+			Scan: true},
+		{Name: "minutes of the last hour", Stmt: mysql.MinutesStmt(now.Add(-59 * time.Minute)), Use: map[string]int{"email_activity/PRIMARY": 1},
+			MaxRows: 60 * 16 * len(backends.Activities())},
+		{Name: "alarms due", Stmt: mysql.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), Use: map[string]int{"email_alarms/idx_alarm_due": 2}, MaxRows: limit},
+		{Name: "event claim: pick", Stmt: mysql.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
+			Use: map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, MaxRows: 3 * limit},
+		{Name: "event claim: lock", Stmt: mysql.EventLockStmt([]any{"e-000001", "e-000101"}, true), Use: map[string]int{"email_events/PRIMARY": 1}, MaxRows: 2},
+		{Name: "suspend a batch", Stmt: mysql.HoldBatchStmt("camp", true), Use: map[string]int{"emails/idx_batch": 1}, MaxRows: 0},
+		{Name: "event updates: lock", Stmt: mysql.EventLockStmt([]any{"e-000003", "e-000103"}, false), Use: map[string]int{"email_events/PRIMARY": 1}, MaxRows: 2},
 	}
-	var doc strings.Builder
-	for _, p := range plans {
-		query, args := p.st.Parts()
-		verb := "EXPLAIN"
-		if p.maxRows > 0 {
-			verb = "ANALYZE"
-		}
-		var js string
-		if err := db.QueryRow(verb+" FORMAT=JSON "+query, args...).Scan(&js); err != nil {
-			t.Fatalf("%s: %v", p.name, err)
-		}
-		accesses, sorted := readPlan(t, js)
-		checkPlan(t, p, accesses, sorted)
-		if os.Getenv("PLANS_DEBUG") == p.name {
-			t.Log(js)
-		}
-		writePlan(&doc, p, query, accesses)
-	}
-	if *writePlans {
-		if err := os.WriteFile("PLANS.md", []byte(plansHeader+doc.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+
+	backendtest.Plans[int, access]{Cases: plans, Access: readAccess, Check: checkAccess, Header: plansHeader,
+		TableHead: "| table | access | key | key_len | columns used | rows | read | extra |\n|---|---|---|---|---|---|---|---|\n",
+		Explain: func(p plan) ([]byte, error) {
+			verb := "EXPLAIN"
+			if p.MaxRows > 0 {
+				verb = "ANALYZE"
+			}
+			var js string
+			err := db.QueryRow(verb+" FORMAT=JSON "+p.Stmt.Query, p.Stmt.Args...).Scan(&js)
+			return []byte(js), err
+		}}.Run(t, *writePlans)
 }
 
-// readPlan lists the table accesses of an EXPLAIN or ANALYZE in JSON, and
-// whether it sorts.
-func readPlan(t *testing.T, js string) ([]access, bool) {
-	var tree any
-	if err := json.Unmarshal([]byte(js), &tree); err != nil {
-		t.Fatal(err)
+// readAccess reads a node of an EXPLAIN or ANALYZE in JSON: a table
+// access, and whether it sorts.
+func readAccess(v map[string]any) (access, bool, bool) {
+	_, sorts := v["filesort"]
+	name, ok := v["table_name"].(string)
+	if !ok || strings.HasPrefix(name, "<") {
+		return access{}, false, sorts
 	}
-	var out []access
-	sorted := false
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			if _, ok := v["filesort"]; ok {
-				sorted = true
-			}
-			if name, ok := v["table_name"].(string); ok && !strings.HasPrefix(name, "<") {
-				a := access{table: name}
-				a.typ, _ = v["access_type"].(string)
-				a.key, _ = v["key"].(string)
-				a.keyLen, _ = v["key_length"].(string)
-				for _, e := range [][2]string{{"using_index", "Using index"}, {"index_condition", "Using index condition"}, {"attached_condition", "Using where"}} {
-					if _, ok := v[e[0]]; ok {
-						a.extra = append(a.extra, e[1])
-					}
-				}
-				for _, p := range asSlice(v["used_key_parts"]) {
-					a.parts = append(a.parts, fmt.Sprint(p))
-				}
-				a.rows, _ = v["rows"].(float64)
-				loops, _ := v["r_loops"].(float64)
-				rows, _ := v["r_rows"].(float64)
-				a.readRows = loops * rows
-				out = append(out, a)
-			}
-			for _, c := range v {
-				walk(c)
-			}
-		case []any:
-			for _, c := range v {
-				walk(c)
-			}
+	a := access{table: name}
+	a.typ, _ = v["access_type"].(string)
+	a.key, _ = v["key"].(string)
+	a.keyLen, _ = v["key_length"].(string)
+	for _, e := range [][2]string{{"using_index", "Using index"}, {"index_condition", "Using index condition"}, {"attached_condition", "Using where"}} {
+		if _, ok := v[e[0]]; ok {
+			a.extra = append(a.extra, e[1])
 		}
 	}
-	walk(tree)
-	return out, sorted
+	for _, p := range asSlice(v["used_key_parts"]) {
+		a.parts = append(a.parts, fmt.Sprint(p))
+	}
+	a.rows, _ = v["rows"].(float64)
+	loops, analyzed := v["r_loops"].(float64)
+	rows, _ := v["r_rows"].(float64)
+	a.readRows, a.analyzed = loops*rows, analyzed
+	return a, true, sorts
 }
 
 func asSlice(v any) []any {
@@ -224,42 +199,17 @@ func asSlice(v any) []any {
 	return s
 }
 
-func checkPlan(t *testing.T, p plan, accesses []access, sorted bool) {
+// checkAccess fails on a full scan the plan does not allow, and on an
+// index used on fewer columns than it wants.
+func checkAccess(t *testing.T, p plan, a access, want int) {
 	t.Helper()
-	if len(accesses) == 0 {
-		t.Errorf("%s: no table access in the plan", p.name)
+	// A walk of a whole index is a scan, unless it stops at the page's
+	// end, as ANALYZE shows.
+	if (a.typ == "ALL" || a.typ == "index" && p.MaxRows == 0) && !p.Scan {
+		t.Errorf("%s: %s is scanned whole (%s)", p.Name, a.table, a.typ)
 	}
-	if sorted {
-		t.Errorf("%s: the plan sorts", p.name)
-	}
-	read := 0.0
-	used := map[string]bool{}
-	for _, a := range accesses {
-		k := a.table + "/" + a.key
-		want, ok := p.use[k]
-		if !ok {
-			t.Errorf("%s: %s read through %q, want one of %v", p.name, a.table, a.key, p.use)
-		}
-		used[k] = true
-		// A walk of a whole index is a scan, unless it stops at the
-		// page's end, as ANALYZE shows.
-		if a.typ == "ALL" || a.typ == "index" && p.maxRows == 0 {
-			if !p.scan {
-				t.Errorf("%s: %s is scanned whole (%s)", p.name, a.table, a.typ)
-			}
-		}
-		if len(a.parts) < want {
-			t.Errorf("%s: %s uses %v of %s, want %d columns at least", p.name, a.table, a.parts, a.key, want)
-		}
-		read += a.readRows
-	}
-	for k := range p.use {
-		if !used[k] {
-			t.Errorf("%s: %s unused", p.name, k)
-		}
-	}
-	if p.maxRows > 0 && read > float64(p.maxRows) {
-		t.Errorf("%s: read %.0f rows, want at most %d", p.name, read, p.maxRows)
+	if len(a.parts) < want {
+		t.Errorf("%s: %s uses %v of %s, want %d columns at least", p.Name, a.table, a.parts, a.key, want)
 	}
 }
 
@@ -275,17 +225,3 @@ estimate; "read" the rows ANALYZE counted (reads only: writes are explained, not
 run).
 
 `
-
-func writePlan(doc *strings.Builder, p plan, query string, accesses []access) {
-	fmt.Fprintf(doc, "## %s\n\n```sql\n%s\n```\n\n| table | access | key | key_len | columns used | rows | read | extra |\n|---|---|---|---|---|---|---|---|\n",
-		p.name, strings.Join(strings.Fields(query), " "))
-	for _, a := range accesses {
-		read := "-"
-		if p.maxRows > 0 {
-			read = fmt.Sprintf("%.0f", a.readRows)
-		}
-		fmt.Fprintf(doc, "| %s | %s | %s | %s | %s | %.0f | %s | %s |\n", a.table, a.typ, a.key, a.keyLen,
-			strings.Join(a.parts, ", "), a.rows, read, strings.Join(a.extra, "; "))
-	}
-	doc.WriteString("\n")
-}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Transition goes through the group commit, with the writes of other
@@ -35,8 +36,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for _, h := range history {
 			args = append(args, h.MessageID, h.Status, null(h.Reason), h.At.UTC(), nullBytes(h.Details))
 		}
-		out = append(out, stmt{"INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
-			rowsOf(5, len(history)), args})
+		out = append(out, stmt{Query: "INSERT INTO email_statuses (email_id, status, reason, created_at, details) VALUES " +
+			rowsOf(5, len(history)), Args: args})
 	}
 	shard := rand.N(countShards)
 	if len(statuses) > 0 {
@@ -44,8 +45,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for i, st := range statuses {
 			args = append(args, st, shard, deltas[i])
 		}
-		out = append(out, stmt{"INSERT INTO email_counts (status, shard, n) VALUES " +
-			rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+		out = append(out, stmt{Query: "INSERT INTO email_counts (status, shard, n) VALUES " +
+			rowsOf(3, len(statuses)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", Args: args})
 	}
 	if len(acts) > 0 {
 		minute := backends.MinuteOf(time.Now())
@@ -53,8 +54,8 @@ func changesStmts(c *backends.Changes) []stmt {
 		for i, a := range acts {
 			args = append(args, minute, a, shard, ns[i])
 		}
-		out = append(out, stmt{"INSERT INTO email_activity (minute, activity, shard, n) VALUES " +
-			rowsOf(4, len(acts)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", args})
+		out = append(out, stmt{Query: "INSERT INTO email_activity (minute, activity, shard, n) VALUES " +
+			rowsOf(4, len(acts)) + " ON DUPLICATE KEY UPDATE n = n + VALUES(n)", Args: args})
 	}
 	return out
 }
@@ -65,10 +66,10 @@ func changesStmts(c *backends.Changes) []stmt {
 // out.
 func execAll(ctx context.Context, tx querier, stmts []stmt) error {
 	all := joinStmts(stmts)
-	if all.query == "" {
+	if all.Query == "" {
 		return nil
 	}
-	_, err := tx.ExecContext(ctx, all.query, all.args...)
+	_, err := tx.ExecContext(ctx, all.Query, all.Args...)
 	return err
 }
 
@@ -80,16 +81,16 @@ func joinStmts(stmts []stmt) stmt {
 		args  []any
 	)
 	for _, st := range stmts {
-		if st.query == "" {
+		if st.Query == "" {
 			continue
 		}
 		if query.Len() > 0 {
 			query.WriteString(";\n")
 		}
-		query.WriteString(st.query)
-		args = append(args, st.args...)
+		query.WriteString(st.Query)
+		args = append(args, st.Args...)
 	}
-	return stmt{query.String(), args}
+	return stmt{Query: query.String(), Args: args}
 }
 
 func nullBytes(b []byte) sql.NullString { return sql.NullString{String: string(b), Valid: len(b) > 0} }
@@ -103,28 +104,17 @@ func inList(n int) string {
 // its first pick runs before, outside any transaction, so that finding
 // nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	if c.Limit <= 0 {
-		return nil, nil
-	}
-	cands, err := claimCandidates(ctx, s.db, c, c.Limit)
-	if err != nil || len(cands) == 0 {
-		return nil, err
-	}
-	o := &op{Write: backends.Write{Claim: &c}, cands: cands}
-	if err := s.commits.Submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	return o.Claimed, nil
+	return s.commits.Claim(ctx, c, func(c *backends.Claim) (*op, bool, error) {
+		cands, err := claimCandidates(ctx, s.db, *c, c.Limit)
+		return &op{Write: sqlstore.Write{Claim: c}, cands: cands}, len(cands) > 0, err
+	})
 }
 
 // claimRounds bounds how many times a claim picks again after other
 // claimers locked its candidates first.
 const claimRounds = 4
 
-// lockClaims is the backends.ClaimFunc of the group commit: a claim
+// lockClaims is the sqlstore.ClaimFunc of the group commit: a claim
 // alone keeps its first pick, claims together pick again.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
 	var cands []string
@@ -169,7 +159,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Me
 		}
 		if len(ids) > 0 {
 			lock := claimLockStmt(c, ids)
-			locked, err := queryMessages(w.ctx, w.tx, lock.query, lock.args...)
+			locked, err := queryMessages(w.ctx, w.tx, lock)
 			if err != nil {
 				return nil, err
 			}
@@ -187,7 +177,7 @@ func (w *txRows) lockClaimable(c backends.Claim, cands []string) ([]*backends.Me
 		}
 	}
 	slices.SortFunc(out, func(a, b *backends.Message) int {
-		return backends.ListedAt(a, a.QueueTime()).Key.Compare(backends.ListedAt(b, b.QueueTime()).Key)
+		return sqlstore.ListedAt(a, a.QueueTime()).Key.Compare(sqlstore.ListedAt(b, b.QueueTime()).Key)
 	})
 	w.Adopt(out)
 	return out, nil
@@ -207,26 +197,21 @@ func claimPickStmt(c backends.Claim, n int) stmt {
 	for p := backends.PriorityImmediate; p <= backends.PriorityLow; p++ {
 		args = append(args, p)
 	}
-	return stmt{q, append(args, c.Now.UTC(), n)}
+	return stmt{Query: q, Args: append(args, c.Now.UTC(), n)}
 }
 
 // claimLockStmt locks the picked messages that are still to be claimed, in
 // id order, skipping those another claimer holds.
 func claimLockStmt(c backends.Claim, ids []any) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE id IN (" + inList(len(ids)) +
 		") AND status = ? AND claim_held = 0 AND queue_at <= ? ORDER BY id FOR UPDATE SKIP LOCKED",
-		append(slices.Clip(ids), c.From, c.Now.UTC())}
+		Args: append(slices.Clip(ids), c.From, c.Now.UTC())}
 }
 
 // claimCandidates reads, without locks, the ids of the first n messages a claim may
 // take, in claim order (the statement's).
 func claimCandidates(ctx context.Context, q querier, c backends.Claim, n int) ([]string, error) {
-	pick := claimPickStmt(c, n)
-	rows, err := q.QueryContext(ctx, pick.query, pick.args...)
-	if err != nil {
-		return nil, err
-	}
-	return scanIDs(rows)
+	return queryIDs(ctx, q, claimPickStmt(c, n))
 }
 
 const restoreChunk = 500
@@ -241,51 +226,22 @@ func anyOf[T any](vs []T) []any {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := backends.InChunks(func() (int, error) {
-		n := 0
-		now := time.Now().UTC()
-		err := s.tx(ctx, func(tx *txn) error {
-			n = 0
-			// Events first: every transaction locks events before messages.
-			upd := restoreEventsStmt(now, expiredBefore)
-			res, err := tx.ExecContext(ctx, upd.query, upd.args...)
-			if err != nil {
-				return err
-			}
-			ne, _ := res.RowsAffected()
-			sel := restoreStmt(expiredBefore)
-			msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
-			if err != nil {
-				return err
-			}
-			w := newTxRows(ctx, tx)
-			if err := backends.RestoreHeld(w, msgs, now); err != nil {
-				return err
-			}
-			n = len(msgs) + int(ne)
-			return w.write()
-		})
-		return n, err
-	})
-	if err != nil {
-		return total, fmt.Errorf("restore: %w", err)
-	}
-	return total, nil
+	return s.sql.Restore(ctx, expiredBefore, restoreEventsStmt, restoreStmt(expiredBefore))
 }
 
 // restoreStmt reads only the working rows whose lease ran out
 // (idx_status_lease).
 func restoreStmt(expiredBefore time.Time) stmt {
 	working := anyOf(backends.WorkingStatuses())
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
-		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(working, clamp(expiredBefore), restoreChunk)}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(working)) +
+		") AND lease_until < ? LIMIT ? FOR UPDATE SKIP LOCKED", Args: append(working, clamp(expiredBefore), restoreChunk)}
 }
 
 // restoreEventsStmt is backends.RestoreEvent, for the expired events at
 // once (idx_state_lease).
 func restoreEventsStmt(now, expiredBefore time.Time) stmt {
-	return stmt{`UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
-		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, []any{now, now, clamp(expiredBefore), restoreChunk}}
+	return stmt{Query: `UPDATE email_events SET state = 'pending', lease_until = NULL, due_at = ?, updated_at = ?
+		WHERE state = 'calling' AND lease_until < ? LIMIT ?`, Args: []any{now, now, clamp(expiredBefore), restoreChunk}}
 }
 
 // clamp keeps a time within what DATETIME holds.
@@ -300,12 +256,12 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 	var out []*backends.Message
 	err := s.tx(ctx, func(tx *txn) error {
 		sel := purgeStmt(cutoff, limit)
-		msgs, err := queryMessages(ctx, tx, sel.query, sel.args...)
+		msgs, err := queryMessages(ctx, tx, sel)
 		if err != nil || len(msgs) == 0 {
 			out = nil
 			return err
 		}
-		purged, h := backends.Purged(msgs)
+		purged, h := sqlstore.Purged(msgs)
 		ids := anyOf(purged)
 		// History, events, links and alarms go with the rows (ON DELETE
 		// CASCADE).
@@ -327,6 +283,6 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 // statuses.
 func purgeStmt(cutoff time.Time, limit int) stmt {
 	acked := anyOf(backends.AcknowledgedStatuses())
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
-		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", append(acked, cutoff.UTC(), limit)}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE status IN (" + inList(len(acked)) +
+		") AND updated_at < ? LIMIT ? FOR UPDATE SKIP LOCKED", Args: append(acked, cutoff.UTC(), limit)}
 }

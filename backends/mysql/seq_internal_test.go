@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/internal/testrig/sqltest"
 )
 
@@ -48,7 +49,7 @@ func TestEventNumberAfterLockWait(t *testing.T) {
 		if err := tr.Prepare(now); err != nil {
 			t.Fatal(err)
 		}
-		group = append(group, &op{Write: backends.Write{Transition: &tr}})
+		group = append(group, &op{Write: sqlstore.Write{Transition: &tr}})
 	}
 	done := make(chan []error, 1)
 	go func() { done <- s.commit(group) }()

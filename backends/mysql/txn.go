@@ -74,8 +74,8 @@ func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql
 	for _, d := range pending {
 		stmts = append(stmts, d.st)
 	}
-	all := joinStmts(append(stmts, stmt{query, args}))
-	rows, err := t.conn.QueryContext(ctx, t.start(all.query), all.args...)
+	all := joinStmts(append(stmts, stmt{Query: query, Args: args}))
+	rows, err := t.conn.QueryContext(ctx, t.start(all.Query), all.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (t *txn) Commit() error {
 		t.end(nil) // nothing ran
 		return nil
 	}
-	err := execAll(t.ctx, t, append(t.last, stmt{query: "COMMIT"}))
+	err := execAll(t.ctx, t, append(t.last, stmt{Query: "COMMIT"}))
 	t.last = nil
 	var me *mysql.MySQLError
 	switch {

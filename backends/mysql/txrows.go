@@ -7,10 +7,11 @@ import (
 	"strings"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // txRows holds the rows a transaction has locked and changes in memory
-// (backends.Rows, the EventTx of the event rules), and writes them at its
+// (sqlstore.Rows, the EventTx of the event rules), and writes them at its
 // end with one statement per table, whatever the number of messages: the
 // moves of a whole group of callers cost a few statements.
 //
@@ -18,22 +19,23 @@ import (
 // each by id, then the counters (changesStmts), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
-	backends.Rows
-	ctx context.Context
-	tx  *txn
+	sqlstore.Rows
+	sqlDB // the transaction's statements
+	ctx   context.Context
+	tx    *txn
 	// lastSeq is the last event number of each message LockMessages
 	// locked, 0 for none.
 	lastSeq map[string]int64
 }
 
 func newTxRows(ctx context.Context, tx *txn) *txRows {
-	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
+	return &txRows{Rows: sqlstore.NewRows(), sqlDB: sqlDB{tx}, ctx: ctx, tx: tx, lastSeq: map[string]int64{}}
 }
 
-// sortedIDs returns ids once each, sorted (backends.SortedIDs), as
+// sortedIDs returns ids once each, sorted (sqlstore.SortedIDs), as
 // arguments.
 func sortedIDs(ids []string) []any {
-	return anyOf(backends.SortedIDs(ids))
+	return anyOf(sqlstore.SortedIDs(ids))
 }
 
 // LockMessages reads and locks the messages of ids that exist, in id order.
@@ -42,14 +44,14 @@ func (w *txRows) LockMessages(ids []string) error {
 		return nil
 	}
 	lock := messageLockStmt(sortedIDs(ids))
-	msgs, err := queryAll(w.ctx, w.tx, func(r scanner) (*backends.Message, error) {
+	msgs, err := sqlstore.QueryAll(w.ctx, sqlDB{w.tx}, func(r sqlstore.Scanner) (*backends.Message, error) {
 		var seq int64
-		m, err := scanMessage(withSeq{r, &seq})
+		m, err := scanMessage(r, &seq)
 		if err == nil {
 			w.lastSeq[m.ID] = seq
 		}
 		return m, err
-	}, lock.query, lock.args...)
+	}, lock)
 	w.Adopt(msgs)
 	return err
 }
@@ -65,17 +67,9 @@ func (w *txRows) LockMessages(ids []string) error {
 // one such a relay committed while the lock waited; the insert then meets
 // idx_email_seq, and the group runs again write by write (CommitGroup).
 func messageLockStmt(ids []any) stmt {
-	return stmt{"SELECT " + messageCols + `, GREATEST(event_seq, COALESCE((SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id), 0))
-		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", ids}
+	return stmt{Query: "SELECT " + messageCols + `, GREATEST(event_seq, COALESCE((SELECT MAX(seq) FROM email_events v WHERE v.email_id = emails.id), 0))
+		FROM emails WHERE id IN (` + inList(len(ids)) + ") ORDER BY id FOR UPDATE", Args: ids}
 }
-
-// withSeq scans a row of messageCols followed by a last event number.
-type withSeq struct {
-	r   scanner
-	seq *int64
-}
-
-func (s withSeq) Scan(dest ...any) error { return s.r.Scan(append(dest, s.seq)...) }
 
 // LockEvents reads and locks the events of ids that exist, in id order;
 // skip passes over those another transaction holds.
@@ -84,16 +78,16 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 		return nil
 	}
 	lock := eventLockStmt(sortedIDs(ids), skip)
-	events, err := queryEvents(w.ctx, w.tx, lock.query, lock.args...)
+	events, err := queryEvents(w.ctx, w.tx, lock)
 	w.AdoptEvents(events)
 	return err
 }
 
-// write stores what changed, with the COMMIT (txn.Last): the new events,
+// Write stores what changed, with the COMMIT (txn.Last): the new events,
 // the changed events, the changed messages, the alarms, then the history
 // and the counts. Of these, only the new events' insert can meet a taken
 // key; the others update the rows they meet.
-func (w *txRows) write() error {
+func (w *txRows) Write() error {
 	newEvents, err := w.insertEvents()
 	if err != nil {
 		return err
@@ -106,6 +100,9 @@ func (w *txRows) write() error {
 	w.tx.Last(append([]stmt{newEvents, events, messages, w.writeAlarms()}, changesStmts(&w.Changes)...)...)
 	return nil
 }
+
+// EventsDue: no relay is told of work made due on MySQL; each polls.
+func (w *txRows) EventsDue() {}
 
 // insertEvents numbers the new events after their messages' last ones,
 // which LockMessages read with the locks that keep anyone else from
@@ -127,7 +124,7 @@ func (w *txRows) insertEvents() (stmt, error) {
 		w.DirtyMessages = append(w.DirtyMessages, e.MessageID)
 		args = append(args, eventArgs(e)...)
 	}
-	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), args}, nil
+	return stmt{Query: "INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(w.NewEvents)), Args: args}, nil
 }
 
 // eventArgs are an event's values in the order of eventCols.
@@ -147,9 +144,9 @@ func (w *txRows) writeEvents() stmt {
 	for _, id := range ids {
 		args = append(args, eventArgs(w.Events[id.(string)])...)
 	}
-	return stmt{"INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
+	return stmt{Query: "INSERT INTO email_events (" + eventCols + ") VALUES " + rowsOf(14, len(ids)) +
 		` ON DUPLICATE KEY UPDATE state = VALUES(state), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
-		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, args}
+		acked = VALUES(acked), attempts = VALUES(attempts), due_at = VALUES(due_at), last_error = VALUES(last_error)`, Args: args}
 }
 
 // writeMessages writes the changed messages, which exist and are locked,
@@ -184,11 +181,11 @@ func (w *txRows) writeMessages() (stmt, error) {
 		args = append(args, m.ID, m.Status, null(m.Reason), m.Version, m.UpdatedAt.UTC(), nullTime(m.LeaseUntil), nullTime(m.DueAt),
 			queued.UTC(), m.Attempts, null(m.Route), nullBytes(results), nullBytes(envelope), w.lastSeq[m.ID])
 	}
-	return stmt{`INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
+	return stmt{Query: `INSERT INTO emails (id, status, reason, version, updated_at, lease_until, due_at, queue_at,
 		attempts, route, results, envelope, event_seq) VALUES ` + rowsOf(13, len(ids)) + ` ON DUPLICATE KEY UPDATE status = VALUES(status),
 		reason = VALUES(reason), version = VALUES(version), updated_at = VALUES(updated_at), lease_until = VALUES(lease_until),
 		due_at = VALUES(due_at), queue_at = VALUES(queue_at), attempts = VALUES(attempts), route = VALUES(route),
-		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope), event_seq = GREATEST(event_seq, VALUES(event_seq))`, args}, nil
+		results = VALUES(results), envelope = COALESCE(VALUES(envelope), envelope), event_seq = GREATEST(event_seq, VALUES(event_seq))`, Args: args}, nil
 }
 
 func (w *txRows) writeAlarms() stmt {
@@ -199,8 +196,8 @@ func (w *txRows) writeAlarms() stmt {
 	for _, a := range w.Alarms {
 		args = append(args, a.Kind, a.MessageID, a.At.UTC())
 	}
-	return stmt{"INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.Alarms)) +
-		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", args}
+	return stmt{Query: "INSERT INTO email_alarms (kind, email_id, due_at) VALUES " + rowsOf(3, len(w.Alarms)) +
+		" ON DUPLICATE KEY UPDATE due_at = VALUES(due_at)", Args: args}
 }
 
 // rowsOf makes the VALUES of n rows of k columns.

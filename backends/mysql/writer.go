@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit (backends.Write), and what the
+// op is one write of the group commit (sqlstore.Write), and what the
 // store keeps beside it.
 type op struct {
-	backends.Write
+	sqlstore.Write
 	cands []string // the claim's first pick, ids in claim order
 }
 
@@ -28,20 +29,20 @@ type op struct {
 // within max_allowed_packet.
 var commitConfig = groupcommit.Config{Max: 256, Window: 10 * time.Millisecond, Paced: true}
 
-// commit runs a group in one transaction (backends.CommitGroup).
+// commit runs a group in one transaction (sqlstore.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
-	return backends.CommitGroup(group, func(g []*op) error {
+	return sqlstore.CommitGroup(group, func(g []*op) error {
 		return s.tx(ctx, func(tx *txn) error { return s.apply(ctx, tx, g) })
 	})
 }
 
-// apply writes a group inside tx (backends.ApplyGroup), with a few
+// apply writes a group inside tx (sqlstore.ApplyGroup), with a few
 // statements whatever its size (txRows).
 func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	w := newTxRows(ctx, tx)
 	insert := func(creates []*op) error { return s.insertMessages(ctx, tx, creates, &w.Changes) }
-	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
+	if err := sqlstore.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
 	// Creates deferred to a query that did not come: their outcome must
@@ -49,7 +50,7 @@ func (s *Store) apply(ctx context.Context, tx *txn, group []*op) error {
 	if err := tx.Flush(ctx); err != nil {
 		return err
 	}
-	return w.write()
+	return w.Write()
 }
 
 // insertMessages creates messages with one statement, and their bodies
@@ -80,7 +81,7 @@ func (s *Store) insertMessages(ctx context.Context, tx *txn, creates []*op, h *b
 		})
 		return nil
 	}
-	res, err := tx.ExecContext(ctx, insert.query, insert.args...)
+	res, err := tx.ExecContext(ctx, insert.Query, insert.Args...)
 	if err != nil {
 		return err
 	}
@@ -123,9 +124,9 @@ func insertStmt(creates []*op) (stmt, []any, error) {
 			null(m.MessageID), m.Priority, null(m.Batch), m.DueAt.UTC(), m.QueueTime().UTC(), 0, null(m.Route), env)
 		ids = append(ids, m.ID)
 	}
-	return stmt{`INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
+	return stmt{Query: `INSERT INTO emails (id, status, eml_file_path, payload_file_path, reason, version,
 		created_at, updated_at, message_id, priority, batch_code, due_at, queue_at, attempts, route, envelope) VALUES ` +
-		rowsOf(16, len(creates)) + " ON DUPLICATE KEY UPDATE id = id", args}, ids, nil
+		rowsOf(16, len(creates)) + " ON DUPLICATE KEY UPDATE id = id", Args: args}, ids, nil
 }
 
 // madeBy records the history and counts of the rows the creates made,
@@ -169,7 +170,7 @@ func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, 
 		return paths, nil
 	}
 	read := pathsStmt(ids)
-	rows, err := tx.QueryContext(ctx, read.query, read.args...)
+	rows, err := tx.QueryContext(ctx, read.Query, read.Args...)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ func insertedPaths(ctx context.Context, tx *txn, res sql.Result, creates []*op, 
 
 // pathsStmt reads the spool path of the rows of ids.
 func pathsStmt(ids []any) stmt {
-	return stmt{"SELECT id, eml_file_path FROM emails WHERE id IN (" + inList(len(ids)) + ")", ids}
+	return stmt{Query: "SELECT id, eml_file_path FROM emails WHERE id IN (" + inList(len(ids)) + ")", Args: ids}
 }
 
 // scanPaths reads the result of pathsStmt, leaving rows open for what
@@ -209,11 +210,7 @@ func holdSuspended(ctx context.Context, tx *txn, batched map[string][]any) error
 	for code := range batched {
 		codes = append(codes, code)
 	}
-	rows, err := tx.QueryContext(ctx, "SELECT code FROM email_batches WHERE code IN ("+inList(len(codes))+") LOCK IN SHARE MODE", codes...)
-	if err != nil {
-		return err
-	}
-	held, err := scanIDs(rows)
+	held, err := queryIDs(ctx, tx, stmt{Query: "SELECT code FROM email_batches WHERE code IN (" + inList(len(codes)) + ") LOCK IN SHARE MODE", Args: codes})
 	if err != nil || len(held) == 0 {
 		return err
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -12,25 +11,16 @@ import (
 // The table holds two hours at most (the housekeeping prunes it), which
 // the planner scans for the last hour's half of it.
 func minutesStmt(since time.Time) stmt {
-	return stmt{"SELECT minute, activity, SUM(n)::bigint FROM email_activity WHERE minute >= $1 GROUP BY minute, activity",
-		[]any{backends.MinuteOf(since)}}
+	return stmt{Query: "SELECT minute, activity, SUM(n)::bigint FROM email_activity WHERE minute >= $1 GROUP BY minute, activity",
+		Args: []any{backends.MinuteOf(since)}}
 }
 
 // Minutes sums the counters that every change keeps (email_activity, see
 // flushChanges): a few rows per minute and activity, whatever the traffic.
 func (s *Store) Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error) {
-	q := minutesStmt(since)
-	rows, err := s.pool.Query(ctx, q.query, q.args...)
-	if err != nil {
-		return nil, fmt.Errorf("minutes: %w", err)
-	}
-	defer rows.Close()
-	return backends.ReadMinutes(rows)
+	return s.sql.Minutes(ctx, minutesStmt(since))
 }
 
 func (s *Store) PruneMinutes(ctx context.Context, before time.Time) error {
-	if _, err := s.pool.Exec(ctx, "DELETE FROM email_activity WHERE minute < $1", backends.MinuteOf(before)); err != nil {
-		return fmt.Errorf("prune minutes: %w", err)
-	}
-	return nil
+	return s.sql.PruneMinutes(ctx, "DELETE FROM email_activity WHERE minute < $1", before)
 }

@@ -2,22 +2,14 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/genropy/postino/backends"
 )
 
 func (s *Store) SetAlarm(ctx context.Context, a backends.Alarm) error {
-	if err := a.Check(); err != nil {
-		return err
-	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO email_alarms (kind, email_id, due_at) VALUES ($1, $2, $3)
-		ON CONFLICT (email_id, kind) DO UPDATE SET due_at = EXCLUDED.due_at`, a.Kind, a.MessageID, ts(a.At))
-	if pgCode(err) == codeForeignKeyViolation { // the message is not there
-		return fmt.Errorf("alarm %s of %s: %w", a.Kind, a.MessageID, backends.ErrNotFound)
-	}
-	return err
+	return s.sql.SetAlarm(ctx, a, stmt{Query: `INSERT INTO email_alarms (kind, email_id, due_at) VALUES ($1, $2, $3)
+		ON CONFLICT (email_id, kind) DO UPDATE SET due_at = EXCLUDED.due_at`, Args: []any{a.Kind, a.MessageID, ts(a.At)}})
 }
 
 func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
@@ -26,26 +18,12 @@ func (s *Store) ClearAlarm(ctx context.Context, kind, messageID string) error {
 }
 
 func (s *Store) DueAlarms(ctx context.Context, kind string, now time.Time, limit int) ([]backends.Alarm, error) {
-	due := dueAlarmsStmt(kind, now, limit)
-	rows, err := s.pool.Query(ctx, due.query, due.args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []backends.Alarm
-	for rows.Next() {
-		a := backends.Alarm{Kind: kind}
-		if err := rows.Scan(&a.MessageID, &a.At); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return s.sql.DueAlarms(ctx, kind, dueAlarmsStmt(kind, now, limit))
 }
 
 // dueAlarmsStmt reads the alarms of kind due by now, in order
 // (idx_alarm_due).
 func dueAlarmsStmt(kind string, now time.Time, limit int) stmt {
-	return stmt{`SELECT email_id, due_at FROM email_alarms WHERE kind = $1 AND due_at <= $2
-		ORDER BY due_at, email_id LIMIT $3`, []any{kind, ts(now), limit}}
+	return stmt{Query: `SELECT email_id, due_at FROM email_alarms WHERE kind = $1 AND due_at <= $2
+		ORDER BY due_at, email_id LIMIT $3`, Args: []any{kind, ts(now), limit}}
 }

@@ -53,14 +53,14 @@ func (s *Store) setBatch(ctx context.Context, code string, held bool, change str
 			return err
 		}
 		hold := holdBatchStmt(code, held)
-		_, err := tx.Exec(ctx, hold.query, hold.args...)
+		_, err := tx.Exec(ctx, hold.Query, hold.Args...)
 		return err
 	})
 }
 
 // holdBatchStmt sets or clears held on the messages of a batch (idx_batch).
 func holdBatchStmt(code string, held bool) stmt {
-	return stmt{"UPDATE emails SET held = $2 WHERE batch_code = $1 AND held <> $2", []any{code, held}}
+	return stmt{Query: "UPDATE emails SET held = $2 WHERE batch_code = $1 AND held <> $2", Args: []any{code, held}}
 }
 
 // holdSuspended sets held on the new messages (by batch) whose batch is

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 const eventCols = `event_id, email_id, seq, outcome, reason, at, details, state, attempts, due_at, lease_until, last_error, acked, updated_at`
 
-func scanEvent(r pgx.Row) (*backends.Event, error) {
+func scanEvent(r sqlstore.Scanner) (*backends.Event, error) {
 	var (
 		e                               backends.Event
 		reason, details, lastErr, acked *string
@@ -39,77 +38,32 @@ func scanEvent(r pgx.Row) (*backends.Event, error) {
 }
 
 func queryEvents(ctx context.Context, q querier, st stmt) ([]*backends.Event, error) {
-	return queryRows(ctx, q, st, scanEvent)
+	return sqlstore.QueryAll(ctx, pgDB{q}, scanEvent, st)
 }
 
-func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error {
-	now := time.Now().UTC()
-	err := s.tx(ctx, func(tx pgx.Tx) error {
-		w := newTxRows(ctx, tx, s.sender)
-		if err := backends.AddHeldEvent(w, e, now); err != nil {
-			return err
-		}
-		return w.write()
-	})
-	if err != nil {
-		return fmt.Errorf("add event to %s: %w", e.MessageID, err)
-	}
-	return nil
-}
+func (s *Store) AddEvent(ctx context.Context, e *backends.Event) error { return s.sql.AddEvent(ctx, e) }
 
 func (s *Store) Events(ctx context.Context, messageID string) ([]*backends.Event, error) {
-	out, err := queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE email_id = $1 ORDER BY seq", []any{messageID}})
-	if err == nil && len(out) == 0 {
-		_, err = s.Get(ctx, messageID)
-	}
-	return out, err
+	return s.sql.Events(ctx, messageID, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE email_id = $1 ORDER BY seq", Args: []any{messageID}})
 }
 
 func (s *Store) EventsByState(ctx context.Context, state backends.EventState, limit int) ([]*backends.Event, error) {
-	return queryEvents(ctx, s.pool, stmt{"SELECT " + eventCols + " FROM email_events WHERE state = $1 ORDER BY updated_at, event_id LIMIT $2",
-		[]any{state, limit}})
+	return s.sql.EventsByState(ctx, stmt{Query: "SELECT " + eventCols + " FROM email_events WHERE state = $1 ORDER BY updated_at, event_id LIMIT $2",
+		Args: []any{state, limit}})
 }
 
 func (s *Store) ClaimEvents(ctx context.Context, c backends.EventClaim) ([]*backends.Event, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	// First the candidates, without locks and outside the transaction, so
-	// that finding none costs one read: an event first in line stays so,
-	// since an acknowledged event never goes back. Then lock those still
-	// pending; another relay may have taken some.
-	pick := eventPickStmt(c)
-	rows, err := s.pool.Query(ctx, pick.query, pick.args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil || len(ids) == 0 {
-		return nil, err
-	}
-	var out []*backends.Event
-	err = s.tx(ctx, func(tx pgx.Tx) error {
-		w := newTxRows(ctx, tx, s.sender)
-		var err error
-		if out, err = backends.ClaimHeldEvents(w, ids, c); err != nil {
-			return err
-		}
-		return w.write()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim events: %w", err)
-	}
-	return out, nil
+	return s.sql.ClaimEvents(ctx, c, eventPickStmt(c))
 }
 
 // eventPickStmt reads the due pending events first in line for their
 // message, in claim order (idx_state_due_seq; the earlier events of each
 // through idx_email_seq).
 func eventPickStmt(c backends.EventClaim) stmt {
-	return stmt{`SELECT e.event_id FROM email_events e
+	return stmt{Query: `SELECT e.event_id FROM email_events e
 		WHERE e.state = 'pending' AND e.due_at <= $1 AND NOT EXISTS (
 			SELECT 1 FROM email_events p WHERE p.email_id = e.email_id AND p.seq < e.seq AND p.state <> 'acked')
-		ORDER BY e.due_at, e.seq LIMIT $2`, []any{ts(c.Now), c.Limit}}
+		ORDER BY e.due_at, e.seq LIMIT $2`, Args: []any{ts(c.Now), c.Limit}}
 }
 
 // eventLockStmt reads and locks events by id, in id order; skip passes
@@ -119,7 +73,7 @@ func eventLockStmt(ids []string, skip bool) stmt {
 	if skip {
 		q += " SKIP LOCKED"
 	}
-	return stmt{q, []any{ids}}
+	return stmt{Query: q, Args: []any{ids}}
 }
 
 // UpdateEvent goes through the group commit, with the updates and

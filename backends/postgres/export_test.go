@@ -1,6 +1,6 @@
 package postgres
 
-import "sync"
+import "github.com/genropy/postino/backends/backendtest"
 
 // MigrateTo lets tests make a database of an older schema.
 var MigrateTo = migrateTo
@@ -20,12 +20,9 @@ var (
 	EventLockStmt     = eventLockStmt
 	LastSeqStmt       = lastSeqStmt
 	HoldBatchStmt     = holdBatchStmt
-	CountsStmt        = stmt{query: countsQuery}
+	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 )
-
-// Parts returns the statement's text and arguments.
-func (s stmt) Parts() (string, []any) { return s.query, s.args }
 
 // SetBodyBudget makes the statements of message bytes small, so that a
 // test sees them split without sending megabytes.
@@ -33,14 +30,4 @@ func SetBodyBudget(s *Store, n int) { s.bodyBudget = n }
 
 // FailNextCommit makes the next COMMIT that lands answer err, as a
 // connection lost on its reply would.
-func FailNextCommit(s *Store, err error) {
-	var once sync.Once
-	s.afterCommit = func() error {
-		fail := false
-		once.Do(func() { fail = true })
-		if fail {
-			return err
-		}
-		return nil
-	}
-}
+func FailNextCommit(s *Store, err error) { s.afterCommit = backendtest.FailOnce(err) }

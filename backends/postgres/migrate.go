@@ -8,32 +8,24 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 //go:embed migrations/*.sql
 var migrationFiles embed.FS
 
-// migrations are the schema's files, in order (backends.ReadMigrations).
-func migrations() ([]backends.Migration, error) {
-	return backends.ReadMigrations(migrationFiles, "migrations")
+// migrations are the schema's files, in order (sqlstore.ReadMigrations).
+func migrations() ([]sqlstore.Migration, error) {
+	return sqlstore.ReadMigrations(migrationFiles, "migrations")
 }
 
 // LatestVersion is the schema version this binary needs.
-func LatestVersion() int { return backends.LatestMigration(migrationFiles, "migrations") }
+func LatestVersion() int { return sqlstore.LatestMigration(migrationFiles, "migrations") }
 
 // SchemaVersion is the version of the schema in the database; 0 when none
 // was applied.
 func SchemaVersion(ctx context.Context, q querier) (int, error) {
-	var v *int
-	err := q.QueryRow(ctx, "SELECT MAX(version) FROM schema_migrations").Scan(&v)
-	if pgCode(err) == codeUndefinedTable {
-		return 0, nil
-	}
-	if err != nil || v == nil {
-		return 0, err
-	}
-	return *v, nil
+	return sqlstore.SchemaVersion(ctx, pgDB{q}, fault)
 }
 
 // migrateLock is the advisory lock that keeps relays starting together
@@ -69,27 +61,27 @@ func migrateTo(ctx context.Context, pool *pgxpool.Pool, last int) ([]int, error)
 		applied_at TIMESTAMPTZ NOT NULL DEFAULT now())`); err != nil {
 		return nil, err
 	}
-	current, err := SchemaVersion(ctx, conn)
-	if err != nil {
-		return nil, err
-	}
-	var applied []int
-	for _, m := range ms {
-		if m.Version <= current || m.Version > last {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			// The simple protocol runs a file of several statements.
-			if err := tx.Conn().PgConn().Exec(ctx, m.SQL).Close(); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+	return sqlstore.Migrate(ctx, migrator{conn}, ms, last)
+}
+
+// migrator applies migrations on conn, each in a transaction of its own
+// with its row in schema_migrations (PostgreSQL's DDL is transactional: a
+// migration is applied whole or not at all).
+type migrator struct{ conn *pgxpool.Conn }
+
+func (m migrator) Version(ctx context.Context) (int, error) { return SchemaVersion(ctx, m.conn) }
+
+func (m migrator) Apply(ctx context.Context, mg sqlstore.Migration) error {
+	err := pgx.BeginFunc(ctx, m.conn, func(tx pgx.Tx) error {
+		// The simple protocol runs a file of several statements.
+		if err := tx.Conn().PgConn().Exec(ctx, mg.SQL).Close(); err != nil {
 			return err
-		})
-		if err != nil {
-			return applied, fmt.Errorf("migration %s: %w", m.Name, err)
 		}
-		applied = append(applied, m.Version)
+		_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)", mg.Version, mg.Name)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("migration %s: %w", mg.Name, err)
 	}
-	return applied, nil
+	return nil
 }

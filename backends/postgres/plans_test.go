@@ -2,10 +2,8 @@ package postgres_test
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/backendtest"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/backends/postgres"
 )
 
@@ -66,21 +66,29 @@ func fillOutbox(t *testing.T, db *pgxpool.Pool, now time.Time) {
 	}
 }
 
-// plan is a hot statement and what its plan must be.
-type plan struct {
-	name string
-	st   interface{ Parts() (string, []any) }
-	// use names the index of every table access with the columns its
-	// condition must bound; a scan of a table is "seq:table".
-	use map[string][]string
-	// maxRows bounds the rows the statement reads, over every access.
-	maxRows int
-}
+// plan is a hot statement and what its plan must be: the index of every
+// table access with the columns its condition must bound ("seq:table" for
+// a scan of a table), and the rows it may read over every access.
+type plan = backendtest.PlanCase[[]string]
 
 // access is one table access of a plan.
 type access struct {
 	node, table, index, cond, filter string
 	rows, read                       float64
+}
+
+func (a access) Key() string {
+	if a.index == "" {
+		return "seq:" + a.table
+	}
+	return a.index
+}
+
+func (a access) Read() float64 { return a.read }
+
+func (a access) Row() string {
+	return fmt.Sprintf("| %s | %s | %s | %s | %s | %.0f | %.0f |", a.table, a.node, a.index,
+		strings.ReplaceAll(a.cond, "|", `\|`), strings.ReplaceAll(a.filter, "|", `\|`), a.rows, a.read)
 }
 
 // TestPlans runs every hot statement under EXPLAIN ANALYZE on a filled
@@ -104,8 +112,8 @@ func TestPlans(t *testing.T) {
 	const limit = 50
 	claim := backends.Claim{From: backends.StatusReady, To: backends.StatusProcessing, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}
 	ids := []string{"m-000008", "m-000018", "m-000028"}
-	late := func(status backends.Status, order string) *backends.ListKey {
-		var c backends.ListKey
+	late := func(status backends.Status, order string) *sqlstore.ListKey {
+		var c sqlstore.ListKey
 		var p int16
 		err := db.QueryRow(ctx, "SELECT priority, queue_at, created_at, id FROM emails WHERE status = $1 AND claim_held = false ORDER BY "+order+" LIMIT 1 OFFSET 20000", status).
 			Scan(&p, &c.At, &c.Created, &c.ID)
@@ -120,144 +128,88 @@ func TestPlans(t *testing.T) {
 	ready := backends.ListQuery{Status: backends.StatusReady, Limit: limit}
 	acked := backends.ListQuery{Status: backends.StatusSentAcknowledged, Limit: limit}
 	claimIdx := []string{"status", "claim_held"}
+	idx := func(name string, cols ...string) map[string][]string { return map[string][]string{name: cols} }
+	claimed := idx("idx_claim", "status", "claim_held", "priority", "queue_at")
 	plans := []plan{
-		{"claim: due priorities", postgres.ClaimDueStmt(claim), map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at"}}, 4},
-		{"claim: lock", postgres.ClaimStmt(claim, backends.PriorityNormal, limit, ids),
-			map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at"}}, limit},
-		{"transitions: lock", postgres.MessageLockStmt(ids), map[string][]string{"emails_pkey": {"id"}}, len(ids)},
-		{"list READY: first page", postgres.ListStatusStmt(ready, nil, false), map[string][]string{"idx_claim": claimIdx}, limit + 1},
-		{"list READY: held, first page", postgres.ListStatusStmt(ready, nil, true), map[string][]string{"idx_claim": claimIdx}, limit + 1},
-		{"list READY: page 400", postgres.ListStatusStmt(ready, lateReady, false),
-			map[string][]string{"idx_claim": {"status", "claim_held", "priority", "queue_at", "created_at", "id"}}, limit + 1},
-		{"list SENT-ACKNOWLEDGED: first page", postgres.ListStatusStmt(acked, nil, false), map[string][]string{"idx_claim": claimIdx}, limit + 1},
-		{"list all: first page", postgres.ListAllStmt(backends.ListQuery{Limit: limit}, nil), map[string][]string{"idx_created": nil}, limit + 1},
-		{"list all: page 600", postgres.ListAllStmt(backends.ListQuery{Limit: limit}, lateAll), map[string][]string{"idx_created": {"created_at", "id"}}, limit + 1},
-		{"restore: messages", postgres.RestoreStmt(now), map[string][]string{"idx_status_lease": {"status", "lease_until"}}, 100},
-		{"restore: events", postgres.RestoreEventsStmt(now, now), map[string][]string{"idx_state_lease": {"state", "lease_until"}, "email_events_pkey": {"event_id"}}, 2 * 100},
-		{"purge", postgres.PurgeStmt(now.Add(-20*24*time.Hour), limit), map[string][]string{"idx_status_updated": {"status", "updated_at"}}, limit},
-		{"counts", postgres.CountsStmt, map[string][]string{"seq:email_counts": nil}, 16 * len(backends.Statuses())},
+		{Name: "claim: due priorities", Stmt: postgres.ClaimDueStmt(claim), Use: claimed, MaxRows: 4},
+		{Name: "claim: lock", Stmt: postgres.ClaimStmt(claim, backends.PriorityNormal, limit, ids), Use: claimed, MaxRows: limit},
+		{Name: "transitions: lock", Stmt: postgres.MessageLockStmt(ids), Use: idx("emails_pkey", "id"), MaxRows: len(ids)},
+		{Name: "list READY: first page", Stmt: postgres.ListStatusStmt(ready, nil, false), Use: idx("idx_claim", claimIdx...), MaxRows: limit + 1},
+		{Name: "list READY: held, first page", Stmt: postgres.ListStatusStmt(ready, nil, true), Use: idx("idx_claim", claimIdx...), MaxRows: limit + 1},
+		{Name: "list READY: page 400", Stmt: postgres.ListStatusStmt(ready, lateReady, false),
+			Use: idx("idx_claim", "status", "claim_held", "priority", "queue_at", "created_at", "id"), MaxRows: limit + 1},
+		{Name: "list SENT-ACKNOWLEDGED: first page", Stmt: postgres.ListStatusStmt(acked, nil, false), Use: idx("idx_claim", claimIdx...),
+			MaxRows: limit + 1},
+		{Name: "list all: first page", Stmt: postgres.ListAllStmt(backends.ListQuery{Limit: limit}, nil), Use: idx("idx_created"), MaxRows: limit + 1},
+		{Name: "list all: page 600", Stmt: postgres.ListAllStmt(backends.ListQuery{Limit: limit}, lateAll), Use: idx("idx_created", "created_at", "id"),
+			MaxRows: limit + 1},
+		{Name: "restore: messages", Stmt: postgres.RestoreStmt(now), Use: idx("idx_status_lease", "status", "lease_until"), MaxRows: 100},
+		{Name: "restore: events", Stmt: postgres.RestoreEventsStmt(now, now),
+			Use: map[string][]string{"idx_state_lease": {"state", "lease_until"}, "email_events_pkey": {"event_id"}}, MaxRows: 2 * 100},
+		{Name: "purge", Stmt: postgres.PurgeStmt(now.Add(-20*24*time.Hour), limit), Use: idx("idx_status_updated", "status", "updated_at"), MaxRows: limit},
+		{Name: "counts", Stmt: postgres.CountsStmt, Use: idx("seq:email_counts"), MaxRows: 16 * len(backends.Statuses())},
 		// The planner scans a table that holds two hours at most (the
 		// housekeeping prunes it) for half of it: twice the answer.
-		{"minutes of the last hour", postgres.MinutesStmt(now.Add(-59 * time.Minute)), map[string][]string{"seq:email_activity": nil},
-			120 * 16 * len(backends.Activities())},
-		{"alarms due", postgres.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), map[string][]string{"idx_alarm_due": {"kind", "due_at"}}, limit},
-		{"event claim: pick", postgres.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
-			map[string][]string{"idx_state_due_seq": {"state", "due_at"}, "idx_email_seq": {"email_id", "seq"}}, 3 * limit},
-		{"event claim: lock", postgres.EventLockStmt([]string{"e-000001", "e-000101"}, true), map[string][]string{"email_events_pkey": {"event_id"}}, 2},
-		{"new events: last numbers", postgres.LastSeqStmt([]string{"m-000001", "m-000002", "m-000003"}), map[string][]string{"idx_email_seq": {"email_id"}}, 6},
-		{"suspend a batch", postgres.HoldBatchStmt("camp", true), map[string][]string{"idx_batch": {"batch_code"}}, 10000},
-		{"event updates: lock", postgres.EventLockStmt([]string{"e-000003", "e-000103"}, false), map[string][]string{"email_events_pkey": {"event_id"}}, 2},
+		{Name: "minutes of the last hour", Stmt: postgres.MinutesStmt(now.Add(-59 * time.Minute)), Use: idx("seq:email_activity"),
+			MaxRows: 120 * 16 * len(backends.Activities())},
+		{Name: "alarms due", Stmt: postgres.DueAlarmsStmt(backends.AlarmPECReceipts, now, limit), Use: idx("idx_alarm_due", "kind", "due_at"), MaxRows: limit},
+		{Name: "event claim: pick", Stmt: postgres.EventPickStmt(backends.EventClaim{Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit}),
+			Use: map[string][]string{"idx_state_due_seq": {"state", "due_at"}, "idx_email_seq": {"email_id", "seq"}}, MaxRows: 3 * limit},
+		{Name: "event claim: lock", Stmt: postgres.EventLockStmt([]string{"e-000001", "e-000101"}, true), Use: idx("email_events_pkey", "event_id"), MaxRows: 2},
+		{Name: "new events: last numbers", Stmt: postgres.LastSeqStmt([]string{"m-000001", "m-000002", "m-000003"}), Use: idx("idx_email_seq", "email_id"),
+			MaxRows: 6},
+		{Name: "suspend a batch", Stmt: postgres.HoldBatchStmt("camp", true), Use: idx("idx_batch", "batch_code"), MaxRows: 10000},
+		{Name: "event updates: lock", Stmt: postgres.EventLockStmt([]string{"e-000003", "e-000103"}, false), Use: idx("email_events_pkey", "event_id"), MaxRows: 2},
 	}
-	var doc strings.Builder
-	for _, p := range plans {
-		query, args := p.st.Parts()
-		var js []byte
-		// Run, rolled back: writes and locks are measured too.
-		err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+query, args...).Scan(&js); err != nil {
-				return err
+	backendtest.Plans[[]string, access]{Cases: plans, Access: readAccess, Check: checkAccess, Header: plansHeader,
+		TableHead: "| table | access | index | index condition | filter | rows | read |\n|---|---|---|---|---|---|---|\n",
+		Explain: func(p plan) ([]byte, error) {
+			var js []byte
+			// Run, rolled back: writes and locks are measured too.
+			err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+				if err := tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+p.Stmt.Query, p.Stmt.Args...).Scan(&js); err != nil {
+					return err
+				}
+				return errRollback
+			})
+			if err != errRollback {
+				return nil, err
 			}
-			return errRollback
-		})
-		if err != errRollback {
-			t.Fatalf("%s: %v", p.name, err)
-		}
-		accesses, sorted := readPlan(t, js)
-		checkPlan(t, p, accesses, sorted)
-		if os.Getenv("PLANS_DEBUG") == p.name {
-			t.Log(string(js))
-		}
-		writePlan(&doc, p, query, accesses)
-	}
-	if *writePlans {
-		if err := os.WriteFile("PLANS.md", []byte(plansHeader+doc.String()), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+			return js, nil
+		}}.Run(t, *writePlans)
 }
 
 var errRollback = fmt.Errorf("rolled back")
 
-// readPlan lists the table accesses of an EXPLAIN in JSON, and whether it
-// sorts.
-func readPlan(t *testing.T, js []byte) ([]access, bool) {
-	var tree any
-	if err := json.Unmarshal(js, &tree); err != nil {
-		t.Fatal(err)
+// readAccess reads a node of an EXPLAIN in JSON: a table access, and
+// whether it sorts.
+func readAccess(v map[string]any) (access, bool, bool) {
+	node, _ := v["Node Type"].(string)
+	sorts := node == "Sort" || node == "Incremental Sort"
+	table, _ := v["Relation Name"].(string)
+	index, _ := v["Index Name"].(string)
+	if !strings.HasSuffix(node, "Scan") || table == "" && index == "" || node == "Bitmap Heap Scan" {
+		return access{}, false, sorts
 	}
-	var out []access
-	sorted := false
-	var walk func(v any)
-	walk = func(v any) {
-		switch v := v.(type) {
-		case map[string]any:
-			node, _ := v["Node Type"].(string)
-			if node == "Sort" || node == "Incremental Sort" {
-				sorted = true
-			}
-			table, _ := v["Relation Name"].(string)
-			index, _ := v["Index Name"].(string)
-			if strings.HasSuffix(node, "Scan") && (table != "" || index != "") && node != "Bitmap Heap Scan" {
-				a := access{node: node, table: table, index: index}
-				a.cond, _ = v["Index Cond"].(string)
-				a.filter, _ = v["Filter"].(string)
-				a.rows, _ = v["Plan Rows"].(float64)
-				loops, _ := v["Actual Loops"].(float64)
-				rows, _ := v["Actual Rows"].(float64)
-				removed, _ := v["Rows Removed by Filter"].(float64)
-				a.read = loops * (rows + removed)
-				out = append(out, a)
-			}
-			for _, c := range v {
-				walk(c)
-			}
-		case []any:
-			for _, c := range v {
-				walk(c)
-			}
-		}
-	}
-	walk(tree)
-	return out, sorted
+	a := access{node: node, table: table, index: index}
+	a.cond, _ = v["Index Cond"].(string)
+	a.filter, _ = v["Filter"].(string)
+	a.rows, _ = v["Plan Rows"].(float64)
+	loops, _ := v["Actual Loops"].(float64)
+	rows, _ := v["Actual Rows"].(float64)
+	removed, _ := v["Rows Removed by Filter"].(float64)
+	a.read = loops * (rows + removed)
+	return a, true, sorts
 }
 
-func (a access) key() string {
-	if a.index == "" {
-		return "seq:" + a.table
-	}
-	return a.index
-}
-
-func checkPlan(t *testing.T, p plan, accesses []access, sorted bool) {
+// checkAccess fails on an index condition that bounds fewer of its
+// columns than want.
+func checkAccess(t *testing.T, p plan, a access, want []string) {
 	t.Helper()
-	if len(accesses) == 0 {
-		t.Errorf("%s: no table access in the plan", p.name)
-	}
-	if sorted {
-		t.Errorf("%s: the plan sorts", p.name)
-	}
-	read := 0.0
-	used := map[string]bool{}
-	for _, a := range accesses {
-		cols, ok := p.use[a.key()]
-		if !ok {
-			t.Errorf("%s: %s read by %s %q, want one of %v", p.name, a.table, a.node, a.index, p.use)
+	for _, c := range want {
+		if !strings.Contains(a.cond, c) {
+			t.Errorf("%s: the condition on %s, %q, does not bound %s", p.Name, a.index, a.cond, c)
 		}
-		used[a.key()] = true
-		for _, c := range cols {
-			if !strings.Contains(a.cond, c) {
-				t.Errorf("%s: the condition on %s, %q, does not bound %s", p.name, a.index, a.cond, c)
-			}
-		}
-		read += a.read
-	}
-	for k := range p.use {
-		if !used[k] {
-			t.Errorf("%s: %s unused", p.name, k)
-		}
-	}
-	if read > float64(p.maxRows) {
-		t.Errorf("%s: read %.0f rows, want at most %d", p.name, read, p.maxRows)
 	}
 }
 
@@ -275,13 +227,3 @@ than the answer needs. "rows" is the planner's estimate; "read" the rows the sca
 returned and filtered out, over its loops.
 
 `
-
-func writePlan(doc *strings.Builder, p plan, query string, accesses []access) {
-	fmt.Fprintf(doc, "## %s\n\n```sql\n%s\n```\n\n| table | access | index | index condition | filter | rows | read |\n|---|---|---|---|---|---|---|\n",
-		p.name, strings.Join(strings.Fields(query), " "))
-	for _, a := range accesses {
-		fmt.Fprintf(doc, "| %s | %s | %s | %s | %s | %.0f | %.0f |\n", a.table, a.node, a.index,
-			strings.ReplaceAll(a.cond, "|", `\|`), strings.ReplaceAll(a.filter, "|", `\|`), a.rows, a.read)
-	}
-	doc.WriteString("\n")
-}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Options tune the store.
@@ -37,8 +37,10 @@ const DefaultMaxConns = 32
 // database transaction: one commit, one WAL flush, and one statement per
 // table for a whole group of callers (txRows).
 type Store struct {
-	pool    *pgxpool.Pool
-	commits *backends.GroupCommit[*op]
+	pool *pgxpool.Pool
+	// sql is the store as the code the SQL stores share drives it.
+	sql     sqlstore.Store
+	commits *sqlstore.GroupCommit[*op]
 	// bodyBudget bounds the message bytes of one statement.
 	bodyBudget int
 	// sender names this store in its notifications, so that Listen passes
@@ -124,7 +126,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("%w: it is at version %d, this postino needs %d; run: postino migrate --backend postgres --dsn DSN", ErrSchemaBehind, v, want)
 	}
 	st := &Store{pool: pool, bodyBudget: defaultBodyBudget, sender: backends.Nonce()}
-	st.commits = backends.NewGroupCommit(commitConfig, st.commit, func(w backends.Write) *op { return &op{Write: w} })
+	st.sql = sqlstore.Store{DB: pgDB{pool}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
+		InTx: st.inTx, Fault: fault, Time: ts}
+	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }
 
@@ -164,30 +168,32 @@ func retryable(err error) bool {
 // may have landed (its reply was lost with the connection): its error is
 // backends.ErrOutcomeUnknown.
 func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	backoff := 5 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		err = fn(tx)
-		if err == nil {
-			err = tx.Commit(ctx)
-			if err == nil && s.afterCommit != nil {
-				err = s.afterCommit()
-			}
-			if err != nil && !retryable(err) {
-				return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
-			}
-		} else {
-			tx.Rollback(context.WithoutCancel(ctx))
-		}
-		if err == nil || !retryable(err) || attempt == 8 {
-			return err
-		}
-		time.Sleep(backoff/2 + rand.N(backoff))
-		backoff *= 2
+	return sqlstore.Retry(retryable, func() error { return s.attempt(ctx, fn) })
+}
+
+// attempt runs fn in one transaction.
+func (s *Store) attempt(ctx context.Context, fn func(pgx.Tx) error) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
 	}
+	if err := fn(tx); err != nil {
+		tx.Rollback(context.WithoutCancel(ctx))
+		return err
+	}
+	err = tx.Commit(ctx)
+	if err == nil && s.afterCommit != nil {
+		err = s.afterCommit()
+	}
+	if err != nil && !retryable(err) {
+		return fmt.Errorf("%w: %w", backends.ErrOutcomeUnknown, err)
+	}
+	return err
+}
+
+// inTx runs fn in a transaction (tx) over the rows it locks.
+func (s *Store) inTx(ctx context.Context, fn func(sqlstore.Tx) error) error {
+	return s.tx(ctx, func(tx pgx.Tx) error { return fn(newTxRows(ctx, tx, s.sender)) })
 }
 
 // querier is the pool or a transaction.
@@ -197,14 +203,37 @@ type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 }
 
+// pgDB is q as the code the SQL stores share (sqlstore) runs statements on
+// it.
+type pgDB struct{ q querier }
+
+func (d pgDB) Query(ctx context.Context, query string, args ...any) (sqlstore.Result, error) {
+	return d.q.Query(ctx, query, args...)
+}
+
+func (d pgDB) Exec(ctx context.Context, query string, args ...any) (int64, error) {
+	tag, err := d.q.Exec(ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+// fault reads what err says, where the shared code tells errors apart.
+func fault(err error) sqlstore.Fault {
+	switch pgCode(err) {
+	case codeUniqueViolation:
+		return sqlstore.KeyTaken
+	case codeForeignKeyViolation:
+		return sqlstore.NoParent
+	case codeUndefinedTable:
+		return sqlstore.NoTable
+	}
+	return sqlstore.OtherFault
+}
+
 // stmt is a statement with its arguments. The hot statements are built by
 // functions named after them (claimStmt, listStatusStmt, …), which the
 // store runs and TestPlans explains, so that the plans tested are those of
 // the statements run.
-type stmt struct {
-	query string
-	args  []any
-}
+type stmt = sqlstore.Stmt
 
 // null makes "" a NULL.
 func null(s string) *string {
@@ -243,6 +272,13 @@ func nullTime(t time.Time) *time.Time {
 	}
 	v := ts(t)
 	return &v
+}
+
+// scanID reads a row of an id.
+func scanID(r sqlstore.Scanner) (string, error) {
+	var id string
+	err := r.Scan(&id)
+	return id, err
 }
 
 // str reads a nullable text column.

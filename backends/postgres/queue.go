@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // Transition goes through the group commit, with the writes of other
@@ -20,26 +21,15 @@ func (s *Store) Transition(ctx context.Context, t backends.Transition) error {
 // a look at which priorities hold due messages runs before, outside any
 // transaction, so that finding nothing costs one read.
 func (s *Store) Claim(ctx context.Context, c backends.Claim) ([]*backends.Message, error) {
-	if err := c.Check(); err != nil {
-		return nil, err
-	}
-	if c.Limit <= 0 {
-		return nil, nil
-	}
-	due := claimDueStmt(c)
-	rows, err := s.pool.Query(ctx, due.query, due.args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	prios, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	if err != nil || len(prios) == 0 {
-		return nil, err
-	}
-	o := &op{Write: backends.Write{Claim: &c}, prios: prios}
-	if err := s.commits.Submit(ctx, o); err != nil {
-		return nil, fmt.Errorf("claim %s: %w", c.From, err)
-	}
-	return o.Claimed, nil
+	return s.commits.Claim(ctx, c, func(c *backends.Claim) (*op, bool, error) {
+		due := claimDueStmt(*c)
+		rows, err := s.pool.Query(ctx, due.Query, due.Args...)
+		if err != nil {
+			return nil, false, err
+		}
+		prios, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		return &op{Write: sqlstore.Write{Claim: c}, prios: prios}, len(prios) > 0, err
+	})
 }
 
 // priorities are the values of emails.priority, in claim order.
@@ -48,22 +38,22 @@ var priorities = []int{backends.PriorityImmediate, backends.PriorityHigh, backen
 // claimDueStmt reads which priorities hold a message the claim may take:
 // one probe of idx_claim per priority.
 func claimDueStmt(c backends.Claim) stmt {
-	return stmt{`SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
+	return stmt{Query: `SELECT p FROM unnest($3::int[]) p WHERE EXISTS (SELECT 1 FROM emails
 		WHERE status = $1 AND claim_held = false AND priority = p AND queue_at <= $2)`,
-		[]any{c.From, ts(c.Now), priorities}}
+		Args: []any{c.From, ts(c.Now), priorities}}
 }
 
 // claimStmt locks the first n messages of one priority a claim may take, in
 // claim order, walking idx_claim and skipping the rows other transactions
 // hold (SKIP LOCKED) and those this one holds for other writes (mine).
 func claimStmt(c backends.Claim, priority, n int, mine []string) stmt {
-	return stmt{"SELECT " + messageCols + ` FROM emails
+	return stmt{Query: "SELECT " + messageCols + ` FROM emails
 		WHERE status = $1 AND claim_held = false AND priority = $2 AND queue_at <= $3 AND id <> ALL($4)
 		ORDER BY queue_at, created_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`,
-		[]any{c.From, priority, ts(c.Now), mine, n}}
+		Args: []any{c.From, priority, ts(c.Now), mine, n}}
 }
 
-// lockClaims is the backends.ClaimFunc of the group commit: the claims
+// lockClaims is the sqlstore.ClaimFunc of the group commit: the claims
 // together look at the priorities any of them found due.
 func (w *txRows) lockClaims(all backends.Claim, same []*op) ([]*backends.Message, error) {
 	due := map[int]bool{}
@@ -109,42 +99,13 @@ func strs[S ~string](ss []S) []string {
 }
 
 func (s *Store) Restore(ctx context.Context, expiredBefore time.Time) (int, error) {
-	total, err := backends.InChunks(func() (int, error) {
-		n := 0
-		now := time.Now().UTC()
-		err := s.tx(ctx, func(tx pgx.Tx) error {
-			w := newTxRows(ctx, tx, s.sender)
-			// Events first: every transaction locks events before messages.
-			upd := restoreEventsStmt(now, expiredBefore)
-			tag, err := tx.Exec(ctx, upd.query, upd.args...)
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() > 0 {
-				w.notify(ChannelEvents)
-			}
-			msgs, err := queryMessages(ctx, tx, restoreStmt(expiredBefore))
-			if err != nil {
-				return err
-			}
-			if err := backends.RestoreHeld(w, msgs, now); err != nil {
-				return err
-			}
-			n = len(msgs) + int(tag.RowsAffected())
-			return w.write()
-		})
-		return n, err
-	})
-	if err != nil {
-		return total, fmt.Errorf("restore: %w", err)
-	}
-	return total, nil
+	return s.sql.Restore(ctx, expiredBefore, restoreEventsStmt, restoreStmt(expiredBefore))
 }
 
 // restoreStmt locks only the working rows whose lease ran out
 // (idx_status_lease), status by status (inStatuses).
 func restoreStmt(expiredBefore time.Time) stmt {
-	return stmt{inStatuses("lease_until < $2 ORDER BY lease_until"), []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
+	return stmt{Query: inStatuses("lease_until < $2 ORDER BY lease_until"), Args: []any{strs(backends.WorkingStatuses()), ts(expiredBefore), restoreChunk}}
 }
 
 // inStatuses locks up to $3 messages whose status is one of $1 and which
@@ -160,9 +121,9 @@ func inStatuses(where string) string {
 // restoreEventsStmt is backends.RestoreEvent, for the expired events at
 // once (idx_state_lease).
 func restoreEventsStmt(now, expiredBefore time.Time) stmt {
-	return stmt{`UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
+	return stmt{Query: `UPDATE email_events e SET state = 'pending', lease_until = NULL, due_at = $1, updated_at = $1
 		FROM (SELECT event_id FROM email_events WHERE state = 'calling' AND lease_until < $2
-			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, []any{ts(now), ts(expiredBefore), restoreChunk}}
+			LIMIT $3 FOR UPDATE SKIP LOCKED) x WHERE e.event_id = x.event_id`, Args: []any{ts(now), ts(expiredBefore), restoreChunk}}
 }
 
 func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*backends.Message, error) {
@@ -173,7 +134,7 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
-		ids, h := backends.Purged(msgs)
+		ids, h := sqlstore.Purged(msgs)
 		// History, events, links, alarms, bodies and receipts go with the
 		// rows (ON DELETE CASCADE).
 		b := &pgx.Batch{}
@@ -191,5 +152,5 @@ func (s *Store) Purge(ctx context.Context, cutoff time.Time, limit int) ([]*back
 // purgeStmt locks only the acknowledged rows older than cutoff, the
 // oldest of each status first (idx_status_updated).
 func purgeStmt(cutoff time.Time, limit int) stmt {
-	return stmt{inStatuses("updated_at < $2 ORDER BY updated_at"), []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
+	return stmt{Query: inStatuses("updated_at < $2 ORDER BY updated_at"), Args: []any{strs(backends.AcknowledgedStatuses()), ts(cutoff), limit}}
 }

@@ -10,10 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // txRows holds the rows a transaction has locked and changes in memory
-// (backends.Rows, the EventTx of the event rules), and writes them at its
+// (sqlstore.Rows, the EventTx of the event rules), and writes them at its
 // end with one statement per table, whatever the number of messages
 // (arrays, unnest): the moves of a whole group of callers cost a few
 // statements.
@@ -22,9 +23,10 @@ import (
 // each by id, then the counters (flushChanges), so that two transactions,
 // of one relay or of two, never wait on each other in a cycle.
 type txRows struct {
-	backends.Rows
-	ctx context.Context
-	tx  pgx.Tx
+	sqlstore.Rows
+	pgDB // the transaction's statements
+	ctx  context.Context
+	tx   pgx.Tx
 	// wake holds the channels to notify at the commit: work became due.
 	wake map[string]bool
 	// sender names the store in its notifications (Store.sender).
@@ -33,7 +35,7 @@ type txRows struct {
 
 // newTxRows holds the rows of tx, which notifies as sender.
 func newTxRows(ctx context.Context, tx pgx.Tx, sender string) *txRows {
-	return &txRows{Rows: backends.NewRows(), ctx: ctx, tx: tx, sender: sender}
+	return &txRows{Rows: sqlstore.NewRows(), pgDB: pgDB{tx}, ctx: ctx, tx: tx, sender: sender}
 }
 
 // LockMessages reads and locks the messages of ids that exist, in id order.
@@ -41,14 +43,14 @@ func (w *txRows) LockMessages(ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(backends.SortedIDs(ids)))
+	msgs, err := queryMessages(w.ctx, w.tx, messageLockStmt(sqlstore.SortedIDs(ids)))
 	w.Adopt(msgs)
 	return err
 }
 
 // messageLockStmt reads and locks messages by id, in id order.
 func messageLockStmt(ids []string) stmt {
-	return stmt{"SELECT " + messageCols + " FROM emails WHERE id = ANY($1) ORDER BY id FOR UPDATE", []any{ids}}
+	return stmt{Query: "SELECT " + messageCols + " FROM emails WHERE id = ANY($1) ORDER BY id FOR UPDATE", Args: []any{ids}}
 }
 
 // LockEvents reads and locks the events of ids that exist, in id order;
@@ -57,7 +59,7 @@ func (w *txRows) LockEvents(ids []string, skip bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(backends.SortedIDs(ids), skip))
+	events, err := queryEvents(w.ctx, w.tx, eventLockStmt(sqlstore.SortedIDs(ids), skip))
 	w.AdoptEvents(events)
 	return err
 }
@@ -69,6 +71,10 @@ func (w *txRows) notify(channel string) {
 	}
 	w.wake[channel] = true
 }
+
+// EventsDue notifies the dispatchers: a statement of the transaction's
+// own made events pending and due.
+func (w *txRows) EventsDue() { w.notify(ChannelEvents) }
 
 // notifyDue notifies the message's queue when st makes it claimable now.
 func (w *txRows) notifyDue(st backends.Status, due time.Time) {
@@ -87,7 +93,7 @@ func (w *txRows) notifyEvent(e *backends.Event) {
 	}
 }
 
-// Move is backends.Rows.Move, and notifies the message's queue when the
+// Move is sqlstore.Rows.Move, and notifies the message's queue when the
 // move makes it claimable now.
 func (w *txRows) Move(t backends.Transition) error {
 	if err := w.Rows.Move(t); err != nil {
@@ -98,7 +104,7 @@ func (w *txRows) Move(t backends.Transition) error {
 	return nil
 }
 
-// PutEvent is backends.Rows.PutEvent, and notifies the dispatchers when
+// PutEvent is sqlstore.Rows.PutEvent, and notifies the dispatchers when
 // the event is pending and due now.
 func (w *txRows) PutEvent(before, e *backends.Event) error {
 	if err := w.Rows.PutEvent(before, e); err != nil {
@@ -108,11 +114,11 @@ func (w *txRows) PutEvent(before, e *backends.Event) error {
 	return nil
 }
 
-// write stores what changed: the new events, the changed events, the
+// Write stores what changed: the new events, the changed events, the
 // changed messages, the alarms, then the history and the counts, and
 // notifies the work made due; every statement in one round trip (a batch,
 // pipelined), but the read of the events' last numbers before.
-func (w *txRows) write() error {
+func (w *txRows) Write() error {
 	b := &pgx.Batch{}
 	if err := w.insertEvents(b); err != nil {
 		return err
@@ -151,8 +157,8 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 	for _, e := range w.NewEvents {
 		owners = append(owners, e.MessageID)
 	}
-	last := lastSeqStmt(backends.SortedIDs(owners))
-	rows, err := w.tx.Query(w.ctx, last.query, last.args...)
+	last := lastSeqStmt(sqlstore.SortedIDs(owners))
+	rows, err := w.tx.Query(w.ctx, last.Query, last.Args...)
 	if err != nil {
 		return err
 	}
@@ -186,7 +192,7 @@ func (w *txRows) insertEvents(b *pgx.Batch) error {
 // lastSeqStmt reads the last event number of each message of ids
 // (idx_email_seq).
 func lastSeqStmt(ids []string) stmt {
-	return stmt{"SELECT email_id, MAX(seq) FROM email_events WHERE email_id = ANY($1) GROUP BY email_id", []any{ids}}
+	return stmt{Query: "SELECT email_id, MAX(seq) FROM email_events WHERE email_id = ANY($1) GROUP BY email_id", Args: []any{ids}}
 }
 
 // eventColumns are events' values, a column each, in the order of
@@ -223,7 +229,7 @@ func nullJSON(v []string) *string {
 
 // writeEvents writes the changed events, which exist and are locked.
 func (w *txRows) writeEvents(b *pgx.Batch) error {
-	ids := backends.SortedIDs(w.DirtyEvents)
+	ids := sqlstore.SortedIDs(w.DirtyEvents)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -242,7 +248,7 @@ func (w *txRows) writeEvents(b *pgx.Batch) error {
 // writeMessages writes the changed messages, which exist and are locked,
 // as Move left them, with one statement.
 func (w *txRows) writeMessages(b *pgx.Batch) error {
-	ids := backends.SortedIDs(w.DirtyMessages)
+	ids := sqlstore.SortedIDs(w.DirtyMessages)
 	if len(ids) == 0 {
 		return nil
 	}

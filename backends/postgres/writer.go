@@ -8,13 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
-// op is one write of the group commit (backends.Write), and what the
+// op is one write of the group commit (sqlstore.Write), and what the
 // store keeps beside it.
 type op struct {
-	backends.Write
+	sqlstore.Write
 	prios []int // the priorities the claim found due
 }
 
@@ -23,23 +24,23 @@ type op struct {
 // for a whole group of sessions), and holds at most 256 writes.
 var commitConfig = groupcommit.Config{Max: 256, Window: time.Millisecond}
 
-// commit runs a group in one transaction (backends.CommitGroup).
+// commit runs a group in one transaction (sqlstore.CommitGroup).
 func (s *Store) commit(group []*op) []error {
 	ctx := context.Background()
-	return backends.CommitGroup(group, func(g []*op) error {
+	return sqlstore.CommitGroup(group, func(g []*op) error {
 		return s.tx(ctx, func(tx pgx.Tx) error { return s.apply(ctx, tx, g) })
 	})
 }
 
-// apply writes a group inside tx (backends.ApplyGroup), with a few
+// apply writes a group inside tx (sqlstore.ApplyGroup), with a few
 // statements whatever its size (txRows).
 func (s *Store) apply(ctx context.Context, tx pgx.Tx, group []*op) error {
 	w := newTxRows(ctx, tx, s.sender)
 	insert := func(creates []*op) error { return s.insertMessages(w, creates) }
-	if err := backends.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
+	if err := sqlstore.ApplyGroup(w, group, insert, w.lockClaims); err != nil {
 		return err
 	}
-	return w.write()
+	return w.Write()
 }
 
 // insertMessages creates messages with one statement, and their bodies

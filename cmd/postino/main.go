@@ -21,7 +21,7 @@ func main() {
 }
 
 // errUsage marks a command line that cannot be understood.
-var errUsage = errors.New("usage")
+var errUsage = relay.ErrUsage
 
 // run runs the command args name and returns the exit status: 0, 1 when
 // the command failed, 2 when the command line is wrong. A usage error is

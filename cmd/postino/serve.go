@@ -63,9 +63,9 @@ func serve(ctx context.Context, inv *invocation) error {
 	}
 	if *dsn != "" {
 		if *backend == "" {
-			cfg.Outbox.Backend = dsnBackend(*dsn)
+			cfg.Outbox.Backend = relay.DSNStore(*dsn)
 		}
-		setDSN(&cfg, *dsn)
+		cfg.SetDSN(*dsn)
 	}
 	if *table != "" && *backend == "" {
 		cfg.Outbox.Backend = "dynamodb"

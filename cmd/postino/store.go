@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -11,8 +12,6 @@ import (
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/backends/dynamodb"
-	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/backends/postgres"
 	"github.com/genropy/postino/relay"
 )
 
@@ -32,105 +31,22 @@ func migrate(ctx context.Context, inv *invocation) error {
 	if err != nil {
 		return err
 	}
-	b := *backend
-	if b == "" && *dsn != "" {
-		b = dsnBackend(*dsn)
-	}
-	if b == "" && cfg.Outbox.Backend != "postgres" {
-		b = "mysql"
-	}
-	if b != "" {
-		cfg.Outbox.Backend = b
+	switch {
+	case *backend != "":
+		cfg.Outbox.Backend = *backend
+	case *dsn != "":
+		cfg.Outbox.Backend = relay.DSNStore(*dsn)
+	default:
+		cfg.Outbox.Backend = cfg.MigrationStore()
 	}
 	if *dsn != "" {
-		setDSN(&cfg, *dsn)
+		cfg.SetDSN(*dsn)
 	}
-	switch cfg.Outbox.Backend {
-	case "mysql", "postgres":
-	case "bolt", "dynamodb":
-		fmt.Fprintf(stdout, "the %s outbox needs no migration%s\n", cfg.Outbox.Backend,
-			map[string]string{"dynamodb": " (postino dynamodb create-table adds missing indexes)", "bolt": ""}[cfg.Outbox.Backend])
+	a, err := cfg.MigrateOutbox(ctx, func(applied []int, version int) { printMigrated(stdout, applied, version) })
+	if errors.Is(err, relay.ErrNoMigration) {
+		fmt.Fprintln(stdout, err)
 		return nil
-	default:
-		return fmt.Errorf("%w: migrate --backend %q: use mysql or postgres (bolt and dynamodb need no migration)", errUsage, cfg.Outbox.Backend)
 	}
-	if cfg.Outbox.Backend == "postgres" {
-		return migratePostgres(ctx, stdout, cfg)
-	}
-	if my := cfg.Outbox.MySQL; my.DSN == "" && my.DSNFile == "" && my.DSNEnv == "" {
-		return fmt.Errorf("%w: migrate needs the MySQL DSN: give --dsn DSN, set POSTINO_OUTBOX_MYSQL_DSN, "+
-			"or set outbox.mysql.dsn, dsn_file or dsn_env in the --config file", errUsage)
-	}
-	conn, err := cfg.MySQLDSN()
-	if err != nil {
-		return err
-	}
-	db, err := mysql.Connect(ctx, conn, mysql.Options{CAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	applied, err := mysql.Migrate(ctx, db)
-	if err != nil {
-		return err
-	}
-	v, err := mysql.SchemaVersion(ctx, db)
-	if err != nil {
-		return err
-	}
-	printMigrated(stdout, applied, v)
-	a, err := mysql.Adopt(ctx, db)
-	if err != nil {
-		return err
-	}
-	printAdoption(stdout, a)
-	return nil
-}
-
-// dsnBackend is the store a --dsn given without --backend names: postgres
-// for a postgres:// URL, mysql otherwise.
-func dsnBackend(dsn string) string {
-	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
-		return "postgres"
-	}
-	return "mysql"
-}
-
-// setDSN puts the --dsn of serve or migrate where cfg's backend reads it.
-func setDSN(cfg *relay.Config, dsn string) {
-	if cfg.Outbox.Backend == "postgres" {
-		cfg.Outbox.Postgres = relay.PostgresConfig{DSN: dsn, MaxConns: cfg.Outbox.Postgres.MaxConns}
-		return
-	}
-	cfg.Outbox.MySQL = relay.MySQLConfig{DSN: dsn, TLSCAFile: cfg.Outbox.MySQL.TLSCAFile, MaxConns: cfg.Outbox.MySQL.MaxConns}
-}
-
-// migratePostgres brings a PostgreSQL outbox's schema up to date and takes
-// over the rows of the seed layout, as migrate does on MySQL.
-func migratePostgres(ctx context.Context, stdout io.Writer, cfg relay.Config) error {
-	if pg := cfg.Outbox.Postgres; pg.DSN == "" && pg.DSNFile == "" && pg.DSNEnv == "" {
-		return fmt.Errorf("%w: migrate needs the PostgreSQL DSN: give --dsn postgres://…, set POSTINO_OUTBOX_POSTGRES_DSN, "+
-			"or set outbox.postgres.dsn, dsn_file or dsn_env in the --config file", errUsage)
-	}
-	conn, err := cfg.PostgresDSN()
-	if err != nil {
-		return err
-	}
-	pool, err := postgres.Connect(ctx, conn, postgres.Options{MaxConns: 2})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	applied, err := postgres.Migrate(ctx, pool)
-	if err != nil {
-		return err
-	}
-	v, err := postgres.SchemaVersion(ctx, pool)
-	if err != nil {
-		return err
-	}
-	printMigrated(stdout, applied, v)
-	a, err := postgres.Adopt(ctx, pool)
 	if err != nil {
 		return err
 	}

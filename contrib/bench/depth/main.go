@@ -153,7 +153,7 @@ func run(ctx context.Context, o options) error {
 	if err := timeOpen(ctx, st, o.cpuProfile); err != nil {
 		return err
 	}
-	rf, err := measureRelay(ctx, relaySetup{bin: bin, sink: sink, work: work, data: st.data, args: st.relayArgs, env: st.relayEnv}, curs)
+	rf, err := measureRelay(ctx, relaySetup{bin: bin, sink: sink, work: work, data: st.data, args: st.relayArgs}, curs)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func run(ctx context.Context, o options) error {
 
 // rerun measures the claims on a table filled and kept by an earlier run.
 func rerun(ctx context.Context, o options) error {
-	st, err := reuseDynamoDB(ctx, o.endpoint, o.reuse)
+	st, err := reuseDynamoDB(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 
 type relaySetup struct {
 	bin, sink, work, data string
-	args, env             []string
+	args                  []string
 }
 
 type pageFigure struct {
@@ -72,7 +72,6 @@ func measureRelay(ctx context.Context, s relaySetup, c cursors) (relayFigures, e
 	defer logf.Close()
 	args := append([]string{"serve", "--data", s.data, "--listen", r.smtp, "--admin", r.admin, "--smarthost", ports[2]}, s.args...)
 	relay := exec.Command(s.bin, args...)
-	relay.Env = append(os.Environ(), s.env...)
 	relay.Stdout, relay.Stderr = logf, logf
 	start := time.Now()
 	if err := relay.Start(); err != nil {

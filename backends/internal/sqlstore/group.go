@@ -1,4 +1,4 @@
-package backends
+package sqlstore
 
 import (
 	"cmp"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/genropy/postino/backends"
 )
 
 // The steps below are those a SQL store takes inside a transaction once it
@@ -19,7 +21,7 @@ import (
 // and locks rows by id, in id order (events before messages, as every
 // transaction takes them), into the Rows it holds.
 type LockTx interface {
-	EventTx
+	backends.EventTx
 	Held() *Rows
 	// LockEvents locks the events of ids that exist; skip passes over
 	// those another transaction holds.
@@ -33,12 +35,12 @@ type LockTx interface {
 // write type embeds it beside what the store keeps of its own (a claim's
 // first pick).
 type Write struct {
-	Create     *Message
-	Transition *Transition
-	Update     *EventUpdate
-	Event      *Event // the event as Update left it
-	Claim      *Claim
-	Claimed    []*Message // what the claim took
+	Create     *backends.Message
+	Transition *backends.Transition
+	Update     *backends.EventUpdate
+	Event      *backends.Event // the event as Update left it
+	Claim      *backends.Claim
+	Claimed    []*backends.Message // what the claim took
 	// Err is the write's own refusal, beside the group's outcome.
 	Err error
 }
@@ -54,7 +56,7 @@ type Op interface{ Base() *Write }
 // event is not there, or not where the write starts) rather than a
 // failure of the database.
 func refusal(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrLockNotAcquired)
+	return errors.Is(err, backends.ErrNotFound) || errors.Is(err, backends.ErrLockNotAcquired)
 }
 
 // ApplyGroup sorts a group into creates, transitions, event updates and
@@ -101,7 +103,7 @@ func ApplyGroup[O Op](tx LockTx, group []O, insert func(creates []O) error, clai
 		case w.Transition != nil:
 			err = tx.Move(*w.Transition)
 		case w.Update != nil:
-			w.Event, err = UpdateEvent(tx, *w.Update)
+			w.Event, err = backends.UpdateEvent(tx, *w.Update)
 		}
 		if err != nil {
 			if !refusal(err) {
@@ -116,15 +118,15 @@ func ApplyGroup[O Op](tx LockTx, group []O, insert func(creates []O) error, clai
 // ClaimFunc locks the messages that the claims of same, which take from
 // one status, may take together as all (their merged claim), and returns
 // them in claim order.
-type ClaimFunc[O Op] func(all Claim, same []O) ([]*Message, error)
+type ClaimFunc[O Op] func(all backends.Claim, same []O) ([]*backends.Message, error)
 
 // claimAll runs the claims of a group: those that take from one status
 // together, as one claim of all their messages due by the earliest of
 // their times, shared out in claim order; each message moves with its own
 // claim's lease and reason.
-func claimAll[O Op](tx EventTx, claims []O, lock ClaimFunc[O]) error {
-	var froms []Status
-	byFrom := map[Status][]O{}
+func claimAll[O Op](tx backends.EventTx, claims []O, lock ClaimFunc[O]) error {
+	var froms []backends.Status
+	byFrom := map[backends.Status][]O{}
 	for _, o := range claims {
 		from := o.Base().Claim.From
 		if _, ok := byFrom[from]; !ok {
@@ -172,7 +174,7 @@ func CommitGroup[O any](group []O, run func([]O) error) []error {
 		return nil
 	}
 	errs := make([]error, len(group))
-	if len(group) == 1 || errors.Is(err, ErrOutcomeUnknown) {
+	if len(group) == 1 || errors.Is(err, backends.ErrOutcomeUnknown) {
 		for i := range errs {
 			errs[i] = err
 		}
@@ -188,32 +190,32 @@ func CommitGroup[O any](group []O, run func([]O) error) []error {
 // and that no other transaction holds: it locks them, then their
 // messages, and claims the first of each message (ClaimEvent) in claim
 // order (due time, number, id). It returns the claimed events.
-func ClaimHeldEvents(tx LockTx, ids []string, c EventClaim) ([]*Event, error) {
+func ClaimHeldEvents(tx LockTx, ids []string, c backends.EventClaim) ([]*backends.Event, error) {
 	if err := tx.LockEvents(ids, true); err != nil {
 		return nil, err
 	}
-	var events []*Event
+	var events []*backends.Event
 	var owners []string
 	for _, e := range tx.Held().Events {
-		if e.State == EventPending {
+		if e.State == backends.EventPending {
 			events = append(events, e)
 			owners = append(owners, e.MessageID)
 		}
 	}
-	slices.SortFunc(events, func(a, b *Event) int {
+	slices.SortFunc(events, func(a, b *backends.Event) int {
 		return cmp.Or(a.DueAt.Compare(b.DueAt), cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
 	})
 	if err := tx.LockMessages(owners); err != nil {
 		return nil, err
 	}
-	var out []*Event
+	var out []*backends.Event
 	taken := map[string]bool{}
 	for _, e := range events {
 		if taken[e.MessageID] {
 			continue
 		}
 		taken[e.MessageID] = true
-		claimed, err := ClaimEvent(tx, e, c)
+		claimed, err := backends.ClaimEvent(tx, e, c)
 		if err != nil {
 			return nil, err
 		}
@@ -224,13 +226,13 @@ func ClaimHeldEvents(tx LockTx, ids []string, c EventClaim) ([]*Event, error) {
 
 // AddHeldEvent adds e, prepared at now, to its message in tx, which it
 // locks first: ErrNotFound when there is no such message.
-func AddHeldEvent(tx LockTx, e *Event, now time.Time) error {
+func AddHeldEvent(tx LockTx, e *backends.Event, now time.Time) error {
 	if err := tx.LockMessages([]string{e.MessageID}); err != nil {
 		return err
 	}
 	held := tx.Held()
 	if _, ok := held.Messages[e.MessageID]; !ok {
-		return fmt.Errorf("message %s: %w", e.MessageID, ErrNotFound)
+		return fmt.Errorf("message %s: %w", e.MessageID, backends.ErrNotFound)
 	}
 	if err := e.Prepare(e.MessageID, now); err != nil {
 		return err
@@ -242,7 +244,7 @@ func AddHeldEvent(tx LockTx, e *Event, now time.Time) error {
 // HeldRenewals locks, in tx, the events of r, then their messages, and
 // returns the events r renews and the messages whose lease goes with
 // theirs (EventRenewal.Renews, RenewsMessage); the store sets both leases.
-func HeldRenewals(tx LockTx, r EventRenewal) (events, messages []string, err error) {
+func HeldRenewals(tx LockTx, r backends.EventRenewal) (events, messages []string, err error) {
 	if err := tx.LockEvents(r.IDs, false); err != nil {
 		return nil, nil, err
 	}
@@ -269,17 +271,17 @@ func HeldRenewals(tx LockTx, r EventRenewal) (events, messages []string, err err
 // AdoptHeld takes over, in tx, the seed messages of ids (SeedAdoption)
 // that are still the seed's, and returns what it did with each, to count
 // once the store commits.
-func AdoptHeld(tx LockTx, ids []string, now time.Time) ([]Adopted, error) {
+func AdoptHeld(tx LockTx, ids []string, now time.Time) ([]backends.Adopted, error) {
 	if err := tx.LockMessages(ids); err != nil {
 		return nil, err
 	}
-	var done []Adopted
+	var done []backends.Adopted
 	for _, id := range ids {
 		m, ok := tx.Held().Messages[id]
 		if !ok || m.Envelope.Recipients != nil {
 			continue // gone, or taken meanwhile
 		}
-		t, kind := SeedAdoption(m, now)
+		t, kind := backends.SeedAdoption(m, now)
 		if t != nil {
 			if err := tx.Move(*t); err != nil {
 				return nil, fmt.Errorf("message %s: %w", id, err)
@@ -293,10 +295,10 @@ func AdoptHeld(tx LockTx, ids []string, now time.Time) ([]Adopted, error) {
 // RestoreHeld takes msgs, working messages whose lease ran out that tx has
 // locked, and moves each back where its work starts again
 // (RestoreTransition).
-func RestoreHeld(tx LockTx, msgs []*Message, now time.Time) error {
+func RestoreHeld(tx LockTx, msgs []*backends.Message, now time.Time) error {
 	tx.Held().Adopt(msgs)
 	for _, m := range msgs {
-		if err := tx.Move(RestoreTransition(m, now)); err != nil {
+		if err := tx.Move(backends.RestoreTransition(m, now)); err != nil {
 			return err
 		}
 	}
@@ -313,53 +315,5 @@ func InChunks(chunk func() (int, error)) (int, error) {
 		if err != nil || n == 0 {
 			return total, err
 		}
-	}
-}
-
-// SeedAdopter is what AdoptSeed needs of a SQL store.
-type SeedAdopter interface {
-	// FoundSeed counts the seed's rows (no envelope) by status.
-	FoundSeed() (map[Status]int, error)
-	// SeedPage returns the ids, in order, of up to a page of the seed's
-	// rows that the store's condition where selects, past the id after.
-	SeedPage(where, after string) ([]string, error)
-	// AdoptPage takes the rows of ids over (AdoptHeld) in a transaction
-	// of its own, and returns what it did once that commits.
-	AdoptPage(ids []string) ([]Adopted, error)
-}
-
-// AdoptSeed is a SQL store's Adopt: it counts what the seed left, then
-// pages by id through the rows each condition of wheres selects, a
-// transaction a page, counting what each page did once it commits.
-func AdoptSeed(s SeedAdopter, wheres ...string) (Adoption, error) {
-	var a Adoption
-	found, err := s.FoundSeed()
-	if err != nil {
-		return a, fmt.Errorf("adopt the seed's rows: %w", err)
-	}
-	a.Found = found
-	for _, where := range wheres {
-		if err := adoptAll(s, where, &a); err != nil {
-			return a, fmt.Errorf("adopt the seed's rows: %w", err)
-		}
-	}
-	return a, nil
-}
-
-// adoptAll pages through the seed rows that where selects, by id.
-func adoptAll(s SeedAdopter, where string, a *Adoption) error {
-	for after := ""; ; {
-		ids, err := s.SeedPage(where, after)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		done, err := s.AdoptPage(ids)
-		if err != nil {
-			return err
-		}
-		for _, k := range done {
-			a.Count(k)
-		}
-		after = ids[len(ids)-1]
 	}
 }

@@ -1,10 +1,11 @@
-package backends
+package sqlstore
 
 import (
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/groupcommit"
 )
 
@@ -37,7 +38,7 @@ func (g *GroupCommit[O]) Submit(ctx context.Context, o O) error {
 }
 
 // Create is Messages.Create.
-func (g *GroupCommit[O]) Create(ctx context.Context, m *Message) error {
+func (g *GroupCommit[O]) Create(ctx context.Context, m *backends.Message) error {
 	if err := m.PrepareCreate(time.Now().UTC()); err != nil {
 		return err
 	}
@@ -49,7 +50,7 @@ func (g *GroupCommit[O]) Create(ctx context.Context, m *Message) error {
 }
 
 // Transition is Queue.Transition.
-func (g *GroupCommit[O]) Transition(ctx context.Context, t Transition) error {
+func (g *GroupCommit[O]) Transition(ctx context.Context, t backends.Transition) error {
 	if err := t.Prepare(time.Now().UTC()); err != nil {
 		return err
 	}
@@ -60,7 +61,7 @@ func (g *GroupCommit[O]) Transition(ctx context.Context, t Transition) error {
 }
 
 // UpdateEvent is Events.UpdateEvent.
-func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u EventUpdate) (*Event, error) {
+func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u backends.EventUpdate) (*backends.Event, error) {
 	if err := u.Prepare(time.Now().UTC()); err != nil {
 		return nil, err
 	}
@@ -69,4 +70,27 @@ func (g *GroupCommit[O]) UpdateEvent(ctx context.Context, u EventUpdate) (*Event
 		return nil, fmt.Errorf("event %s %s to %s: %w", u.ID, u.From, u.To, err)
 	}
 	return o.Base().Event, nil
+}
+
+// Claim is Queue.Claim: pick, which runs before, outside any
+// transaction, so that finding nothing costs one read, makes the store's
+// write of c, or none (ok false) when nothing is due.
+func (g *GroupCommit[O]) Claim(ctx context.Context, c backends.Claim, pick func(c *backends.Claim) (o O, ok bool, err error)) ([]*backends.Message, error) {
+	if err := c.Check(); err != nil {
+		return nil, err
+	}
+	if c.Limit <= 0 {
+		return nil, nil
+	}
+	o, ok, err := pick(&c)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	if !ok {
+		return nil, nil
+	}
+	if err := g.Submit(ctx, o); err != nil {
+		return nil, fmt.Errorf("claim %s: %w", c.From, err)
+	}
+	return o.Base().Claimed, nil
 }

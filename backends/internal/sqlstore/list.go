@@ -1,4 +1,4 @@
-package backends
+package sqlstore
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/genropy/postino/backends"
 )
 
 // ListKey is where a message stands in a SQL store's listing, and so where
@@ -28,12 +30,12 @@ func (k ListKey) Compare(o ListKey) int {
 
 // Listed is a message of a listing, with the key it stands at.
 type Listed struct {
-	Message *Message
+	Message *backends.Message
 	Key     ListKey
 }
 
 // ListedAt is m listed with queue time at.
-func ListedAt(m *Message, at time.Time) Listed {
+func ListedAt(m *backends.Message, at time.Time) Listed {
 	return Listed{m, ListKey{Priority: m.Priority, At: at, Created: m.CreatedAt, ID: m.ID}}
 }
 
@@ -47,14 +49,14 @@ func SortListed(l []Listed) {
 // for the first page), has read fetch up to q.Limit+1 messages from there,
 // the one past the page telling that another follows, and returns the
 // page and the cursor of the next ("" when none).
-func ListPages(q ListQuery, read func(q ListQuery, after *ListKey) ([]Listed, error)) ([]*Message, string, error) {
+func ListPages(q backends.ListQuery, read func(q backends.ListQuery, after *ListKey) ([]Listed, error)) ([]*backends.Message, string, error) {
 	q.Limit = q.PageSize()
 	var after *ListKey
 	if q.After != "" {
 		b, err := base64.RawURLEncoding.DecodeString(q.After)
 		after = new(ListKey)
 		if err != nil || json.Unmarshal(b, after) != nil {
-			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, ErrBadCursor)
+			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
 		}
 	}
 	page, err := read(q, after)
@@ -67,7 +69,7 @@ func ListPages(q ListQuery, read func(q ListQuery, after *ListKey) ([]Listed, er
 		b, _ := json.Marshal(page[len(page)-1].Key)
 		next = base64.RawURLEncoding.EncodeToString(b)
 	}
-	out := make([]*Message, len(page))
+	out := make([]*backends.Message, len(page))
 	for i, l := range page {
 		out[i] = l.Message
 	}
