@@ -369,12 +369,6 @@ func (c *Config) CreateOutbox(ctx context.Context, name string) (drop func() err
 	return drop, nil
 }
 
-// envName is the variable that sets key (outbox.mysql.dsn:
-// POSTINO_OUTBOX_MYSQL_DSN).
-func envName(key string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
-}
-
 // mysqlOptions are the MySQL outbox's options but its DSN; maxConns, when
 // not 0, bounds its connections in place of outbox.mysql.max_conns.
 func (c *Config) mysqlOptions(maxConns int) mysql.Options {
