@@ -266,7 +266,7 @@ type DynamoDBConfig struct {
 	Region string `yaml:"region"`
 	// TTL lets DynamoDB drop a message's items this long after their last
 	// change, its bytes this long after it was accepted; 0 writes no TTL.
-	// It must be longer than delivery.retry.max_age (checkTTL, stores.go).
+	// It must be longer than delivery.retry.max_age.
 	TTL Duration `yaml:"ttl"`
 }
 
