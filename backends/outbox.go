@@ -45,6 +45,7 @@ type Outbox interface {
 	Links
 	Alarms
 	Throughput
+	Suppressions
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	Close() error
