@@ -30,11 +30,14 @@ const (
 	// ActivityBounced: a message reached BOUNCED (when its bounce's event
 	// moves it).
 	ActivityBounced Activity = "BOUNCED"
+	// ActivitySuppressed: a message reached SUPPRESSED: every recipient
+	// was on the suppression list.
+	ActivitySuppressed Activity = "SUPPRESSED"
 )
 
 // Activities lists every activity a store counts.
 func Activities() []Activity {
-	return []Activity{ActivityAccepted, ActivitySent, ActivityDeferred, ActivityFailed, ActivityInvalid, ActivityBounced}
+	return []Activity{ActivityAccepted, ActivitySent, ActivityDeferred, ActivityFailed, ActivityInvalid, ActivityBounced, ActivitySuppressed}
 }
 
 // MinutesKept is how long the counts per minute are kept: the relay's
@@ -53,7 +56,7 @@ func (t *Transition) Activities() []Activity {
 	from := t.From
 	for _, st := range t.Steps() {
 		switch st.To {
-		case StatusSent, StatusFailed, StatusInvalid, StatusBounced:
+		case StatusSent, StatusFailed, StatusInvalid, StatusBounced, StatusSuppressed:
 			if from != st.To && from.Previous() != st.To {
 				out = append(out, Activity(st.To))
 			}

@@ -27,6 +27,12 @@ const (
 	StatusFailedAcknowledged  Status = "FAILED-ACKNOWLEDGED"
 	StatusInvalidAcknowledged Status = "INVALID-ACKNOWLEDGED"
 
+	// Not sent: every recipient is on the suppression list (Suppressions)
+	// for the message's stream, at intake or when it was to be delivered.
+	StatusSuppressed             Status = "SUPPRESSED"
+	StatusCallingSuppressed      Status = "CALLING-SUPPRESSED-CALLBACK"
+	StatusSuppressedAcknowledged Status = "SUPPRESSED-ACKNOWLEDGED"
+
 	// After delivery: a recipient's server returned the message.
 	StatusBounced             Status = "BOUNCED"
 	StatusCallingBounced      Status = "CALLING-BOUNCED-CALLBACK"
@@ -56,6 +62,7 @@ func callbacks() []callback {
 		{StatusSent, StatusCallingSent, StatusSentAcknowledged},
 		{StatusFailed, StatusCallingFailed, StatusFailedAcknowledged},
 		{StatusInvalid, StatusCallingInvalid, StatusInvalidAcknowledged},
+		{StatusSuppressed, StatusCallingSuppressed, StatusSuppressedAcknowledged},
 		{StatusBounced, StatusCallingBounced, StatusBouncedAcknowledged},
 		{StatusPECAccepted, StatusCallingPECAccepted, StatusPECAcceptedAcknowledged},
 		{StatusPECNotAccepted, StatusCallingPECNotAccepted, StatusPECNotAcceptedAcknowledged},
@@ -179,18 +186,19 @@ func transitions(from Status) []Status {
 	case StatusAccepted:
 		// READY and INVALID straight: the relay that accepted a message
 		// prepares it at once, holding no lease (intake.Worker.Accepted).
-		return []Status{StatusIntaking, StatusReady, StatusInvalid, StatusFailed}
+		return []Status{StatusIntaking, StatusReady, StatusInvalid, StatusFailed, StatusSuppressed}
 	case StatusIntaking:
-		return []Status{StatusReady, StatusInvalid, StatusAccepted}
+		return []Status{StatusReady, StatusInvalid, StatusAccepted, StatusSuppressed}
 	case StatusReady:
 		return []Status{StatusProcessing, StatusReady, StatusInvalid, StatusFailed}
 	case StatusProcessing:
-		return []Status{StatusSent, StatusFailed, StatusReady, StatusInvalid}
+		return []Status{StatusSent, StatusFailed, StatusReady, StatusInvalid, StatusSuppressed}
 	case StatusFailed:
 		return []Status{StatusCallingFailed, StatusReady}
 	case StatusInvalid:
 		return []Status{StatusCallingInvalid, StatusAccepted}
-	case StatusFailedAcknowledged:
+	case StatusFailedAcknowledged, StatusSuppressedAcknowledged:
+		// An operator's retry (after removing the entries, for SUPPRESSED).
 		return []Status{StatusReady}
 	case StatusInvalidAcknowledged:
 		return []Status{StatusAccepted}
