@@ -12,6 +12,9 @@ const (
 	RecipientPending = "pending" // not tried yet, or deferred
 	RecipientSent    = "sent"    // accepted upstream
 	RecipientFailed  = "failed"  // refused for good, or expired
+	// RecipientSuppressed: held back by the suppression list, never sent;
+	// Text says which entry, since when.
+	RecipientSuppressed = "suppressed"
 )
 
 // Verdict is what a failure says of the address itself, apart from what
@@ -34,7 +37,8 @@ const (
 // Recipient is what became of one envelope recipient.
 type Recipient struct {
 	Address string `json:"address"`
-	// Status is RecipientPending, RecipientSent or RecipientFailed.
+	// Status is RecipientPending, RecipientSent, RecipientFailed or
+	// RecipientSuppressed.
 	Status string `json:"status"`
 	// Verdict is what the last failure said of the address: hard only
 	// for a permanent refusal of this address (at its RCPT TO, or the

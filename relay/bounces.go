@@ -21,7 +21,8 @@ func (r *Relay) bounceMailboxes(bm *bounce.Metrics, m *mailbox.Metrics, wake fun
 	if err != nil {
 		return err
 	}
-	rec := bounce.NewRecorder(r.outbox, bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, r.log, bm, wake)
+	rec := bounce.NewRecorder(r.outbox, bounce.RecorderConfig{Options: bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, Log: r.log, Metrics: bm, Wake: wake,
+		Findings: r.policy})
 	for _, cfg := range cfgs {
 		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, rec, r.log, m))
 	}

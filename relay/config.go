@@ -39,6 +39,11 @@ type Config struct {
 	Bounces  BouncesConfig  `yaml:"bounces"`
 	PEC      PECConfig      `yaml:"pec"`
 	Plugins  []PluginConfig `yaml:"plugins"`
+	// Streams are the kinds of mail with settings of their own;
+	// transactional, every message's that names none, always is one.
+	Streams     []StreamConfig    `yaml:"streams"`
+	Suppression SuppressionConfig `yaml:"suppression"`
+	Unsubscribe UnsubscribeConfig `yaml:"unsubscribe"`
 	// Submissions are the tables apps write their mail to in their own
 	// transactions (relay/submissions).
 	Submissions []SubmissionsConfig `yaml:"submissions"`
@@ -391,6 +396,9 @@ type RouteConfig struct {
 	// DKIMDomain signs the route's messages for this domain instead of
 	// their From header's.
 	DKIMDomain string `yaml:"dkim_domain"`
+	// Stream is the stream of the route's messages that name none
+	// (X-Postino-Stream); empty is transactional.
+	Stream string `yaml:"stream"`
 }
 
 // DKIMConfig is how messages are signed as they leave. SIGHUP reloads it,
@@ -639,6 +647,11 @@ func DefaultConfig() Config {
 		PEC:       PECConfig{AcceptanceTimeout: Duration(30 * time.Minute), DeliveryTimeout: Duration(24 * time.Hour)},
 		Retention: Duration(7 * 24 * time.Hour),
 		Log:       LogConfig{Level: "info", Format: "text"},
+		// One finding suppresses: the verdicts counted hard are the
+		// address's own (docs/suppression.md), as Amazon SES and Postmark
+		// do; entries stay until an operator removes them.
+		Suppression: SuppressionConfig{HardBounce: SuppressionRuleConfig{After: 1}, Complaint: SuppressionRuleConfig{After: 1}},
+		Unsubscribe: UnsubscribeConfig{Grace: Duration(180 * 24 * time.Hour), Rate: 1, Burst: 20},
 	}
 }
 
@@ -689,7 +702,7 @@ func (c *Config) Check() error {
 	}
 	var errs []error
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.checkOutbox, c.checkSpool, c.Intake.check,
-		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.Log.check} {
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.Log.check, c.checkStreams} {
 		errs = append(errs, check())
 	}
 	return errors.Join(errs...)

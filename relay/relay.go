@@ -30,6 +30,7 @@ import (
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/submissions"
+	"github.com/genropy/postino/relay/suppression"
 	"github.com/genropy/postino/spool"
 )
 
@@ -63,6 +64,8 @@ type Relay struct {
 	pollers    []*mailbox.Poller
 	// submissions read the apps' submissions tables into intake.
 	submissions []*submissions.Reader
+	// policy applies the suppression list.
+	policy *suppression.Policy
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -152,6 +155,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err != nil {
 		return nil, err
 	}
+	r.policy = suppression.New(cfg.suppressionPolicy(routes, cfg.Hostname), r.outbox)
+	icfg.Suppression = r.policy
 	r.signer = dkim.NewSigner(ring, dkim.NewMetrics(reg))
 	logKeys(log, ring)
 	specs := cfg.pluginSpecs()
@@ -162,8 +167,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
+	dcfg.Holds, dcfg.Findings = r.policy, r.policy
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
-	r.worker = intake.NewWorker(cfg.workerConfig(r.engine), r.outbox, r.bodies, routes.Choose, log)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
 	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/suppression"
 )
 
 // Store is what the recorder needs of the outbox.
@@ -27,21 +28,51 @@ type Store interface {
 	AddEvent(ctx context.Context, e *backends.Event) error
 }
 
-// Recorder reads the messages of a bounce mailbox and records, on the
-// message each is about, a BOUNCED event per failed recipient, a DELAYED
-// notice per delayed one, and a COMPLAINED notice per complaint.
-type Recorder struct {
-	store   Store
-	opts    Options
-	log     *slog.Logger
-	metrics *Metrics
-	// wake tells the callback stage that events wait.
-	wake func()
+// Findings adds what reports say of addresses to the suppression list
+// (suppression.Policy).
+type Findings interface {
+	// StreamOf is m's stream.
+	StreamOf(m *backends.Message, route string) string
+	// Hard records a hard verdict on addr.
+	Hard(ctx context.Context, addr string, ev suppression.Evidence, now time.Time) (backends.Suppression, error)
+	// Complaint records addr's complaint about a message of stream.
+	Complaint(ctx context.Context, stream, addr string, ev suppression.Evidence, now time.Time) (backends.Suppression, error)
 }
 
-// NewRecorder makes a recorder; m may be nil.
-func NewRecorder(store Store, opts Options, log *slog.Logger, m *Metrics, wake func()) *Recorder {
-	return &Recorder{store: store, opts: opts, log: log, metrics: m, wake: wake}
+// MailUnsubscribes honours the unsubscribes that come by mail (the
+// mailto: of List-Unsubscribe), which reach the bounce mailbox.
+type MailUnsubscribes interface {
+	// FromMail honours the unsubscribe a subject carries; ok is false
+	// when it carries none that verifies.
+	FromMail(ctx context.Context, subject string) (ok bool, err error)
+}
+
+// RecorderConfig is what a recorder works with.
+type RecorderConfig struct {
+	Options Options
+	Log     *slog.Logger
+	// Metrics may be nil.
+	Metrics *Metrics
+	// Wake tells the callback stage that events wait; may be nil.
+	Wake func()
+	// Findings, when set, takes the hard verdicts and complaints;
+	// Unsubscribes, when set, the unsubscribes by mail.
+	Findings     Findings
+	Unsubscribes MailUnsubscribes
+}
+
+// Recorder reads the messages of a bounce mailbox and records, on the
+// message each is about, a BOUNCED event per failed recipient, a DELAYED
+// notice per delayed one, and a COMPLAINED notice per complaint; it adds
+// the hard verdicts and the complaints to the suppression list.
+type Recorder struct {
+	store Store
+	cfg   RecorderConfig
+}
+
+// NewRecorder makes a recorder.
+func NewRecorder(store Store, cfg RecorderConfig) *Recorder {
+	return &Recorder{store: store, cfg: cfg}
 }
 
 // eventNamespace makes the ids of bounce events: the same bounce read
@@ -51,15 +82,18 @@ var eventNamespace = uuid.MustParse("6f1d2a8e-5b7c-4c1e-9a43-8e2f0b9d7c15")
 
 // Handle reads one message of the mailbox.
 func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, error) {
-	rep, err := Parse(bytes.NewReader(raw), r.opts)
+	if done, err := r.unsubscribe(ctx, raw); done || err != nil {
+		return mailbox.Processed, err
+	}
+	rep, err := Parse(bytes.NewReader(raw), r.cfg.Options)
 	if err != nil {
-		r.log.Warn("bounce mailbox: unreadable message set aside", "error", err)
+		r.cfg.Log.Warn("bounce mailbox: unreadable message set aside", "error", err)
 		return mailbox.Unmatched, nil
 	}
 	switch rep.Kind {
 	case KindBounce, KindDelay, KindComplaint:
 	default:
-		r.log.Info("bounce mailbox: not a bounce, set aside", "kind", rep.Kind, "message_id", rep.MessageID)
+		r.cfg.Log.Info("bounce mailbox: not a bounce, set aside", "kind", rep.Kind, "message_id", rep.MessageID)
 		r.count(rep.Kind, "unmatched")
 		return mailbox.Unmatched, nil
 	}
@@ -68,14 +102,14 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 		return 0, err
 	}
 	if m == nil {
-		r.log.Info("bounce mailbox: about no message the outbox holds, set aside", "kind", rep.Kind,
+		r.cfg.Log.Info("bounce mailbox: about no message the outbox holds, set aside", "kind", rep.Kind,
 			"mail_id", rep.Keys.MailID, "verp", rep.Keys.VERP, "message_id", rep.Keys.MessageID, "envid", rep.Keys.EnvID)
 		r.count(rep.Kind, "unmatched")
 		return mailbox.Unmatched, nil
 	}
 	events := r.events(m, rep, by, raw)
 	if len(events) == 0 {
-		r.log.Info("bounce mailbox: names no failed or delayed recipient, set aside", "kind", rep.Kind,
+		r.cfg.Log.Info("bounce mailbox: names no failed or delayed recipient, set aside", "kind", rep.Kind,
 			"id", m.ID, "matched_by", by, "message_id", rep.MessageID)
 		r.count(rep.Kind, "unmatched")
 		return mailbox.Unmatched, nil
@@ -89,12 +123,12 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 			// Recorded before: read again after a crash or a UIDVALIDITY change.
 			again++
 		case errors.Is(err, backends.ErrNotFound):
-			r.log.Info("bounce mailbox: the message was removed (retention) before its bounce came", "id", m.ID)
+			r.cfg.Log.Info("bounce mailbox: the message was removed (retention) before its bounce came", "id", m.ID)
 		case err != nil:
 			return 0, fmt.Errorf("record %s of %s: %w", e.Outcome, m.ID, err)
 		default:
 			added++
-			r.log.Info("bounce recorded", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason, "matched_by", by)
+			r.cfg.Log.Info("bounce recorded", "id", m.ID, "outcome", e.Outcome, "reason", e.Reason, "matched_by", by)
 		}
 	}
 	// The verdict says what the report added, so that the series counts
@@ -107,15 +141,21 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 	default:
 		r.count(rep.Kind, "unmatched") // its message was removed
 	}
-	if added > 0 && r.wake != nil {
-		r.wake()
+	if added > 0 {
+		// Once per report: one read again adds no strike.
+		if err := r.suppress(ctx, m, rep, raw); err != nil {
+			return 0, err
+		}
+	}
+	if added > 0 && r.cfg.Wake != nil {
+		r.cfg.Wake()
 	}
 	return mailbox.Processed, nil
 }
 
 func (r *Recorder) count(k Kind, verdict string) {
-	if r.metrics != nil {
-		r.metrics.reports.WithLabelValues(string(k), verdict).Inc()
+	if r.cfg.Metrics != nil {
+		r.cfg.Metrics.reports.WithLabelValues(string(k), verdict).Inc()
 	}
 }
 
@@ -158,11 +198,7 @@ func (r *Recorder) find(ctx context.Context, k Keys) (*backends.Message, string,
 // events makes the report's events on m: one per failed or delayed
 // recipient, one per complaint.
 func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byte) []*backends.Event {
-	reportID := rep.MessageID
-	if reportID == "" {
-		sum := sha256.Sum256(raw)
-		reportID = hex.EncodeToString(sum[:])
-	}
+	reportID := reportID(rep, raw)
 	sentTo := envelope(m)
 	// The details are the plugin contract's bounce, by its JSON names.
 	detail := func(kind string, rcpts ...Recipient) map[string]any {
@@ -213,6 +249,15 @@ func (r *Recorder) events(m *backends.Message, rep *Report, by string, raw []byt
 		// delivered, relayed, expanded: not failures.
 	}
 	return out
+}
+
+// reportID names a report: its Message-ID, or a digest of its bytes.
+func reportID(rep *Report, raw []byte) string {
+	if rep.MessageID != "" {
+		return rep.MessageID
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
 }
 
 // addresses is a set of addresses, in lower case.

@@ -87,7 +87,7 @@ func TestRecorderNotRecipient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRecorder(store, Options{}, slog.New(slog.DiscardHandler), nil, nil)
+	r := NewRecorder(store, RecorderConfig{Log: slog.New(slog.DiscardHandler)})
 	if v, err := r.Handle(ctx, dsn); err != nil || v != mailbox.Processed {
 		t.Fatalf("Handle = %v, %v", v, err)
 	}

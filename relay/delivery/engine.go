@@ -99,6 +99,13 @@ type Config struct {
 	// Outcomes, when set, writes the outcomes; without it they are written
 	// to the store once, and one that fails waits for its lease to run out.
 	Outcomes Outcomes
+	// Holds, when set, holds back the recipients on the suppression list
+	// before each attempt; Findings, when set, adds the hard verdicts of
+	// the attempts to the list; Unsubscribes, when set, gives the
+	// messages of bulk streams their unsubscribe fields.
+	Holds        Holder
+	Findings     Findings
+	Unsubscribes Unsubscribes
 }
 
 // Engine delivers READY messages.
@@ -319,19 +326,38 @@ type flight struct {
 	// forms are the message as it leaves: as spooled, and re-encoded for
 	// an upstream without 8BITMIME.
 	forms [2]form
+	// stream is the message's, where the suppression list was read.
+	stream string
+	// signed is the signature the history tells of (noteSigned).
+	signed         *dkim.Result
+	signedSevenBit bool
 }
 
 // job is the part of a flight for one destination.
 type job struct {
-	f     *flight
-	rcpts []int // indexes into the message's recipients
+	f      *flight
+	rcpts  []int  // indexes into the message's recipients
+	domain string // the destination's: "" for a smarthost
+	// forms are the flight's, or, for a recipient with fields of its
+	// own, the job's.
+	forms *[2]form
 }
 
 // dispatch queues m's jobs; m, as claimed, carries the claim's lease, and
-// its place is counted in flight.
+// its place is counted in flight. With a suppression list, it reads the
+// list first, off the claim loop.
 func (e *Engine) dispatch(m *backends.Message) {
-	route := e.routes.get(m)
-	f := &flight{e: e, m: m, route: route, start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
+	f := &flight{e: e, m: m, route: e.routes.get(m), start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
+	if e.cfg.Holds == nil {
+		e.launch(f, nil)
+		return
+	}
+	go e.launchHeld(f)
+}
+
+// launch queues the flight's jobs: one per destination, or, for a message
+// whose recipients each get their own fields (fields), one per recipient.
+func (e *Engine) launch(f *flight, fields func(rcpt string) []byte) {
 	byDest := map[string][]int{}
 	var order []string
 	for i, r := range f.results {
@@ -339,7 +365,7 @@ func (e *Engine) dispatch(m *backends.Message) {
 			continue
 		}
 		key := ""
-		if route.MX() {
+		if f.route.MX() {
 			key = domainOf(r.Address)
 		}
 		if _, seen := byDest[key]; !seen {
@@ -348,13 +374,26 @@ func (e *Engine) dispatch(m *backends.Message) {
 		byDest[key] = append(byDest[key], i)
 		f.tried = append(f.tried, i)
 	}
-	f.jobs = len(order)
+	var jobs []*job
+	for _, domain := range order {
+		if fields == nil {
+			jobs = append(jobs, &job{f: f, rcpts: byDest[domain], domain: domain, forms: &f.forms})
+			continue
+		}
+		for _, i := range byDest[domain] {
+			forms := &[2]form{}
+			forms[0].prefix = fields(f.results[i].Address)
+			forms[1].prefix = forms[0].prefix
+			jobs = append(jobs, &job{f: f, rcpts: []int{i}, domain: domain, forms: forms})
+		}
+	}
+	f.jobs = len(jobs)
 	if f.jobs == 0 {
 		go f.finish() // nothing to send: only the record, off the claim loop
 		return
 	}
-	for _, domain := range order {
-		e.destination(route, domain).enqueue(&job{f: f, rcpts: byDest[domain]})
+	for _, j := range jobs {
+		e.destination(f.route, j.domain).enqueue(j)
 	}
 }
 
@@ -501,6 +540,7 @@ func (f *flight) finish() {
 		return
 	}
 	e.logOutcome(t, d, f.route.Name, attemptNo)
+	e.recordFindings(f, now)
 	if len(t.Then) == 0 && t.To != backends.StatusReady && e.events != nil {
 		e.events.Wake()
 	}
@@ -570,7 +610,9 @@ type decision struct {
 // decide moves the message on from an attempt: back to READY, without
 // counting the attempt, when it was handed back before any job ran;
 // otherwise SENT when every recipient is resolved and one was accepted,
-// FAILED when none was, READY for a later attempt when some are pending.
+// FAILED when none was and one was refused, SUPPRESSED when the
+// suppression list held them all back, READY for a later attempt when some
+// are pending.
 // Recipients still pending past retry.MaxAge fail as expired.
 func decide(a attemptEnd, retry Retry) decision {
 	d := decision{results: slices.Clone(a.results)}
@@ -579,7 +621,7 @@ func decide(a attemptEnd, retry Retry) decision {
 		return d
 	}
 	d.addAttempt = true
-	sent, failed, pending := count(d.results)
+	sent, failed, pending, suppressed := count(d.results)
 	expired := pending > 0 && a.now.Sub(a.created) >= retry.MaxAge
 	if expired {
 		for i := range d.results {
@@ -599,10 +641,13 @@ func decide(a attemptEnd, retry Retry) decision {
 		d.reason = fmt.Sprintf("deferred: %s; next attempt at %s", firstText(d.results, outcome.RecipientPending), d.dueAt.Format(time.RFC3339))
 	case sent > 0:
 		d.to = backends.StatusSent
-		d.reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed, a.route)
-	default:
+		d.reason = fmt.Sprintf("delivered to %d of %d recipients via %s", sent, sent+failed+suppressed, a.route)
+	case failed > 0:
 		d.to = backends.StatusFailed
 		d.reason = "no recipient accepted: " + firstText(d.results, outcome.RecipientFailed)
+	default:
+		d.to = backends.StatusSuppressed
+		d.reason = "not sent: every recipient is suppressed; " + firstText(d.results, outcome.RecipientSuppressed)
 	}
 	if expired {
 		d.reason = "expired: " + d.reason
@@ -647,7 +692,7 @@ func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.T
 		}
 	}
 	t.Details, _ = json.Marshal(a)
-	if t.To == backends.StatusSent || t.To == backends.StatusFailed {
+	if t.To == backends.StatusSent || t.To == backends.StatusFailed || t.To == backends.StatusSuppressed {
 		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason,
 			map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": d.results})
 		t.Event.At = now
@@ -670,6 +715,8 @@ func acknowledged(to backends.Status) []backends.Step {
 		return noPlugin(backends.StatusCallingSent, backends.StatusSentAcknowledged)
 	case backends.StatusFailed:
 		return noPlugin(backends.StatusCallingFailed, backends.StatusFailedAcknowledged)
+	case backends.StatusSuppressed:
+		return noPlugin(backends.StatusCallingSuppressed, backends.StatusSuppressedAcknowledged)
 	}
 	return nil
 }
@@ -679,13 +726,15 @@ func noPlugin(calling, acked backends.Status) []backends.Step {
 	return []backends.Step{{To: calling, Reason: why}, {To: acked, Reason: why}}
 }
 
-func count(results []outcome.Recipient) (sent, failed, pending int) {
+func count(results []outcome.Recipient) (sent, failed, pending, suppressed int) {
 	for _, r := range results {
 		switch r.Status {
 		case outcome.RecipientSent:
 			sent++
 		case outcome.RecipientFailed:
 			failed++
+		case outcome.RecipientSuppressed:
+			suppressed++
 		default:
 			pending++
 		}

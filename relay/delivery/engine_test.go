@@ -146,6 +146,11 @@ func runEngineWith(t *testing.T, store Store, sp *spool.Spool, route Route, leas
 	t.Helper()
 	e := testEngine(t, store, sp, route, lease, 10*time.Millisecond)
 	e.cfg.Outcomes = outcomes
+	return runUntilStopped(e)
+}
+
+// runUntilStopped runs e until the returned stop.
+func runUntilStopped(e *Engine) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { e.Run(ctx); close(done) }()

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -22,16 +23,19 @@ type form struct {
 	signed *dkim.Result // nil when signing is off
 	size   int64
 	rep    *Reply // why the message cannot leave in this form
+	// prefix holds fields put before the spooled header, signed with it
+	// (a bulk message's unsubscribe fields, its recipient's own).
+	prefix []byte
 }
 
-// form returns the message's form for an upstream that offers 8BITMIME,
-// or not (sevenBit).
-func (f *flight) form(sevenBit bool) *form {
-	fm := &f.forms[0]
+// form returns the job's form for an upstream that offers 8BITMIME, or
+// not (sevenBit).
+func (j *job) form(sevenBit bool) *form {
+	fm := &j.forms[0]
 	if sevenBit {
-		fm = &f.forms[1]
+		fm = &j.forms[1]
 	}
-	fm.once.Do(func() { f.prepare(fm, sevenBit) })
+	fm.once.Do(func() { j.f.prepare(fm, sevenBit) })
 	return fm
 }
 
@@ -39,7 +43,7 @@ func (f *flight) form(sevenBit bool) *form {
 // message cannot leave: permanent when the policy wants a key the domain
 // lacks or the 8-bit octets cannot be re-encoded, temporary otherwise.
 func (f *flight) prepare(fm *form, sevenBit bool) {
-	fm.size = f.m.Envelope.Size
+	fm.size = f.m.Envelope.Size + int64(len(fm.prefix))
 	if sevenBit {
 		if fm.plan, fm.rep = f.plan7bit(); fm.rep != nil {
 			return
@@ -77,6 +81,7 @@ func (f *flight) prepare(fm *form, sevenBit bool) {
 		fm.size = cr.n
 		if signing {
 			fm.signed = &res
+			f.noteSigned(&res, sevenBit)
 		}
 	}
 }
@@ -108,21 +113,40 @@ func cannot7bit(err error) *Reply {
 // open reads the message in the form's bytes.
 func (f *flight) open(fm *form) (io.ReadCloser, error) {
 	r, err := f.e.spool.Open(f.m.EmlPath)
-	if err != nil || fm.plan == nil {
-		return r, err
+	if err != nil {
+		return nil, err
 	}
-	return fm.plan.Reader(r), nil
+	if fm.plan != nil {
+		r = fm.plan.Reader(r)
+	}
+	if len(fm.prefix) == 0 {
+		return r, nil
+	}
+	return readCloser{io.MultiReader(bytes.NewReader(fm.prefix), r), r}, nil
+}
+
+// readCloser reads a message made of a file and closes the file.
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// noteSigned keeps the signature the history tells of: the first made,
+// unless a form sent as spooled comes after one re-encoded.
+func (f *flight) noteSigned(res *dkim.Result, sevenBit bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.signed == nil || f.signedSevenBit && !sevenBit {
+		f.signed, f.signedSevenBit = res, sevenBit
+	}
 }
 
 // signature is the history's account of how the message was signed, the
 // form sent as spooled first.
 func (f *flight) signature() *dkim.Result {
-	for i := range f.forms {
-		if f.forms[i].signed != nil {
-			return f.forms[i].signed
-		}
-	}
-	return nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.signed
 }
 
 type countingReader struct {

@@ -250,7 +250,7 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 	m := j.f.m
 	// An upstream without 8BITMIME gets the 8-bit parts re-encoded.
 	sevenBit := m.Envelope.EightBit && !c.has("8BITMIME")
-	fm := j.f.form(sevenBit)
+	fm := j.form(sevenBit)
 	if fm.rep != nil {
 		j.fail(c.host, *fm.rep)
 		j.done()

@@ -20,6 +20,7 @@ const (
 	HeaderMailID     = "X-Genro-Mail-ID"
 	HeaderPriority   = "X-Postino-Priority"
 	HeaderBatch      = "X-Postino-Batch"
+	HeaderStream     = "X-Postino-Stream"
 	HeaderSendAfter  = backends.HeaderSendAfter
 	controlPrefix    = "X-Postino-"
 	maxSendAfterSkew = 366 * 24 * time.Hour
@@ -28,7 +29,7 @@ const (
 // controlHeaders are the X-Postino-* fields an app may set. Any other field
 // with that prefix is refused, so that a typo is not silently ignored.
 func controlHeaders() []string {
-	return []string{HeaderPriority, HeaderBatch, HeaderSendAfter, HeaderPECReceipt}
+	return []string{HeaderPriority, HeaderBatch, HeaderSendAfter, HeaderPECReceipt, HeaderStream}
 }
 
 // control is what the app asked for through the control headers.
@@ -97,6 +98,10 @@ func (c *control) set(name, v string, now time.Time) error {
 			return contentError("%s: %v", HeaderBatch, err)
 		}
 		c.batch = v
+	case HeaderStream:
+		if err := backends.CheckStream(v); err != nil {
+			return contentError("%s: %v", HeaderStream, err)
+		}
 	case HeaderSendAfter:
 		t, err := parseSendAfter(v, now)
 		if err != nil {

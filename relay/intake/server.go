@@ -76,6 +76,19 @@ type Config struct {
 	MinDataRate int64
 	// Space says whether the spool can take mail; nil is always.
 	Space Space
+	// Suppression, when set, knows the streams, and refuses at RCPT the
+	// recipients a stream in refuse mode holds back.
+	Suppression Suppression
+}
+
+// Suppression is what intake asks of the suppression list
+// (suppression.Policy).
+type Suppression interface {
+	// Known reports whether a stream is configured.
+	Known(stream string) bool
+	// Refused returns the entry that refuses addr at RCPT of m (whose
+	// envelope is being given), or nil.
+	Refused(ctx context.Context, m *backends.Message, addr string, now time.Time) (*backends.Suppression, error)
 }
 
 // Outbox is what intake needs of the store.
@@ -279,8 +292,34 @@ func (s *session) Rcpt(to string, opts *smtp.RcptOptions) error {
 		s.srv.metrics.rejected("address")
 		return asReply(err)
 	}
+	if err := s.suppressed(to); err != nil {
+		return err
+	}
 	s.rcpts = append(s.rcpts, to)
 	return nil
+}
+
+// suppressed refuses a recipient that a stream in refuse mode holds back.
+// The reply says why and since when, in the words of the entry's reason,
+// and nothing else of the list: an address not on it and one held back for
+// another stream get the same 250, so that RCPT is no way to read it.
+func (s *session) suppressed(to string) error {
+	sup := s.srv.cfg.Suppression
+	if sup == nil {
+		return nil
+	}
+	probe := &backends.Message{Envelope: backends.Envelope{Sender: s.from, AuthUser: s.authUser}}
+	e, err := sup.Refused(context.Background(), probe, to, time.Now())
+	if err != nil {
+		s.srv.log.Error("intake: cannot read the suppression list; the recipient is taken, and checked again before delivery", "error", err)
+		return nil
+	}
+	if e == nil {
+		return nil
+	}
+	s.srv.metrics.rejected("suppressed")
+	return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 7, 1},
+		Message: fmt.Sprintf("Recipient suppressed since %s (%s); the relay does not send to it", e.Created.UTC().Format(time.DateOnly), e.Reason)}
 }
 
 func (s *session) Reset() {

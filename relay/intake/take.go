@@ -106,6 +106,9 @@ func (s *Server) Take(ctx context.Context, env Envelope, r io.Reader) (string, e
 	if err != nil {
 		return env.ID, err
 	}
+	if name := ctrl.raw[HeaderStream]; name != "" && s.cfg.Suppression != nil && !s.cfg.Suppression.Known(name) {
+		return env.ID, contentError("%s names stream %q, which this relay does not configure; add it under streams, or leave the field out for the route's stream", HeaderStream, name)
+	}
 	ident, err := readIdentity(&h)
 	if err != nil {
 		return ident.id, err

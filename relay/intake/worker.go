@@ -15,6 +15,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/internal/lease"
+	"github.com/genropy/postino/outcome"
 )
 
 // maxMIMEDepth bounds nested multiparts: deeper is an attack or a bug.
@@ -46,6 +47,16 @@ type Deliverer interface {
 	Wake()
 }
 
+// Holder holds back the recipients the suppression list holds
+// (suppression.Policy).
+type Holder interface {
+	// StreamOf is m's stream, route being the route chosen for it.
+	StreamOf(m *backends.Message, route string) string
+	// Hold marks the pending recipients of results that the list holds
+	// back from stream, and says how many it marked.
+	Hold(ctx context.Context, stream string, results []outcome.Recipient, now time.Time) ([]outcome.Recipient, int, error)
+}
+
 // Router names the route a message will take, or says why it cannot be sent.
 type Router func(m *backends.Message) (string, error)
 
@@ -68,6 +79,8 @@ type WorkerConfig struct {
 	// MaxAge ends a message whose file could not be read for this long
 	// (the delivery's maximum age); until then its lease brings it back.
 	MaxAge time.Duration
+	// Holds, when set, holds back the recipients on the suppression list.
+	Holds Holder
 }
 
 // Worker moves ACCEPTED messages to READY, or INVALID with the reason.
@@ -258,7 +271,38 @@ func (w *Worker) prepare(m *backends.Message) (backends.Transition, bool) {
 	if m.DueAt.After(time.Now()) {
 		t.Reason += ", not before " + m.DueAt.UTC().Format(time.RFC3339)
 	}
+	if err := w.hold(m, &t); err != nil {
+		// The store that could not answer is the one the message is in:
+		// it waits for its lease, or the next claim, as an unreadable
+		// file does.
+		w.log.Error("intake: cannot read the suppression list; the message is tried again when its lease ends, or, not claimed, at the next claim",
+			"id", m.ID, "error", err)
+		return t, false
+	}
 	return t, true
+}
+
+// hold marks the recipients the suppression list holds back from the
+// message's stream; when it holds them all, the message ends SUPPRESSED
+// with its event.
+func (w *Worker) hold(m *backends.Message, t *backends.Transition) error {
+	if w.cfg.Holds == nil {
+		return nil
+	}
+	stream := w.cfg.Holds.StreamOf(m, t.Route)
+	results, n, err := w.cfg.Holds.Hold(context.Background(), stream, m.RecipientResults(), time.Now().UTC())
+	if err != nil || n == 0 {
+		return err
+	}
+	t.Results = results
+	if n < len(results) {
+		t.Reason += fmt.Sprintf("; %d of %d recipients suppressed", n, len(results))
+		return nil
+	}
+	t.To = backends.StatusSuppressed
+	t.Reason = "not sent: every recipient is suppressed; " + results[0].Address + ": " + results[0].Text
+	t.Event = backends.OutcomeEvent(t.From, backends.StatusSuppressed, t.Reason, map[string]any{"stream": stream, "recipients": results})
+	return nil
 }
 
 // record moves the message on, and reports whether it left it READY for a
@@ -293,6 +337,9 @@ func (w *Worker) record(m *backends.Message, t backends.Transition, leases []tim
 		return false
 	case t.To == backends.StatusInvalid:
 		w.log.Warn("invalid", "id", t.ID, "reason", t.Reason)
+		return false
+	case t.To == backends.StatusSuppressed:
+		w.log.Info("suppressed", "id", t.ID, "reason", t.Reason)
 		return false
 	}
 	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt, "delivering", deliver)

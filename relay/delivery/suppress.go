@@ -1,0 +1,106 @@
+package delivery
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/emersion/go-message/textproto"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/outcome"
+	"github.com/genropy/postino/relay/suppression"
+)
+
+// Holder holds back the recipients the suppression list holds
+// (suppression.Policy).
+type Holder interface {
+	// StreamOf is m's stream.
+	StreamOf(m *backends.Message, route string) string
+	// Hold marks the pending recipients of results that the list holds
+	// back from stream.
+	Hold(ctx context.Context, stream string, results []outcome.Recipient, now time.Time) ([]outcome.Recipient, int, error)
+}
+
+// Findings adds what delivery learns of addresses to the suppression list
+// (suppression.Policy).
+type Findings interface {
+	// Hard records a hard verdict on addr.
+	Hard(ctx context.Context, addr string, ev suppression.Evidence, now time.Time) (backends.Suppression, error)
+}
+
+// Unsubscribes makes the one-click unsubscribe fields (RFC 8058) of the
+// messages of bulk streams.
+type Unsubscribes interface {
+	// Bulk reports whether a stream's messages get the fields.
+	Bulk(stream string) bool
+	// Fields are a recipient's List-Unsubscribe and List-Unsubscribe-Post
+	// header fields, each line ending in CRLF.
+	Fields(stream, recipient, messageID string) []byte
+}
+
+// holdBack reads the suppression list for the flight's pending recipients
+// and marks those it holds back; for a message of a bulk stream it returns
+// the fields each recipient's copy gets, signed with it, unless the app
+// wrote List-Unsubscribe itself: then the app's are kept, and signed.
+func (e *Engine) holdBack(f *flight) (func(rcpt string) []byte, error) {
+	f.stream = e.cfg.Holds.StreamOf(f.m, "")
+	results, _, err := e.cfg.Holds.Hold(context.Background(), f.stream, f.results, time.Now().UTC())
+	if err != nil {
+		return nil, err
+	}
+	f.results = results
+	u := e.cfg.Unsubscribes
+	if u == nil || !u.Bulk(f.stream) || e.hasUnsubscribe(f.m) {
+		return nil, nil
+	}
+	stream, id := f.stream, f.m.ID
+	return func(rcpt string) []byte { return u.Fields(stream, rcpt, id) }, nil
+}
+
+// hasUnsubscribe reports whether the message's header holds
+// List-Unsubscribe. A file that cannot be read says no: its attempt fails
+// as it would have.
+func (e *Engine) hasUnsubscribe(m *backends.Message) bool {
+	r, err := e.spool.Open(m.EmlPath)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	h, err := textproto.ReadHeader(bufio.NewReader(r))
+	return err == nil && h.Has("List-Unsubscribe")
+}
+
+// launchHeld dispatches a flight once the suppression list is read; one
+// that cannot be read hands the message back, the attempt uncounted.
+func (e *Engine) launchHeld(f *flight) {
+	fields, err := e.holdBack(f)
+	if err != nil {
+		e.log.Error("delivery: cannot read the suppression list; the message is handed back and tried again", "id", f.m.ID, "error", err)
+		f.handedBack, f.retryIn = "the suppression list could not be read: "+err.Error(), e.cfg.Poll
+		f.finish()
+		return
+	}
+	e.launch(f, fields)
+}
+
+// recordFindings adds to the suppression list the hard verdicts of the
+// attempt: each recipient it refused for good because the address is bad.
+// The outcome is recorded already; a finding that cannot be written is
+// logged, and the address's next refusal brings it again.
+func (e *Engine) recordFindings(f *flight, now time.Time) {
+	if e.cfg.Findings == nil {
+		return
+	}
+	for _, i := range f.tried {
+		r := f.results[i]
+		if r.Status != outcome.RecipientFailed || r.Verdict != outcome.VerdictHard {
+			continue
+		}
+		ev := suppression.Evidence{MessageID: f.m.ID, Code: fmt.Sprintf("%d %s", r.Code, r.EnhancedCode), Diagnostic: r.Text}
+		if _, err := e.cfg.Findings.Hard(context.Background(), r.Address, ev, now); err != nil {
+			e.log.Error("delivery: cannot add a hard verdict to the suppression list", "id", f.m.ID, "recipient", r.Address, "error", err)
+		}
+	}
+}
