@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/mailbox"
+	"github.com/genropy/postino/relay/suppression"
 )
 
 func TestRecipientReason(t *testing.T) {
@@ -119,5 +121,52 @@ func TestRecorderNotRecipient(t *testing.T) {
 	}
 	if want := "(not a recipient of the message, user_unknown)"; !strings.HasSuffix(reasons["bob@member.example.net"], want) {
 		t.Errorf("its event's reason %q does not end with %q", reasons["bob@member.example.net"], want)
+	}
+}
+
+// TestRecorderSuppresses: a hard verdict on a recipient of the message
+// suppresses it for every stream, in the envelope's spelling; an address
+// the message was not sent to adds nothing; a complaint suppresses its
+// complainant for the message's stream; a report read again adds no
+// strike.
+func TestRecorderSuppresses(t *testing.T) {
+	store := outboxtest.Store(t)
+	ctx := context.Background()
+	for _, m := range []*backends.Message{
+		{ID: "nr-1", EmlPath: "outbox:nr-1.x", Envelope: backends.Envelope{Sender: "app@example.com",
+			Recipients: []string{"Alice@example.org", "team@lists.example.org"}}},
+		{ID: "arf-0014", MessageID: "msg-arf-0014@postino.example", EmlPath: "outbox:arf.x", Envelope: backends.Envelope{Sender: "news@postino.example",
+			Recipients: []string{"olga@example.net"}, Control: map[string]string{suppression.HeaderStream: "news"}}},
+	} {
+		if err := store.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	policy := suppression.New(suppression.Config{Streams: map[string]suppression.Stream{"news": {}}, By: "relay test",
+		HardBounce: suppression.Rule{Need: 2, Within: time.Hour}, Complaint: suppression.Rule{Need: 1}}, store)
+	r := NewRecorder(store, RecorderConfig{Log: slog.New(slog.DiscardHandler), Findings: policy})
+	for _, name := range []string{"not-recipient.eml", "not-recipient.eml", "arf.eml"} {
+		raw, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.Handle(ctx, raw); err != nil || v != mailbox.Processed {
+			t.Fatalf("Handle(%s) = %v, %v", name, v, err)
+		}
+	}
+	alice, err := store.SuppressionsOf(ctx, "Alice@example.org")
+	if err != nil || len(alice) != 1 || alice[0].Address != "Alice@example.org" || alice[0].Scope != backends.ScopeAll ||
+		alice[0].Reason != backends.ReasonHardBounce || alice[0].MessageID != "nr-1" || alice[0].ReportID == "" {
+		t.Fatalf("Alice: %+v %v", alice, err)
+	}
+	if alice[0].Strikes != 1 || alice[0].Active {
+		t.Errorf("a report read twice counted twice: %+v", alice[0])
+	}
+	if bob, _ := store.SuppressionsOf(ctx, "bob@member.example.net"); len(bob) != 0 {
+		t.Errorf("an address the message was not sent to was suppressed: %+v", bob)
+	}
+	olga, _ := store.SuppressionsOf(ctx, "olga@example.net")
+	if len(olga) != 1 || olga[0].Scope != "news" || olga[0].Reason != backends.ReasonComplaint || !olga[0].Active {
+		t.Errorf("the complaint: %+v", olga)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/relay/intake"
+	"github.com/genropy/postino/relay/suppression"
 )
 
 func TestWorker(t *testing.T) {
@@ -292,4 +293,45 @@ func run(w *intake.Worker) (stop func()) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	return func() { cancel(); <-done }
+}
+
+// TestWorkerHoldsBack: the worker marks the recipients the suppression
+// list holds back for the message's stream; a message with none left ends
+// SUPPRESSED, with its event, and one of another stream is not held.
+func TestWorkerHoldsBack(t *testing.T) {
+	sp, store := outboxtest.Open(t)
+	ctx := context.Background()
+	policy := suppression.New(suppression.Config{Streams: map[string]suppression.Stream{"news": {}}, By: "test"}, store)
+	if _, err := policy.Unsubscribe(ctx, "news", "gone@example.net", suppression.Evidence{}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	body := []byte("From: app@example.com\r\nSubject: hi\r\n\r\nhello\r\n")
+	for _, m := range []*backends.Message{
+		{ID: "some", Envelope: backends.Envelope{Recipients: []string{"gone@example.net", "b@example.net"}, Control: map[string]string{suppression.HeaderStream: "news"}}},
+		{ID: "all", Envelope: backends.Envelope{Recipients: []string{"gone@EXAMPLE.net"}, Control: map[string]string{suppression.HeaderStream: "news"}}},
+		{ID: "other-stream", Envelope: backends.Envelope{Recipients: []string{"gone@example.net"}}},
+	} {
+		m.Priority, m.Envelope.Sender = 2, "app@example.com"
+		outboxtest.Add(t, sp, store, m, body)
+	}
+	w := intake.NewWorker(intake.WorkerConfig{Concurrency: 3, Lease: time.Minute, Poll: 10 * time.Millisecond, Owner: "test",
+		MaxAge: time.Hour, Holds: policy}, store, sp, func(*backends.Message) (string, error) { return "default", nil },
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop := run(w)
+	outboxtest.WaitCounts(t, store, 60*time.Second, func(n map[backends.Status]int) bool {
+		return n[backends.StatusReady] == 2 && n[backends.StatusSuppressed] == 1
+	})
+	stop()
+	some, _ := store.Get(ctx, "some")
+	if len(some.Results) != 2 || some.Results[0].Status != "suppressed" || some.Results[1].Status != "pending" {
+		t.Errorf("some: %+v", some.Results)
+	}
+	all, _ := store.Get(ctx, "all")
+	evs, _ := store.Events(ctx, "all")
+	if all.Status != backends.StatusSuppressed || len(evs) != 1 || evs[0].Outcome != "SUPPRESSED" || !strings.Contains(all.Reason, "unsubscribe") {
+		t.Errorf("all: %s %q, events %+v", all.Status, all.Reason, evs)
+	}
+	if other, _ := store.Get(ctx, "other-stream"); len(other.Results) != 0 {
+		t.Errorf("a transactional message was held back by an unsubscribe from news: %+v", other.Results)
+	}
 }
