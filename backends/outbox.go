@@ -41,6 +41,7 @@ type Outbox interface {
 	Leases
 	Events
 	Batches
+	BatchTallies
 	Cursors
 	Links
 	Alarms
@@ -110,10 +111,12 @@ type Events interface {
 	UpdateEvent(ctx context.Context, u EventUpdate) (*Event, error)
 }
 
-// Batches holds the batch codes an operator suspended: the READY messages
-// of a suspended batch are not claimed.
+// Batches holds the batch codes an operator, or the brake
+// (BatchTallies.TripBatch), suspended: the READY messages of a suspended
+// batch are not claimed.
 type Batches interface {
 	SuspendBatch(ctx context.Context, code string) error
+	// ActivateBatch lets the batch go on, and clears its tally.
 	ActivateBatch(ctx context.Context, code string) error
 	// SuspendedBatches lists the batch codes currently suspended.
 	SuspendedBatches(ctx context.Context) ([]string, error)

@@ -13,6 +13,7 @@ import (
 var batchTests = []test[batchStore]{
 	{"SuspendedBatches", testSuspendedBatches},
 	{"SuspendedBatchDoesNotStarve", testSuspendedBatchDoesNotStarve},
+	{"Tallies", testBatchTallies},
 }
 
 func testSuspendedBatches(t *testing.T, s batchStore) {
@@ -71,5 +72,53 @@ func testSuspendedBatchDoesNotStarve(t *testing.T, s batchStore) {
 	}
 	if got := claimIDs(t, s, at(2*time.Minute), 200); len(got) != 100 {
 		t.Errorf("claim after activation: %d messages, want the 100 of the batch", len(got))
+	}
+}
+
+// testBatchTallies: counts add up across calls, a trip suspends once and
+// says why, and activation clears the tally.
+func testBatchTallies(t *testing.T, s batchStore) {
+	ctx := context.Background()
+	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Sent: 100, Hard: 3}, "other": {Sent: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Sent: 50, Hard: 7, Complaints: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.BatchTallies(ctx, []string{"camp", "other", "none"})
+	if err != nil || got["camp"].Sent != 150 || got["camp"].Hard != 10 || got["camp"].Complaints != 1 || got["other"].Sent != 1 {
+		t.Fatalf("tallies %+v %v", got, err)
+	}
+	if _, ok := got["none"]; ok {
+		t.Error("a batch never counted has a tally")
+	}
+	ready(t, s, "c1", backends.PriorityNormal, at(0), at(0), "camp")
+	tripped, err := s.TripBatch(ctx, "camp", "hard verdicts 6.7% over 5%", at(time.Minute))
+	if err != nil || !tripped {
+		t.Fatalf("TripBatch = %v, %v", tripped, err)
+	}
+	if again, err := s.TripBatch(ctx, "camp", "again", at(2*time.Minute)); err != nil || again {
+		t.Errorf("a second trip = %v, %v; want false: the batch is suspended already", again, err)
+	}
+	codes, _ := s.SuspendedBatches(ctx)
+	if !slices.Equal(codes, []string{"camp"}) {
+		t.Errorf("suspended %v", codes)
+	}
+	if got := claimIDs(t, s, at(time.Hour), 10); len(got) != 0 {
+		t.Errorf("claimed %v from a tripped batch", got)
+	}
+	got, _ = s.BatchTallies(ctx, []string{"camp"})
+	if c := got["camp"]; c.Tripped != "hard verdicts 6.7% over 5%" || !c.TrippedAt.Equal(at(time.Minute)) || c.Sent != 150 {
+		t.Errorf("tally after the trip %+v", c)
+	}
+	if err := s.ActivateBatch(ctx, "camp"); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = s.BatchTallies(ctx, []string{"camp"})
+	if c, ok := got["camp"]; ok && (!c.Zero() || c.Tripped != "") {
+		t.Errorf("tally after activation %+v, want none", c)
+	}
+	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"bad code!": {Sent: 1}}); err == nil {
+		t.Error("TallyBatches took an invalid code")
 	}
 }

@@ -50,6 +50,7 @@ type (
 	batchStore interface {
 		messageStore
 		backends.Batches
+		backends.BatchTallies
 	}
 	linkStore interface {
 		messageStore
