@@ -59,6 +59,14 @@ type RecorderConfig struct {
 	// Unsubscribes, when set, the unsubscribes by mail.
 	Findings     Findings
 	Unsubscribes MailUnsubscribes
+	// Brake, when set, counts the hard verdicts and complaints of batches'
+	// messages.
+	Brake Brake
+}
+
+// Brake counts the findings on batches' messages (brake.Brake).
+type Brake interface {
+	Count(batch, messageID string, t backends.BatchTally)
 }
 
 // Recorder reads the messages of a bounce mailbox and records, on the

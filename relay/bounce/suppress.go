@@ -24,6 +24,7 @@ import (
 // list's, a postmaster's, a forwarding hop) add nothing. The address is
 // written as the envelope has it, whose local part the list matches as is.
 func (r *Recorder) suppress(ctx context.Context, m *backends.Message, rep *Report, raw []byte) error {
+	r.countBatch(m, rep)
 	f := r.cfg.Findings
 	if f == nil {
 		return nil
@@ -52,6 +53,24 @@ func (r *Recorder) suppress(ctx context.Context, m *backends.Message, rep *Repor
 		}
 	}
 	return nil
+}
+
+// countBatch counts, for the brake, the report's complaint or hard
+// verdicts on the message's recipients.
+func (r *Recorder) countBatch(m *backends.Message, rep *Report) {
+	if r.cfg.Brake == nil || m.Batch == "" {
+		return
+	}
+	var t backends.BatchTally
+	if rep.Kind == KindComplaint {
+		t.Complaints = 1
+	}
+	for _, rc := range rep.Recipients {
+		if _, ok := enveloped(m, rc.Address()); ok && rep.Kind != KindComplaint && rc.Verdict == outcome.VerdictHard {
+			t.Hard++
+		}
+	}
+	r.cfg.Brake.Count(m.Batch, m.ID, t)
 }
 
 func codeOf(rc Recipient) string {

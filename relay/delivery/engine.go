@@ -106,6 +106,9 @@ type Config struct {
 	Holds        Holder
 	Findings     Findings
 	Unsubscribes Unsubscribes
+	// Brake, when set, counts the outcomes of batches' messages, and
+	// stops the batches it trips.
+	Brake Brake
 }
 
 // Engine delivers READY messages.
@@ -348,6 +351,12 @@ type job struct {
 // list first, off the claim loop.
 func (e *Engine) dispatch(m *backends.Message) {
 	f := &flight{e: e, m: m, route: e.routes.get(m), start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
+	if e.cfg.Brake != nil && e.cfg.Brake.Stopped(m.Batch) {
+		// Claimed before the outbox suspended its batch: it waits with it.
+		f.handedBack, f.retryIn = "handed back: its batch "+m.Batch+" was suspended by the brake", e.cfg.Poll
+		go f.finish()
+		return
+	}
 	if e.cfg.Holds == nil {
 		e.launch(f, nil)
 		return
@@ -541,6 +550,7 @@ func (f *flight) finish() {
 	}
 	e.logOutcome(t, d, f.route.Name, attemptNo)
 	e.recordFindings(f, now)
+	e.countBatch(f)
 	if len(t.Then) == 0 && t.To != backends.StatusReady && e.events != nil {
 		e.events.Wake()
 	}

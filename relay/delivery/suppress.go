@@ -40,6 +40,31 @@ type Unsubscribes interface {
 	Fields(stream, recipient, messageID string) []byte
 }
 
+// Brake counts the outcomes of batches' messages (brake.Brake).
+type Brake interface {
+	Count(batch, messageID string, t backends.BatchTally)
+	// Stopped reports whether the brake stopped the batch.
+	Stopped(batch string) bool
+}
+
+// countBatch counts, for the brake, the recipients of the attempt
+// accepted and those with a hard verdict.
+func (e *Engine) countBatch(f *flight) {
+	if e.cfg.Brake == nil || f.m.Batch == "" {
+		return
+	}
+	var t backends.BatchTally
+	for _, i := range f.tried {
+		switch r := f.results[i]; {
+		case r.Status == outcome.RecipientSent:
+			t.Sent++
+		case r.Status == outcome.RecipientFailed && r.Verdict == outcome.VerdictHard:
+			t.Hard++
+		}
+	}
+	e.cfg.Brake.Count(f.m.Batch, f.m.ID, t)
+}
+
 // holdBack reads the suppression list for the flight's pending recipients
 // and marks those it holds back; for a message of a bulk stream it returns
 // the fields each recipient's copy gets, signed with it, unless the app
