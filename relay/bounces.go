@@ -21,8 +21,16 @@ func (r *Relay) bounceMailboxes(bm *bounce.Metrics, m *mailbox.Metrics, wake fun
 	if err != nil {
 		return err
 	}
-	rec := bounce.NewRecorder(r.outbox, bounce.RecorderConfig{Options: bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, Log: r.log, Metrics: bm, Wake: wake,
-		Findings: r.policy})
+	rc := bounce.RecorderConfig{Options: bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, Log: r.log, Metrics: bm, Wake: wake,
+		Findings: r.policy}
+	// Set only when there is one: a nil pointer in an interface is not nil.
+	if r.brake != nil {
+		rc.Brake = r.brake
+	}
+	if r.unsubscribes != nil {
+		rc.Unsubscribes = r.unsubscribes
+	}
+	rec := bounce.NewRecorder(r.outbox, rc)
 	for _, cfg := range cfgs {
 		r.pollers = append(r.pollers, mailbox.New(cfg, r.outbox, rec, r.log, m))
 	}

@@ -44,6 +44,7 @@ type Config struct {
 	Streams     []StreamConfig    `yaml:"streams"`
 	Suppression SuppressionConfig `yaml:"suppression"`
 	Unsubscribe UnsubscribeConfig `yaml:"unsubscribe"`
+	Brake       BrakeConfig       `yaml:"brake"`
 	// Submissions are the tables apps write their mail to in their own
 	// transactions (relay/submissions).
 	Submissions []SubmissionsConfig `yaml:"submissions"`
@@ -652,6 +653,7 @@ func DefaultConfig() Config {
 		// do; entries stay until an operator removes them.
 		Suppression: SuppressionConfig{HardBounce: SuppressionRuleConfig{After: 1}, Complaint: SuppressionRuleConfig{After: 1}},
 		Unsubscribe: UnsubscribeConfig{Grace: Duration(180 * 24 * time.Hour), Rate: 1, Burst: 20},
+		Brake:       BrakeConfig{MinSent: 200, HardRate: 0.05, ComplaintRate: 0.003},
 	}
 }
 
@@ -702,7 +704,7 @@ func (c *Config) Check() error {
 	}
 	var errs []error
 	for _, check := range []func() error{c.SMTP.check, c.Admin.check, c.checkOutbox, c.checkSpool, c.Intake.check,
-		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.Log.check, c.checkStreams} {
+		c.Delivery.check, c.PEC.check, c.checkPlugins, c.checkSubmissions, c.checkRetention, c.Log.check, c.checkStreams, c.checkUnsubscribe, c.Brake.check} {
 		errs = append(errs, check())
 	}
 	return errors.Join(errs...)

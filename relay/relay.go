@@ -24,6 +24,7 @@ import (
 	"github.com/genropy/postino/plugins"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/bounce"
+	"github.com/genropy/postino/relay/brake"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
@@ -64,8 +65,14 @@ type Relay struct {
 	pollers    []*mailbox.Poller
 	// submissions read the apps' submissions tables into intake.
 	submissions []*submissions.Reader
-	// policy applies the suppression list.
-	policy *suppression.Policy
+	// policy applies the suppression list; unsubscribes honours the
+	// one-click unsubscribes (nil without unsubscribe settings), served
+	// by unsub on unsubLn; brake stops the batches whose lists are bad.
+	policy       *suppression.Policy
+	unsubscribes *unsubscribes
+	unsub        *http.Server
+	unsubLn      net.Listener
+	brake        *brake.Brake
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -168,6 +175,19 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
 	dcfg.Holds, dcfg.Findings = r.policy, r.policy
+	if r.unsubscribes, err = cfg.newUnsubscribes(r.policy, r.outbox, r.dispatcher.Wake, reg); err != nil {
+		return nil, err
+	}
+	if r.unsubscribes != nil {
+		dcfg.Unsubscribes = r.unsubscribes
+	}
+	if !cfg.Brake.Off {
+		r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
+		dcfg.Brake = r.brake
+	}
+	if r.unsub, err = r.unsubscribes.server(&cfg, log); err != nil {
+		return nil, err
+	}
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
@@ -213,7 +233,21 @@ func (r *Relay) listen() (err error) {
 	if r.adminLn, err = net.Listen("tcp", r.cfg.Admin.Listen); err != nil {
 		return fmt.Errorf("admin.listen: %w", err)
 	}
+	if r.unsub != nil {
+		if r.unsubLn, err = net.Listen("tcp", r.cfg.Unsubscribe.Listen); err != nil {
+			return fmt.Errorf("unsubscribe.listen: %w", err)
+		}
+	}
 	return nil
+}
+
+// UnsubscribeAddr is the address the unsubscribe listener is bound to;
+// nil without one.
+func (r *Relay) UnsubscribeAddr() net.Addr {
+	if r.unsubLn == nil {
+		return nil
+	}
+	return r.unsubLn.Addr()
 }
 
 // keptInOutbox returns the outbox when it keeps messages' bytes and their
@@ -283,15 +317,23 @@ func (r *Relay) Run(ctx context.Context) error {
 			"(relay.example.com), whose address has a PTR record naming it back, or give the default route a smarthost",
 			"hostname", r.cfg.Hostname)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- r.intake.Serve(r.smtpLn) }()
-	go func() {
-		err := r.admin.Serve(r.adminLn)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
+	for _, hs := range []struct {
+		srv *http.Server
+		ln  net.Listener
+	}{{r.admin, r.adminLn}, {r.unsub, r.unsubLn}} {
+		if hs.srv == nil {
+			continue
 		}
-		errc <- err
-	}()
+		go func() {
+			err := hs.srv.Serve(hs.ln)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
 	workCtx, stopWork := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { r.worker.Run(workCtx) })
@@ -302,6 +344,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { rd.Run(workCtx) })
 	}
 	wg.Go(func() { r.housekeeping(workCtx) })
+	if r.brake != nil {
+		wg.Go(func() { r.brake.Run(workCtx, time.Second) })
+	}
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })
@@ -347,6 +392,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	stopCallbacks()
 	callbacks.Wait()
 	r.admin.Shutdown(shutCtx)
+	if r.unsub != nil {
+		r.unsub.Shutdown(shutCtx)
+	}
 	r.close()
 	r.log.Info("postino stopped")
 	return err

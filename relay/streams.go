@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/relay/brake"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/suppression"
 )
@@ -169,4 +170,35 @@ type UnsubscribeConfig struct {
 	// TrustedProxies are the networks (CIDR) whose X-Forwarded-For is
 	// believed: the ingress's.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// BrakeConfig stops a batch (X-Postino-Batch) whose list is bad, before the
+// providers judge its sender by it: once MinSent of its recipients were
+// tried, a share of hard verdicts over HardRate, or of complaints over
+// ComplaintRate, suspends it, until an operator activates it again.
+type BrakeConfig struct {
+	// Off turns the brake off.
+	Off bool `yaml:"off"`
+	// MinSent is how many recipients of a batch must have been tried
+	// before its rates count.
+	MinSent int `yaml:"min_sent"`
+	// HardRate is the largest share (0.05: 5 %) of hard verdicts.
+	HardRate float64 `yaml:"hard_rate"`
+	// ComplaintRate is the largest share of complaints (0.003: Gmail's
+	// 0.3 % ceiling).
+	ComplaintRate float64 `yaml:"complaint_rate"`
+}
+
+func (b BrakeConfig) thresholds() brake.Thresholds {
+	return brake.Thresholds{MinSent: int64(b.MinSent), HardRate: b.HardRate, ComplaintRate: b.ComplaintRate}
+}
+
+func (b BrakeConfig) check() error {
+	if b.Off {
+		return nil
+	}
+	if b.MinSent <= 0 || b.HardRate <= 0 || b.HardRate >= 1 || b.ComplaintRate <= 0 || b.ComplaintRate >= 1 {
+		return fmt.Errorf("brake: min_sent must be positive, hard_rate and complaint_rate between 0 and 1 (5%% is 0.05); or set brake.off")
+	}
+	return nil
 }

@@ -30,6 +30,13 @@ func (c Config) Validate(getenv func(string) string) error {
 			return mailboxConfigs("bounces.mailboxes", e.Bounces.Mailboxes, "", getenv)
 		}),
 		func(func(string) string) error { _, err := e.PEC.roots(); return err },
+		func(func(string) string) error {
+			if e.Unsubscribe.BaseURL == "" && e.Unsubscribe.Listen == "" {
+				return nil
+			}
+			_, err := e.unsubscribeKeys()
+			return err
+		},
 		fails(func(getenv func(string) string) ([]mailbox.Config, error) {
 			return mailboxConfigs("pec.accounts", e.PEC.mailboxes(), "", getenv)
 		}),
