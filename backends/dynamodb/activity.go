@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/genropy/postino/backends"
@@ -19,8 +17,8 @@ import (
 // activities it counts in one of them, picked at random, in its own
 // transaction (counterStmts). An update may only add to a number that
 // exists, in an item that exists: the first change of a minute in a store
-// makes that minute's items first (ensureMinute), each unless another
-// relay made it already. Minutes queries the shards at once; PruneMinutes
+// makes that minute's items first (ensureMinute), unless another relay
+// made them already. Minutes queries the shards at once; PruneMinutes
 // deletes the minutes the housekeeping no longer wants.
 const activityPrefix = "_ACTIVITY"
 
@@ -29,7 +27,9 @@ func activityKey(shard int, minute time.Time) map[string]types.AttributeValue {
 }
 
 // ensureMinute makes the activity items of minute that are not there yet,
-// in one request, once a minute in a store: the callers that come
+// or lack an activity (one made by a relay of an earlier version, which
+// did not know it), once a minute in a store: a read of the 16 items, and
+// the writes of those missing (ensureNumbers). The callers that come
 // meanwhile wait for it.
 func (s *Store) ensureMinute(ctx context.Context, minute time.Time) error {
 	if s.minute.Load() == minute.Unix() {
@@ -40,23 +40,12 @@ func (s *Store) ensureMinute(ctx context.Context, minute time.Time) error {
 	if s.minute.Load() == minute.Unix() {
 		return nil
 	}
-	reqs := make([]types.BatchStatementRequest, counterShards)
-	for i := range reqs {
-		it := activityKey(i, minute)
-		for _, a := range backends.Activities() {
-			it[string(a)] = num(0)
-		}
-		st := s.insert(it)
-		reqs[i] = types.BatchStatementRequest{Statement: st.Statement, Parameters: st.Parameters}
+	keys := make([]map[string]types.AttributeValue, counterShards)
+	for i := range keys {
+		keys[i] = activityKey(i, minute)
 	}
-	resp, err := s.db.BatchExecuteStatement(ctx, &dynamodb.BatchExecuteStatementInput{Statements: reqs})
-	if err != nil {
+	if err := ensureNumbers(ctx, s, keys, backends.Activities()); err != nil {
 		return fmt.Errorf("make the activity items of %s: %w", minute.Format(time.RFC3339), err)
-	}
-	for _, r := range resp.Responses {
-		if e := r.Error; e != nil && !duplicateItem(string(e.Code), aws.ToString(e.Message)) {
-			return fmt.Errorf("make the activity items of %s: %s: %s", minute.Format(time.RFC3339), e.Code, aws.ToString(e.Message))
-		}
 	}
 	s.minute.Store(minute.Unix())
 	return nil

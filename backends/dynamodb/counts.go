@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,13 +24,86 @@ import (
 // on one item. Counts sums them, all in one request. create-table makes
 // them, counting the table once (initLayout), with every status there, as
 // an update may only add to a number that exists.
+//
+// The counts of active suppression entries by reason are kept alike, in
+// counterShards items (Id "_SUPCOUNT#n", Status "_SUPCOUNT") with a number
+// for every reason.
 const (
-	counterStatus = "_COUNT"
-	counterShards = 16
+	counterStatus    = "_COUNT"
+	supCounterStatus = "_SUPCOUNT"
+	counterShards    = 16
 )
 
 func counterKey(shard int) map[string]types.AttributeValue {
 	return itemKey(sharded(counterStatus, shard), counterStatus)
+}
+
+func supCounterKey(shard int) map[string]types.AttributeValue {
+	return itemKey(sharded(supCounterStatus, shard), supCounterStatus)
+}
+
+// ensureCounters gives the counter items a number for every status and
+// every suppression reason this store knows: a table counted by an
+// earlier version lacks those added since (SUPPRESSED, say), and the
+// first change of a status that lacks its number would fail. It reads
+// them in one request, and writes only when one lacks a number.
+func (s *Store) ensureCounters(ctx context.Context) error {
+	keys := make([]map[string]types.AttributeValue, 0, 2*counterShards)
+	sup := make([]map[string]types.AttributeValue, 0, counterShards)
+	for i := range counterShards {
+		keys = append(keys, counterKey(i))
+		sup = append(sup, supCounterKey(i))
+	}
+	if err := ensureNumbers(ctx, s, keys, backends.Statuses()); err != nil {
+		return fmt.Errorf("counters of %s: %w", s.table, err)
+	}
+	if err := ensureNumbers(ctx, s, sup, backends.SuppressionReasons()); err != nil {
+		return fmt.Errorf("suppression counters of %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// ensureNumbers makes sure that each item of keys (up to 100) exists with
+// a number for every one of names, since a PartiQL update may only add to
+// a number that exists, in an item that exists. It reads them in one
+// request, and writes those that lack one at once, each an UpdateItem
+// that sets the missing numbers to zero and leaves the others: writers
+// that meet there do no harm to each other.
+func ensureNumbers[N ~string](ctx context.Context, s *Store, keys []map[string]types.AttributeValue, names []N) error {
+	items, err := s.getItems(ctx, keys)
+	if err != nil {
+		return err
+	}
+	have := map[string]map[string]types.AttributeValue{}
+	for _, it := range items {
+		have[getS(it, "Id")+" "+getS(it, "Status")] = it
+	}
+	var lacking []map[string]types.AttributeValue
+	for _, k := range keys {
+		it := have[getS(k, "Id")+" "+getS(k, "Status")]
+		for _, name := range names {
+			if _, ok := it[string(name)]; !ok {
+				lacking = append(lacking, k)
+				break
+			}
+		}
+	}
+	if len(lacking) == 0 {
+		return nil
+	}
+	sets := make([]string, len(names))
+	attrs := map[string]string{}
+	for i, name := range names {
+		n := "#n" + strconv.Itoa(i)
+		attrs[n] = string(name)
+		sets[i] = n + " = if_not_exists(" + n + ", :zero)"
+	}
+	return eachAtOnce(len(lacking), func(i int) error {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: lacking[i],
+			UpdateExpression: aws.String("SET " + strings.Join(sets, ", ")), ExpressionAttributeNames: attrs,
+			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": num(0)}})
+		return err
+	})
 }
 
 // counterStmts makes the updates of the counters that c makes, and

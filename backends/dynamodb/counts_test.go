@@ -9,7 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsdynamodb "github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/dynamodb"
 )
 
 // TestCountsAcrossRelays: two stores on one table (two relays) claim,
@@ -122,5 +127,59 @@ func statuses(t *testing.T, s backends.Outbox) map[backends.Status]int {
 			return out
 		}
 		after = next
+	}
+}
+
+// TestCountsOfNewStatus: a table counted before SUPPRESSED existed has no
+// number for it in its counter items, nor in the activity items of a
+// minute a relay of that version made; a store opened on it moves a
+// message to SUPPRESSED and counts it, with no create-table run.
+func TestCountsOfNewStatus(t *testing.T) {
+	ctx := context.Background()
+	opts := freshTable(t, 0)
+	client, table, err := dynamodb.Client(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := backends.StatusSuppressed
+	for i := range 16 {
+		_, err := client.UpdateItem(ctx, &awsdynamodb.UpdateItemInput{TableName: aws.String(table),
+			Key:              map[string]types.AttributeValue{"Id": &types.AttributeValueMemberS{Value: fmt.Sprintf("_COUNT#%d", i)}, "Status": &types.AttributeValueMemberS{Value: "_COUNT"}},
+			UpdateExpression: aws.String("REMOVE #st"), ExpressionAttributeNames: map[string]string{"#st": string(st)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// This minute's and the next, should the minute turn meanwhile.
+		for _, m := range []time.Time{backends.MinuteOf(time.Now()), backends.MinuteOf(time.Now()).Add(time.Minute)} {
+			it := map[string]types.AttributeValue{"Id": &types.AttributeValueMemberS{Value: fmt.Sprintf("_ACTIVITY#%d", i)},
+				"Status": &types.AttributeValueMemberS{Value: m.UTC().Format("20060102T150405.000000000")}}
+			for _, a := range backends.Activities() {
+				if a != backends.ActivitySuppressed {
+					it[string(a)] = &types.AttributeValueMemberN{Value: "0"}
+				}
+			}
+			if _, err := client.PutItem(ctx, &awsdynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := openStore(t, opts)
+	if err := s.Create(ctx, &backends.Message{ID: "sup-1", EmlPath: "x.eml"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transition(ctx, backends.Transition{ID: "sup-1", From: backends.StatusAccepted, To: st}); err != nil {
+		t.Fatalf("move to %s: %v", st, err)
+	}
+	counts, err := s.Counts(ctx)
+	if err != nil || counts[st] != 1 || len(counts) != 1 {
+		t.Errorf("counts %v %v, want 1 %s", counts, err, st)
+	}
+	minutes, err := s.Minutes(ctx, time.Now().Add(-time.Hour))
+	done := 0
+	for _, m := range minutes {
+		done += m.Counts[backends.ActivitySuppressed]
+	}
+	if err != nil || done != 1 {
+		t.Errorf("minutes %+v %v, want 1 %s", minutes, err, backends.ActivitySuppressed)
 	}
 }

@@ -128,7 +128,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err := checkTable(ctx, client, table); err != nil {
 		return nil, err
 	}
-	return &Store{db: client, table: table, ttl: opts.TTL}, nil
+	s := &Store{db: client, table: table, ttl: opts.TTL}
+	if err := s.ensureCounters(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (s *Store) Close() error { return nil }
