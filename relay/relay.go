@@ -189,7 +189,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
-	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy), r.outbox, r.bodies, routes.Choose, log)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy, r.brake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
 	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err
