@@ -181,10 +181,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.unsubscribes != nil {
 		dcfg.Unsubscribes = r.unsubscribes
 	}
-	if !cfg.Brake.Off {
-		r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
-		dcfg.Brake = r.brake
-	}
+	r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
+	dcfg.Brake = r.brake
 	if r.unsub, err = r.unsubscribes.server(&cfg, log); err != nil {
 		return nil, err
 	}
@@ -344,9 +342,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { rd.Run(workCtx) })
 	}
 	wg.Go(func() { r.housekeeping(workCtx) })
-	if r.brake != nil {
-		wg.Go(func() { r.brake.Run(workCtx, time.Second) })
-	}
+	wg.Go(func() { r.brake.Run(workCtx, time.Second) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })

@@ -15,7 +15,6 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/plugins"
-	"github.com/genropy/postino/relay/brake"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
@@ -166,13 +165,9 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 // workerConfig is the intake workers' settings: the messages they make
 // READY go to delivery, woken for a claim or taken straight away. The
 // relay stops its intake worker before the engine, as Reserve needs.
-func (c *Config) workerConfig(engine *delivery.Engine, holds intake.Holder, batches *brake.Brake) intake.WorkerConfig {
-	wc := intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
-		Owner: c.Hostname, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D(), Holds: holds}
-	if batches != nil {
-		wc.Batches = batches
-	}
-	return wc
+func (c *Config) workerConfig(engine *delivery.Engine, holds intake.Holder, batches intake.Counter) intake.WorkerConfig {
+	return intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
+		Owner: c.Hostname, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D(), Holds: holds, Batches: batches}
 }
 
 // deliveryRoutes builds the routes and their rules, reading the passwords.

@@ -30,6 +30,8 @@ type Store interface {
 
 // Thresholds say when a batch stops.
 type Thresholds struct {
+	// Off keeps the counts (which list the batches) and stops none.
+	Off bool
 	// MinSent is how many recipients must have been tried (accepted or
 	// refused as bad) before the rates count.
 	MinSent int64
@@ -43,7 +45,7 @@ type Thresholds struct {
 // Check returns why a tally crosses the thresholds, or "".
 func (th Thresholds) Check(t backends.BatchTally) string {
 	tried := t.Sent + t.Hard
-	if tried < th.MinSent || tried == 0 {
+	if th.Off || tried < th.MinSent || tried == 0 {
 		return ""
 	}
 	if hard := float64(t.Hard) / float64(tried); hard > th.HardRate {
