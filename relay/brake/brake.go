@@ -189,8 +189,13 @@ func (b *Brake) trip(ctx context.Context, code, messageID, why string, t backend
 	reason := "suspended by the brake: " + why
 	tripped, err := b.store.TripBatch(ctx, code, reason, now)
 	if err != nil {
-		b.log.Error("brake: cannot suspend the batch; tried again at its next count", "batch", code, "reason", why, "error", err)
-		return
+		// A store may suspend the batch and fail to hold every message of
+		// it at once (tripped and an error): claims hold the rest, and
+		// the plugins are told all the same.
+		b.log.Error("brake: cannot suspend the batch wholly; tried again at its next count", "batch", code, "reason", why, "error", err)
+		if !tripped {
+			return
+		}
 	}
 	b.mu.Lock()
 	b.stopped[code] = now.Add(stopFor)
