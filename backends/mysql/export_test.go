@@ -1,34 +1,28 @@
 package mysql
 
-import (
-	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/backendtest"
-	"github.com/genropy/postino/backends/internal/sqlstore"
-)
+import "github.com/genropy/postino/backends/backendtest"
 
 // MigrateTo lets tests make a database of an older schema.
 var MigrateTo = migrateTo
 
 // The hot statements, for TestPlans.
 var (
-	ClaimPickStmt       = claimPickStmt
-	ClaimLockStmt       = claimLockStmt
-	MessageLockStmt     = messageLockStmt
-	ListStatusStmt      = listStatusStmt
-	ListAllStmt         = listAllStmt
-	RestoreStmt         = restoreStmt
-	RestoreEventsStmt   = restoreEventsStmt
-	PurgeStmt           = purgeStmt
-	DueAlarmsStmt       = dueAlarmsStmt
-	EventPickStmt       = eventPickStmt
-	EventLockStmt       = eventLockStmt
-	HoldBatchStmt       = holdBatchStmt
-	CountsStmt          = stmt{Query: countsQuery}
-	MinutesStmt         = minutesStmt
-	SuppressedStmt      = suppressionStmts{}.Blocking
-	SuppressionPageStmt = func(q backends.SuppressionQuery, after *[2]string, limit int) stmt {
-		return sqlstore.SuppressionPageStmt(suppressionStmts{}, q, after, limit)
-	}
+	ClaimPickStmt     = claimPickStmt
+	ClaimLockStmt     = claimLockStmt
+	MessageLockStmt   = messageLockStmt
+	ListStatusStmt    = listStatusStmt
+	ListAllStmt       = listAllStmt
+	RestoreStmt       = restoreStmt
+	RestoreEventsStmt = restoreEventsStmt
+	PurgeStmt         = purgeStmt
+	DueAlarmsStmt     = dueAlarmsStmt
+	EventPickStmt     = eventPickStmt
+	EventLockStmt     = eventLockStmt
+	HoldBatchStmt     = holdBatchStmt
+	CountsStmt        = stmt{Query: countsQuery}
+	MinutesStmt       = minutesStmt
+	// SuppressionStmts builds the statements of the suppression list.
+	SuppressionStmts = suppressionStmts{}
 )
 
 // SetBodyBudget makes the statements of message bytes small, so that a

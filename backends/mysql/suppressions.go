@@ -1,8 +1,6 @@
 package mysql
 
 import (
-	"context"
-	"strings"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -37,12 +35,7 @@ func (suppressionStmts) Insert(e backends.Suppression) stmt {
 
 func (suppressionStmts) Put(entries []backends.Suppression) stmt {
 	st := suppressionRows(entries)
-	var set []string
-	for _, c := range strings.Split(sqlstore.SuppressionCols, ",")[2:] {
-		c = strings.TrimSpace(c)
-		set = append(set, c+" = VALUES("+c+")")
-	}
-	st.Query += " ON DUPLICATE KEY UPDATE " + strings.Join(set, ", ")
+	st.Query += " ON DUPLICATE KEY UPDATE " + sqlstore.SetSuppressionCols(func(c string) string { return "VALUES(" + c + ")" })
 	return st
 }
 
@@ -67,42 +60,4 @@ func (suppressionStmts) Blocking(stream string, keys []string, now time.Time) st
 	return stmt{Query: "SELECT " + sqlstore.SuppressionCols + " FROM suppressions WHERE addr_key IN (" + inList(len(keys)) +
 		") AND scope IN ('*', ?) AND active = TRUE AND (expires IS NULL OR expires > ?)",
 		Args: append(anyOf(keys), stream, clamp(now))}
-}
-
-func (s *Store) Suppress(ctx context.Context, c backends.SuppressionChange) (backends.Suppression, error) {
-	return s.sql.Suppress(ctx, suppressionStmts{}, c)
-}
-
-func (s *Store) Suppressed(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error) {
-	return s.sql.Suppressed(ctx, suppressionStmts{}, stream, addrs, now)
-}
-
-func (s *Store) SuppressionsOf(ctx context.Context, addr string) ([]backends.Suppression, error) {
-	return s.sql.SuppressionsOf(ctx, suppressionStmts{}, addr)
-}
-
-func (s *Store) Unsuppress(ctx context.Context, r backends.SuppressionRemoval) error {
-	return s.sql.Unsuppress(ctx, suppressionStmts{}, r)
-}
-
-func (s *Store) SuppressionHistory(ctx context.Context, addr string) ([]backends.SuppressionEvent, error) {
-	return s.sql.SuppressionHistory(ctx, suppressionStmts{}, addr)
-}
-
-func (s *Store) ListSuppressions(ctx context.Context, q backends.SuppressionQuery) ([]backends.Suppression, string, error) {
-	return s.sql.ListSuppressions(ctx, suppressionStmts{}, q)
-}
-
-func (s *Store) SuppressionCounts(ctx context.Context) (map[backends.SuppressionReason]int, error) {
-	return s.sql.SuppressionCounts(ctx, suppressionStmts{})
-}
-
-// ImportSuppressions keeps each statement within bodyBudget, a quarter of
-// max_allowed_packet.
-func (s *Store) ImportSuppressions(ctx context.Context, entries []backends.Suppression, by string) error {
-	return s.sql.ImportSuppressions(ctx, suppressionStmts{}, entries, by, s.bodyBudget)
-}
-
-func (s *Store) PruneSuppressions(ctx context.Context, now time.Time, limit int) (int, error) {
-	return s.sql.PruneSuppressions(ctx, suppressionStmts{}, now, limit)
 }

@@ -44,6 +44,17 @@ type SuppressionStmts interface {
 	Mark(n int) string
 }
 
+// SetSuppressionCols is the SET list of an upsert of entries: each
+// column but the key and scope, to value(column), the new row's.
+func SetSuppressionCols(value func(col string) string) string {
+	var set []string
+	for _, c := range strings.Split(SuppressionCols, ",")[2:] {
+		c = strings.TrimSpace(c)
+		set = append(set, c+" = "+value(c))
+	}
+	return strings.Join(set, ", ")
+}
+
 // lockSuppressionStmt reads the entry of key and scope, locking its row.
 func lockSuppressionStmt(st SuppressionStmts, key, scope string) Stmt {
 	return Stmt{Query: "SELECT " + SuppressionCols + " FROM suppressions WHERE addr_key = " + st.Mark(1) + " AND scope = " + st.Mark(2) + " FOR UPDATE",
@@ -83,7 +94,7 @@ func SuppressionPageStmt(st SuppressionStmts, q backends.SuppressionQuery, after
 		where = append(where, "reason = "+arg(q.Reason))
 	}
 	if q.Prefix != "" {
-		where = append(where, "addr_key LIKE "+arg(LikePrefix(q.Prefix)))
+		where = append(where, "addr_key LIKE "+arg(likePrefix(q.Prefix)))
 	}
 	if after != nil {
 		where = append(where, "addr_key >= "+arg(after[0]), "(addr_key > "+arg(after[0])+" OR scope > "+arg(after[1])+")")
@@ -143,8 +154,8 @@ func fitEvent(ev backends.SuppressionEvent) backends.SuppressionEvent {
 	return ev
 }
 
-// ScanSuppression reads a row of SuppressionCols.
-func ScanSuppression(r Scanner) (backends.Suppression, error) {
+// scanSuppression reads a row of SuppressionCols.
+func scanSuppression(r Scanner) (backends.Suppression, error) {
 	var (
 		e       backends.Suppression
 		expires *time.Time
@@ -164,15 +175,15 @@ func scanSuppressionEvent(r Scanner) (backends.SuppressionEvent, error) {
 	return ev, err
 }
 
-// LikePrefix is a LIKE pattern of the strings that start with p.
-func LikePrefix(p string) string {
+// likePrefix is a LIKE pattern of the strings that start with p.
+func likePrefix(p string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(p) + "%"
 }
 
 // lockSuppression reads the entry of key and scope, locking its row; nil
 // when there is none.
 func lockSuppression(ctx context.Context, tx DB, st SuppressionStmts, key, scope string) (*backends.Suppression, error) {
-	got, err := QueryAll(ctx, tx, ScanSuppression, lockSuppressionStmt(st, key, scope))
+	got, err := QueryAll(ctx, tx, scanSuppression, lockSuppressionStmt(st, key, scope))
 	if err != nil || len(got) == 0 {
 		return nil, err
 	}
@@ -189,22 +200,37 @@ func exec(ctx context.Context, db DB, stmts ...Stmt) error {
 	return nil
 }
 
-// Suppress is Suppressions.Suppress: in a transaction, it locks the
+// Suppressions is backends.Suppressions in a SQL store, over its
+// statements: the store embeds it.
+type Suppressions struct {
+	s  Store
+	st SuppressionStmts
+	// budget bounds the bytes of values of a statement of an import.
+	budget int
+}
+
+// NewSuppressions is the suppression list of s, with its statements st
+// and, for imports, statements of budget bytes of values at most.
+func NewSuppressions(s Store, st SuppressionStmts, budget int) Suppressions {
+	return Suppressions{s: s, st: st, budget: budget}
+}
+
+// Suppress is backends.Suppressions.Suppress: in a transaction, it locks the
 // entry's row, applies c to it and writes it with its history row. A
 // missing row is inserted unless another transaction inserted it
 // meanwhile: the row is then read again, locked, so that both changes
 // count.
-func (s Store) Suppress(ctx context.Context, st SuppressionStmts, c backends.SuppressionChange) (backends.Suppression, error) {
+func (l Suppressions) Suppress(ctx context.Context, c backends.SuppressionChange) (backends.Suppression, error) {
 	if err := c.Check(); err != nil {
 		return backends.Suppression{}, err
 	}
 	c.Entry = fitSuppression(c.Entry)
 	c.By = fitText(c.By, maxSupBy)
 	var out backends.Suppression
-	err := s.InTx(ctx, func(tx Tx) error {
+	err := l.s.InTx(ctx, func(tx Tx) error {
 		// The second round meets the row the other transaction made.
 		for range 2 {
-			cur, err := lockSuppression(ctx, tx, st, c.Entry.Key, c.Entry.Scope)
+			cur, err := lockSuppression(ctx, tx, l.st, c.Entry.Key, c.Entry.Scope)
 			if err != nil {
 				return err
 			}
@@ -214,15 +240,15 @@ func (s Store) Suppress(ctx context.Context, st SuppressionStmts, c backends.Sup
 				return nil
 			}
 			if cur != nil {
-				return exec(ctx, tx, st.Put([]backends.Suppression{next}), st.History([]backends.SuppressionEvent{fitEvent(c.EventOf(next))}))
+				return exec(ctx, tx, l.st.Put([]backends.Suppression{next}), l.st.History([]backends.SuppressionEvent{fitEvent(c.EventOf(next))}))
 			}
-			ins := st.Insert(next)
+			ins := l.st.Insert(next)
 			n, err := tx.Exec(ctx, ins.Query, ins.Args...)
 			if err != nil {
 				return err
 			}
 			if n > 0 {
-				return exec(ctx, tx, st.History([]backends.SuppressionEvent{fitEvent(c.EventOf(next))}))
+				return exec(ctx, tx, l.st.History([]backends.SuppressionEvent{fitEvent(c.EventOf(next))}))
 			}
 		}
 		return fmt.Errorf("suppress %s: its entry was made and removed while this change waited; try again", c.Entry.Address)
@@ -233,55 +259,55 @@ func (s Store) Suppress(ctx context.Context, st SuppressionStmts, c backends.Sup
 	return out, nil
 }
 
-// Suppressed is Suppressions.Suppressed: one statement for every
+// Suppressed is backends.Suppressions.Suppressed: one statement for every
 // address.
-func (s Store) Suppressed(ctx context.Context, st SuppressionStmts, stream string, addrs []string, now time.Time) ([]backends.Suppression, error) {
+func (l Suppressions) Suppressed(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error) {
 	keys := backends.SuppressionKeys(addrs)
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	return QueryAll(ctx, s.DB, ScanSuppression, st.Blocking(stream, keys, now))
+	return QueryAll(ctx, l.s.DB, scanSuppression, l.st.Blocking(stream, keys, now))
 }
 
-// SuppressionsOf is Suppressions.SuppressionsOf.
-func (s Store) SuppressionsOf(ctx context.Context, st SuppressionStmts, addr string) ([]backends.Suppression, error) {
+// SuppressionsOf is backends.Suppressions.SuppressionsOf.
+func (l Suppressions) SuppressionsOf(ctx context.Context, addr string) ([]backends.Suppression, error) {
 	key, err := backends.SuppressionKey(addr)
 	if err != nil {
 		return nil, err
 	}
-	return QueryAll(ctx, s.DB, ScanSuppression, suppressionsOfStmt(st, key))
+	return QueryAll(ctx, l.s.DB, scanSuppression, suppressionsOfStmt(l.st, key))
 }
 
-// SuppressionHistory is Suppressions.SuppressionHistory.
-func (s Store) SuppressionHistory(ctx context.Context, st SuppressionStmts, addr string) ([]backends.SuppressionEvent, error) {
+// SuppressionHistory is backends.Suppressions.SuppressionHistory.
+func (l Suppressions) SuppressionHistory(ctx context.Context, addr string) ([]backends.SuppressionEvent, error) {
 	key, err := backends.SuppressionKey(addr)
 	if err != nil {
 		return nil, err
 	}
-	return QueryAll(ctx, s.DB, scanSuppressionEvent, suppressionHistoryStmt(st, key))
+	return QueryAll(ctx, l.s.DB, scanSuppressionEvent, suppressionHistoryStmt(l.st, key))
 }
 
-// Unsuppress is Suppressions.Unsuppress, in a transaction.
-func (s Store) Unsuppress(ctx context.Context, st SuppressionStmts, r backends.SuppressionRemoval) error {
+// Unsuppress is backends.Suppressions.Unsuppress, in a transaction.
+func (l Suppressions) Unsuppress(ctx context.Context, r backends.SuppressionRemoval) error {
 	key, err := backends.SuppressionKey(r.Address)
 	if err != nil {
 		return err
 	}
-	return s.InTx(ctx, func(tx Tx) error {
-		cur, err := lockSuppression(ctx, tx, st, key, r.Scope)
+	return l.s.InTx(ctx, func(tx Tx) error {
+		cur, err := lockSuppression(ctx, tx, l.st, key, r.Scope)
 		if err != nil {
 			return err
 		}
 		if cur == nil {
 			return fmt.Errorf("%s has no suppression of scope %s: %w", r.Address, r.Scope, backends.ErrNotFound)
 		}
-		return exec(ctx, tx, st.Delete([]backends.Suppression{*cur}), st.History([]backends.SuppressionEvent{fitEvent(r.RemovalEvent(key, cur.Reason))}))
+		return exec(ctx, tx, l.st.Delete([]backends.Suppression{*cur}), l.st.History([]backends.SuppressionEvent{fitEvent(r.RemovalEvent(key, cur.Reason))}))
 	})
 }
 
-// ListSuppressions is Suppressions.ListSuppressions: it reads one entry
+// ListSuppressions is backends.Suppressions.ListSuppressions: it reads one entry
 // past the page, which tells that another follows.
-func (s Store) ListSuppressions(ctx context.Context, st SuppressionStmts, q backends.SuppressionQuery) ([]backends.Suppression, string, error) {
+func (l Suppressions) ListSuppressions(ctx context.Context, q backends.SuppressionQuery) ([]backends.Suppression, string, error) {
 	if q.Limit <= 0 {
 		return nil, "", fmt.Errorf("a page of suppressions of %d entries: ask for one at least", q.Limit)
 	}
@@ -293,7 +319,7 @@ func (s Store) ListSuppressions(ctx context.Context, st SuppressionStmts, q back
 		}
 		after = &[2]string{key, scope}
 	}
-	page, err := QueryAll(ctx, s.DB, ScanSuppression, SuppressionPageStmt(st, q, after, q.Limit+1))
+	page, err := QueryAll(ctx, l.s.DB, scanSuppression, SuppressionPageStmt(l.st, q, after, q.Limit+1))
 	if err != nil || len(page) <= q.Limit {
 		return page, "", err
 	}
@@ -301,13 +327,13 @@ func (s Store) ListSuppressions(ctx context.Context, st SuppressionStmts, q back
 	return page, backends.SuppressionCursor(page[len(page)-1]), nil
 }
 
-// SuppressionCounts is Suppressions.SuppressionCounts.
-func (s Store) SuppressionCounts(ctx context.Context, st SuppressionStmts) (map[backends.SuppressionReason]int, error) {
+// SuppressionCounts is backends.Suppressions.SuppressionCounts.
+func (l Suppressions) SuppressionCounts(ctx context.Context) (map[backends.SuppressionReason]int, error) {
 	type count struct {
 		reason backends.SuppressionReason
 		n      int
 	}
-	rows, err := QueryAll(ctx, s.DB, func(r Scanner) (count, error) {
+	rows, err := QueryAll(ctx, l.s.DB, func(r Scanner) (count, error) {
 		var c count
 		err := r.Scan(&c.reason, &c.n)
 		return c, err
@@ -325,12 +351,12 @@ func (s Store) SuppressionCounts(ctx context.Context, st SuppressionStmts) (map[
 // importRows bounds the rows of one statement of an import.
 const importRows = 1000
 
-// ImportSuppressions is Suppressions.ImportSuppressions, in one
+// ImportSuppressions is backends.Suppressions.ImportSuppressions, in one
 // transaction: statements of importRows rows at most and of budget bytes
 // of values, about, so that each stays within what the server takes in
 // one packet. Of the entries of one key and scope, the last is kept; each
 // has its history row.
-func (s Store) ImportSuppressions(ctx context.Context, st SuppressionStmts, entries []backends.Suppression, by string, budget int) error {
+func (l Suppressions) ImportSuppressions(ctx context.Context, entries []backends.Suppression, by string) error {
 	last := make(map[[2]string]int, len(entries))
 	events := make([]backends.SuppressionEvent, len(entries))
 	for i, e := range entries {
@@ -346,14 +372,14 @@ func (s Store) ImportSuppressions(ctx context.Context, st SuppressionStmts, entr
 			rows = append(rows, fitSuppression(e))
 		}
 	}
-	err := s.InTx(ctx, func(tx Tx) error {
-		for _, c := range pieces(len(rows), budget, func(i int) int { return suppressionSize(rows[i]) }) {
-			if err := exec(ctx, tx, st.Put(rows[c[0]:c[1]])); err != nil {
+	err := l.s.InTx(ctx, func(tx Tx) error {
+		for _, c := range pieces(len(rows), l.budget, func(i int) int { return suppressionSize(rows[i]) }) {
+			if err := exec(ctx, tx, l.st.Put(rows[c[0]:c[1]])); err != nil {
 				return err
 			}
 		}
-		for _, c := range pieces(len(events), budget, func(i int) int { return eventSize(events[i]) }) {
-			if err := exec(ctx, tx, st.History(events[c[0]:c[1]])); err != nil {
+		for _, c := range pieces(len(events), l.budget, func(i int) int { return eventSize(events[i]) }) {
+			if err := exec(ctx, tx, l.st.History(events[c[0]:c[1]])); err != nil {
 				return err
 			}
 		}
@@ -397,12 +423,12 @@ func pieces(n, budget int, size func(i int) int) [][2]int {
 	return out
 }
 
-// PruneSuppressions is Suppressions.PruneSuppressions, in a transaction:
+// PruneSuppressions is backends.Suppressions.PruneSuppressions, in a transaction:
 // each entry removed leaves a history row.
-func (s Store) PruneSuppressions(ctx context.Context, st SuppressionStmts, now time.Time, limit int) (int, error) {
+func (l Suppressions) PruneSuppressions(ctx context.Context, now time.Time, limit int) (int, error) {
 	n := 0
-	err := s.InTx(ctx, func(tx Tx) error {
-		expired, err := QueryAll(ctx, tx, ScanSuppression, expiredSuppressionsStmt(st, s.Time(now), limit))
+	err := l.s.InTx(ctx, func(tx Tx) error {
+		expired, err := QueryAll(ctx, tx, scanSuppression, expiredSuppressionsStmt(l.st, l.s.Time(now), limit))
 		n = len(expired)
 		if err != nil || n == 0 {
 			return err
@@ -411,7 +437,7 @@ func (s Store) PruneSuppressions(ctx context.Context, st SuppressionStmts, now t
 		for i, e := range expired {
 			events[i] = backends.SuppressionEvent{Key: e.Key, Scope: e.Scope, At: now, Action: backends.ActionExpired, Reason: e.Reason, By: "retention"}
 		}
-		return exec(ctx, tx, st.Delete(expired), st.History(events))
+		return exec(ctx, tx, l.st.Delete(expired), l.st.History(events))
 	})
 	if err != nil {
 		return 0, err
