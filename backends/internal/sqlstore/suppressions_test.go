@@ -48,7 +48,7 @@ func TestFitText(t *testing.T) {
 }
 
 func TestLikePrefix(t *testing.T) {
-	if got, want := LikePrefix(`a_b%c\d`), `a\_b\%c\\d%`; got != want {
-		t.Errorf("LikePrefix = %q, want %q", got, want)
+	if got, want := likePrefix(`a_b%c\d`), `a\_b\%c\\d%`; got != want {
+		t.Errorf("likePrefix = %q, want %q", got, want)
 	}
 }
