@@ -107,7 +107,9 @@ func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 
 // listBatchStmt reads a page of q.Batch's messages, of q.Status when set,
 // from the cursor on, in id order: a range of idx_batch (batch_code, id),
-// the status a filter of the rows.
+// the status a filter of the rows. The cursor is a row comparison, an
+// index condition of idx_batch alone: with "id > $n" the planner may walk
+// the primary key instead, filtering the other batches' rows out.
 func listBatchStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 	query := "SELECT " + messageCols + ", queue_at FROM emails WHERE batch_code = $1"
 	args := []any{q.Batch, q.PageSize() + 1}
@@ -117,7 +119,7 @@ func listBatchStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 	}
 	if after != nil {
 		args = append(args, after.ID)
-		query += " AND id > $" + strconv.Itoa(len(args))
+		query += " AND (batch_code, id) > ($1, $" + strconv.Itoa(len(args)) + ")"
 	}
 	return stmt{Query: query + " ORDER BY id LIMIT $2", Args: args}
 }
