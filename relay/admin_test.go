@@ -54,13 +54,13 @@ func TestAdminToken(t *testing.T) {
 			t.Errorf("%s %s token %q %s: %d, want %d", tt.method, tt.path, tt.token, tt.header, resp.StatusCode, tt.want)
 		}
 	}
-	_, err := rl.client.List(context.Background(), "", 1, "")
+	_, err := rl.client.List(context.Background(), admin.ListFilter{Limit: 1})
 	var ae *admin.APIError
 	if !errors.As(err, &ae) || ae.StatusCode != http.StatusUnauthorized || !strings.Contains(ae.Message, "POSTINO_ADMIN_TOKEN_FILE") {
 		t.Errorf("without the token: %v", err)
 	}
 	rl.client.Token = "s3cret"
-	if _, err := rl.client.List(context.Background(), "", 1, ""); err != nil {
+	if _, err := rl.client.List(context.Background(), admin.ListFilter{Limit: 1}); err != nil {
 		t.Errorf("with the token: %v", err)
 	}
 }

@@ -313,6 +313,9 @@ func testSuppressionList(t *testing.T, s suppressionStore) {
 	if err != nil || len(page) != 3 {
 		t.Errorf("by reason: %d entries, %v; want 3", len(page), err)
 	}
+	if page, _, err := s.ListSuppressions(ctx, backends.SuppressionQuery{Prefix: "u"}); err != nil || len(page) != 7 {
+		t.Errorf("no limit: %d entries, %v; want a default page with the 7", len(page), err)
+	}
 	if _, _, err := s.ListSuppressions(ctx, backends.SuppressionQuery{After: "garbage", Limit: 10}); !errors.Is(err, backends.ErrBadCursor) {
 		t.Errorf("a bad cursor: %v, want ErrBadCursor", err)
 	}

@@ -207,7 +207,7 @@ func (s *Store) ListSuppressions(ctx context.Context, q backends.SuppressionQuer
 		start = append(pairKey(key, scope), 0)
 	}
 	var out []backends.Suppression
-	more := false
+	more, limit := false, q.PageSize()
 	err := s.db.View(func(tx *bbolt.Tx) error {
 		c := tx.Bucket(bucketSuppressions).Cursor()
 		for k, v := c.Seek(start); k != nil && bytes.HasPrefix(k, []byte(q.Prefix)); k, v = c.Next() {
@@ -218,7 +218,7 @@ func (s *Store) ListSuppressions(ctx context.Context, q backends.SuppressionQuer
 			if !e.Active || q.Reason != "" && e.Reason != q.Reason {
 				continue
 			}
-			if len(out) == q.Limit {
+			if len(out) == limit {
 				more = true
 				return nil
 			}
