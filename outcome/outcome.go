@@ -121,3 +121,28 @@ type PECRecipient struct {
 	Address string `json:"address"`
 	Type    string `json:"type,omitempty"`
 }
+
+// Unsubscribe is a recipient's unsubscribe from a stream (UNSUBSCRIBED).
+type Unsubscribe struct {
+	Recipient string `json:"recipient"`
+	Stream    string `json:"stream"`
+	// Via is how it came: https (one-click) or mailto.
+	Via string    `json:"via"`
+	At  time.Time `json:"at"`
+}
+
+// BatchSuspension is the brake's suspension of a batch
+// (BATCH-SUSPENDED): why, and the counts and thresholds it crossed.
+type BatchSuspension struct {
+	Batch  string `json:"batch"`
+	Reason string `json:"reason"`
+	// Sent, Hard and Complaints are what the brake counted: recipients
+	// accepted, hard verdicts, complaints.
+	Sent       int64 `json:"sent"`
+	Hard       int64 `json:"hard"`
+	Complaints int64 `json:"complaints"`
+	// The thresholds: rates are shares (0.05 is 5 %).
+	MinSent          int64   `json:"min_sent"`
+	MaxHardRate      float64 `json:"max_hard_rate"`
+	MaxComplaintRate float64 `json:"max_complaint_rate"`
+}

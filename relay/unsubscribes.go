@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/suppression"
 	"github.com/genropy/postino/relay/unsubscribe"
 )
@@ -131,7 +132,7 @@ func (u *unsubscribes) Unsubscribe(ctx context.Context, r unsubscribe.Request) e
 	}
 	u.count.WithLabelValues(r.Via).Inc()
 	e := backends.OutcomeEvent("", EventUnsubscribed, fmt.Sprintf("%s unsubscribed from %s by %s", r.Recipient, r.Stream, r.Via),
-		map[string]any{"unsubscribe": map[string]any{"recipient": r.Recipient, "stream": r.Stream, "via": r.Via, "at": r.At}})
+		map[string]any{"unsubscribe": outcome.Unsubscribe{Recipient: r.Recipient, Stream: r.Stream, Via: r.Via, At: r.At}})
 	e.MessageID, e.At = r.MessageID, r.At
 	// One event per recipient and way: a second click is the same event.
 	e.ID = uuid.NewSHA1(unsubscribeNamespace, []byte(r.MessageID+"\x00"+r.Stream+"\x00"+r.Recipient+"\x00"+r.Via)).String()

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/outcome"
 )
 
 // EventSuspended is the notice plugins get when the brake suspends a
@@ -205,8 +206,9 @@ func (b *Brake) trip(ctx context.Context, code, messageID, why string, t backend
 	}
 	b.log.Warn("batch suspended", "batch", code, "reason", why, "sent", t.Sent, "hard", t.Hard, "complaints", t.Complaints)
 	b.tripped.Inc()
-	e := backends.OutcomeEvent("", EventSuspended, reason, map[string]any{"batch": code, "tally": t, "thresholds": map[string]any{
-		"min_sent": b.th.MinSent, "hard_rate": b.th.HardRate, "complaint_rate": b.th.ComplaintRate}})
+	e := backends.OutcomeEvent("", EventSuspended, reason, map[string]any{"batch_suspension": outcome.BatchSuspension{
+		Batch: code, Reason: why, Sent: t.Sent, Hard: t.Hard, Complaints: t.Complaints,
+		MinSent: b.th.MinSent, MaxHardRate: b.th.HardRate, MaxComplaintRate: b.th.ComplaintRate}})
 	e.MessageID, e.At = messageID, now
 	if err := b.store.AddEvent(ctx, e); err != nil {
 		b.log.Error("brake: the batch is suspended, but its event could not be recorded", "batch", code, "message", messageID, "error", err)
