@@ -116,10 +116,16 @@ func TestDeliveryRecipientRefused(t *testing.T) {
 		t.Errorf("upstream got %+v", msgs)
 	}
 
+	// The 550 5.1.1 put the address on the suppression list: it is not
+	// mailed again.
 	all := sendTo(t, rl.r.SMTPAddr().String(), []string{"nobody@example.net"}, "", "x\r\n")
-	m = waitStatus(t, rl.client, all, "FAILED-ACKNOWLEDGED")
-	if !strings.Contains(m.Reason, "no recipient accepted: nobody@example.net: 550 5.1.1 no such user") || m.Attempts != 1 {
+	m = waitStatus(t, rl.client, all, "SUPPRESSED-ACKNOWLEDGED")
+	if !strings.Contains(m.Reason, "not sent: every recipient is suppressed; nobody@example.net: suppressed for every stream since") ||
+		!strings.HasSuffix(m.Reason, "hard_bounce") || m.Attempts != 0 {
 		t.Errorf("reason %q attempts %d", m.Reason, m.Attempts)
+	}
+	if msgs := up.Messages(); len(msgs) != 1 {
+		t.Errorf("upstream got %d messages, want still 1", len(msgs))
 	}
 }
 

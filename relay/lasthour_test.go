@@ -102,7 +102,7 @@ func lastHourAcrossRestart(t *testing.T, outbox func(*relay.Config)) *running {
 	waitStatus(t, a.client, failed, "FAILED-ACKNOWLEDGED")
 	waitStatus(t, a.client, "lh-invalid", "INVALID-ACKNOWLEDGED")
 	waitMessage(t, a.client, deferred, func(m admin.Message) bool { return m.Status == "READY" && m.Attempts == 1 })
-	want := map[string]int{"ACCEPTED": 6, "SENT": 3, "DEFERRED": 1, "FAILED": 1, "INVALID": 1, "BOUNCED": 0}
+	want := map[string]int{"ACCEPTED": 6, "SENT": 3, "DEFERRED": 1, "FAILED": 1, "INVALID": 1, "BOUNCED": 0, "SUPPRESSED": 0}
 	if got := lastHour(t, a.client); !maps.Equal(got, want) {
 		t.Errorf("the last hour: %v, want %v", got, want)
 	}

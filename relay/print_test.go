@@ -93,7 +93,8 @@ plugins:
 // zeroMeansNone are the numbers whose zero is a setting of its own (no
 // TTL, no expiry, no rate limit, no bound on tries), not a default.
 var zeroMeansNone = []string{"outbox.dynamodb.ttl", "dkim.expiry", "routes.default.rate", "routes.senders[].rate",
-	"plugins[].max_attempts"}
+	"plugins[].max_attempts", "suppression.hard_bounce.within", "suppression.hard_bounce.expires",
+	"suppression.complaint.within", "suppression.complaint.expires"}
 
 // defaultedStrings are the texts whose emptiness serve fills in.
 var defaultedStrings = []string{"hostname", "routes.default.name", "routes.default.tls", "routes.senders[].name",

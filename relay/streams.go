@@ -164,10 +164,12 @@ type UnsubscribeConfig struct {
 	Keys []string `yaml:"keys"`
 	// Grace is how long an older key keeps verifying the tokens it made.
 	Grace Duration `yaml:"grace"`
-	// Rate and Burst bound the requests a second of one client (an IPv6
-	// client by its /64).
-	Rate  float64 `yaml:"rate"`
-	Burst int     `yaml:"burst"`
+	// Rate bounds the requests a second of one client (an IPv6 client by
+	// its /64).
+	Rate float64 `yaml:"rate"`
+	// Burst is how many requests a client may make at once before Rate
+	// applies.
+	Burst int `yaml:"burst"`
 	// TrustedProxies are the networks (CIDR) whose X-Forwarded-For is
 	// believed: the ingress's.
 	TrustedProxies []string `yaml:"trusted_proxies"`

@@ -146,13 +146,14 @@ func waiting(status, batch string, attempts int, due time.Time, suspended map[st
 	return WaitingScheduled
 }
 
-// retryResults are a retried message's results: those who got it keep
-// theirs; the others (failed, suppressed) are tried again, and the
-// suppression list is read again for them.
+// retryResults are the results of a message retried after it was
+// suppressed: its suppressed recipients are tried again (the list is read
+// again for them: an operator removed the entries). A recipient refused
+// for good stays refused (TestRestartKeepsPermanentFailures).
 func retryResults(m *backends.Message) []outcome.Recipient {
 	out := m.RecipientResults()
 	for i := range out {
-		if out[i].Status != outcome.RecipientSent {
+		if out[i].Status == outcome.RecipientSuppressed {
 			out[i] = outcome.Recipient{Address: out[i].Address, Status: outcome.RecipientPending}
 		}
 	}

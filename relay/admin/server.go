@@ -338,7 +338,7 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 	if to == backends.StatusFailed {
 		t.Event = backends.OutcomeEvent(m.Status, to, why, nil)
 	}
-	if to == backends.StatusReady && len(m.Results) > 0 {
+	if m.Status == backends.StatusSuppressedAcknowledged {
 		t.Results = retryResults(m)
 	}
 	if due != nil {

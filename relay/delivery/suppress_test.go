@@ -84,7 +84,13 @@ func TestDeliveryHoldsBack(t *testing.T) {
 	if len(evs) != 1 || evs[0].Outcome != string(backends.StatusSuppressed) {
 		t.Errorf("events of all-held: %+v", evs)
 	}
-	gone, err := store.SuppressionsOf(ctx, "gone@example.net")
+	// The finding is written after the outcome it comes from.
+	var gone []backends.Suppression
+	var err error
+	for deadline := time.Now().Add(time.Minute); len(gone) == 0 && err == nil && time.Now().Before(deadline); {
+		gone, err = store.SuppressionsOf(ctx, "gone@example.net")
+		time.Sleep(10 * time.Millisecond)
+	}
 	if err != nil || len(gone) != 1 || gone[0].Reason != backends.ReasonHardBounce || gone[0].MessageID != "mixed" || !strings.HasPrefix(gone[0].Code, "550 5.1.1") {
 		t.Errorf("the 550 5.1.1 at RCPT: %+v %v", gone, err)
 	}
