@@ -58,3 +58,14 @@ postgres_connections() {
   pg_ctlcluster --skip-systemctl-redirect "$1" main restart
   wait_up 5432 PostgreSQL
 }
+
+# mariadb_connections raises MariaDB's max_connections to
+# MARIADB_MAX_CONNECTIONS when it is lower.
+MARIADB_MAX_CONNECTIONS=${MARIADB_MAX_CONNECTIONS:-500}
+mariadb_connections() {
+  local now
+  now=$(mysql -uroot -h127.0.0.1 -NBe 'SELECT @@max_connections')
+  [ "$now" -ge "$MARIADB_MAX_CONNECTIONS" ] && return 0
+  echo "MariaDB max_connections $now -> $MARIADB_MAX_CONNECTIONS"
+  mysql -uroot -h127.0.0.1 -e "SET GLOBAL max_connections = $MARIADB_MAX_CONNECTIONS"
+}
