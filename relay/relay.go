@@ -162,7 +162,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err != nil {
 		return nil, err
 	}
-	r.policy = suppression.New(cfg.suppressionPolicy(routes, cfg.Hostname), r.outbox)
+	pc := cfg.suppressionPolicy(routes, cfg.Hostname)
+	pc.Held = suppression.NewHeldCounter(reg)
+	r.policy = suppression.New(pc, r.outbox)
 	icfg.Suppression = r.policy
 	r.signer = dkim.NewSigner(ring, dkim.NewMetrics(reg))
 	logKeys(log, ring)

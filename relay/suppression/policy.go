@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/outcome"
 )
@@ -70,6 +72,16 @@ type Config struct {
 	Complaint  Rule
 	// By names this relay in the list's history.
 	By string
+	// Held, when set, counts the recipients held back, by stream.
+	Held *prometheus.CounterVec
+}
+
+// NewHeldCounter registers the series of the recipients held back.
+func NewHeldCounter(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "postino_recipients_suppressed_total",
+		Help: "Recipients held back by the suppression list (never sent), by stream."}, []string{"stream"})
+	reg.MustRegister(c)
+	return c
 }
 
 // Policy applies the configuration to the outbox's list.
@@ -152,6 +164,9 @@ func (p *Policy) Hold(ctx context.Context, stream string, results []outcome.Reci
 			r.Text, r.At = Explain(e), now
 			n++
 		}
+	}
+	if p.cfg.Held != nil {
+		p.cfg.Held.WithLabelValues(stream).Add(float64(n))
 	}
 	return out, n, nil
 }
