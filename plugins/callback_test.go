@@ -163,7 +163,7 @@ func TestCallbackListEvents(t *testing.T) {
 	seed(t, store, "sent", backends.StatusSent)
 	unsub := outcome.Unsubscribe{Recipient: "user@example.net", Stream: "news", Via: "https",
 		At: time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)}
-	susp := outcome.BatchSuspension{Batch: "b1", Reason: "hard verdicts 12 of 200 (6.0 %) over 5.0 %", Sent: 200, Hard: 12, Complaints: 1,
+	susp := outcome.BatchSuspension{Batch: "b1", Reason: "hard verdicts 6.0% (12 of 200) over the 5.0% threshold", Sent: 200, Hard: 12, Complaints: 1,
 		MinSent: 200, MaxHardRate: 0.05, MaxComplaintRate: 0.003}
 	var ids []string
 	for _, n := range []struct {

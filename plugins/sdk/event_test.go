@@ -69,7 +69,7 @@ func TestEventWireRoundTrip(t *testing.T) {
 		{"BATCH-SUSPENDED: the counts and thresholds", func() *Event {
 			return &Event{EventID: "ev", MessageID: "m", Outcome: "BATCH-SUSPENDED", At: "2026-11-21T00:00:00Z", DeliveryAttempt: 1,
 				Batch: "newsletter-47", Recipients: []Recipient{}, BatchSuspension: &BatchSuspension{Batch: "newsletter-47",
-					Reason: "hard verdicts 12 of 200 (6.0 %) over 5.0 %", Sent: 200, Hard: 12, Complaints: 1, MinSent: 200,
+					Reason: "hard verdicts 6.0% (12 of 200) over the 5.0% threshold", Sent: 200, Hard: 12, Complaints: 1, MinSent: 200,
 					MaxHardRate: 0.05, MaxComplaintRate: 0.003}}
 		}},
 	} {
