@@ -127,15 +127,22 @@ func TestBrakeStopsBadBatch(t *testing.T) {
 	submitAll(t, rl.r.SMTPAddr().String(), 16, msgs)
 	t.Logf("%d messages submitted in %s", len(msgs), time.Since(began).Round(time.Millisecond))
 
-	b := waitBatch(t, rl.client, "camp", func(b admin.Batch) bool { return b.Tripped != "" })
+	// Waited for until it trips, or the whole campaign went.
+	b := waitBatch(t, rl.client, "camp", func(b admin.Batch) bool {
+		return b.Tripped != "" || b.Progress.Sent+b.Progress.Failed == campaign
+	})
+	if b.Tripped == "" {
+		t.Fatalf("the whole campaign went, the brake never tripped: %+v", b)
+	}
 	if !b.Suspended || !strings.HasPrefix(b.Tripped, "suspended by the brake: hard verdicts") || !strings.Contains(b.Tripped, "over the 5.0% threshold") || b.TrippedAt == nil {
 		t.Errorf("tripped batch %+v", b)
 	}
-	t.Logf("tripped after %s", time.Since(began).Round(time.Millisecond))
 	for _, m := range otherMsgs {
 		waitStatus(t, rl.client, m.id, "SENT-ACKNOWLEDGED")
 	}
-	t.Logf("others delivered after %s", time.Since(began).Round(time.Millisecond))
+	if good, err := rl.client.Batch(context.Background(), "good"); err != nil || good.Suspended || good.Tripped != "" || good.Progress.Sent != len(otherMsgs)/2 {
+		t.Errorf("the other batch: %+v (%v)", good, err)
+	}
 	// What the relay held of the campaign when it stopped is handed back:
 	// nothing of it is in flight or waiting to be claimed once it settles.
 	b = waitBatch(t, rl.client, "camp", func(b admin.Batch) bool {
@@ -157,8 +164,10 @@ func TestBrakeStopsBadBatch(t *testing.T) {
 		t.Errorf("%d of the campaign's messages were tried, %d sent and %d failed: want the brake to stop it soon after %d", n,
 			b.Progress.Sent, b.Progress.Failed, b.Brake.MinSent)
 	}
-	if after > inFlight || again != 0 {
-		t.Errorf("%d of the campaign's messages were tried after the trip, more than were in flight (%d); %d were tried twice", after, inFlight, again)
+	// After the trip go those in flight, and at worst those of a claim
+	// that was on its way: max_in_flight bounds each.
+	if after > 2*inFlight || again != 0 {
+		t.Errorf("%d of the campaign's messages were tried after the trip, more than twice max_in_flight (%d); %d were tried twice", after, inFlight, again)
 	}
 
 	var suspended []string
