@@ -155,6 +155,41 @@ func waitSuppressions(t *testing.T, s backends.Suppressions, addr string, n int)
 	}
 }
 
+// checkBulkCopy checks a recipient's copy of a bulk message: sent to that
+// recipient alone, with List-Unsubscribe (the https: link and the mailto:,
+// whose token names the recipient) and List-Unsubscribe-Post, both signed
+// by a DKIM signature that verifies. It returns the link and the subject
+// of the mailto:.
+func checkBulkCopy(t *testing.T, m smtptest.Message, keys *unsubscribe.Keys, records dkimtest.Records, want unsubscribe.Target) (link, subject string) {
+	t.Helper()
+	rcpt := want.Recipient
+	if len(m.To) != 1 {
+		t.Errorf("a bulk copy went to %v: each recipient needs a transaction of its own", m.To)
+	}
+	h := header(t, m.Data)
+	lu := listUnsubscribe.FindStringSubmatch(h.Get("List-Unsubscribe"))
+	if lu == nil {
+		t.Fatalf("%s's copy: List-Unsubscribe %q, want the https: link and the mailto:", rcpt, h.Get("List-Unsubscribe"))
+	}
+	if post := h.Get("List-Unsubscribe-Post"); post != "List-Unsubscribe=One-Click" {
+		t.Errorf("%s's copy: List-Unsubscribe-Post %q", rcpt, post)
+	}
+	subject, err := url.QueryUnescape(lu[2])
+	if err != nil || subject != "unsubscribe "+lu[1] {
+		t.Errorf("%s's copy: the mailto:'s subject is %q (%v), want unsubscribe and the link's token", rcpt, subject, err)
+	}
+	if target, err := keys.Verify(lu[1], time.Now()); err != nil || target != want {
+		t.Errorf("%s's copy: the token names %+v (%v), want %+v", rcpt, target, err, want)
+	}
+	dkimtest.Verify(t, m.Data, records)
+	for _, signed := range signedFields(t, h) {
+		if !slices.Contains(signed, "list-unsubscribe") || !slices.Contains(signed, "list-unsubscribe-post") {
+			t.Errorf("%s's copy: DKIM h=%s leaves the unsubscribe fields unsigned", rcpt, strings.Join(signed, ":"))
+		}
+	}
+	return unsubBase + "/u/" + lu[1], subject
+}
+
 // TestOneClickUnsubscribe follows a bulk message from the relay to its
 // recipients' unsubscribes: each copy carries its recipient's signed
 // links, DKIM covers them, the https link honoured with curl (a GET only
@@ -191,31 +226,7 @@ func TestOneClickUnsubscribe(t *testing.T) {
 	id := sendTo(t, smtpAddr, []string{alice, bob}, "X-Postino-Stream: news\r\n", "this week's news\r\n")
 	links, mailtos := map[string]string{}, map[string]string{}
 	for rcpt, m := range copiesOf(t, up, id, 2) {
-		if len(m.To) != 1 {
-			t.Errorf("a bulk copy went to %v: each recipient needs a transaction of its own", m.To)
-		}
-		h := header(t, m.Data)
-		lu := listUnsubscribe.FindStringSubmatch(h.Get("List-Unsubscribe"))
-		if lu == nil {
-			t.Fatalf("%s's copy: List-Unsubscribe %q, want the https: link and the mailto:", rcpt, h.Get("List-Unsubscribe"))
-		}
-		if post := h.Get("List-Unsubscribe-Post"); post != "List-Unsubscribe=One-Click" {
-			t.Errorf("%s's copy: List-Unsubscribe-Post %q", rcpt, post)
-		}
-		subject, err := url.QueryUnescape(lu[2])
-		if err != nil || subject != "unsubscribe "+lu[1] {
-			t.Errorf("%s's copy: the mailto:'s subject is %q (%v), want unsubscribe and the link's token", rcpt, subject, err)
-		}
-		if target, err := keys.Verify(lu[1], time.Now()); err != nil || target != (unsubscribe.Target{Stream: "news", Recipient: rcpt, MessageID: id}) {
-			t.Errorf("%s's copy: the token names %+v (%v), want its own recipient, the stream and the message", rcpt, target, err)
-		}
-		links[rcpt], mailtos[rcpt] = unsubBase+"/u/"+lu[1], subject
-		dkimtest.Verify(t, m.Data, records)
-		for _, signed := range signedFields(t, h) {
-			if !slices.Contains(signed, "list-unsubscribe") || !slices.Contains(signed, "list-unsubscribe-post") {
-				t.Errorf("%s's copy: DKIM h=%s leaves the unsubscribe fields unsigned", rcpt, strings.Join(signed, ":"))
-			}
-		}
+		links[rcpt], mailtos[rcpt] = checkBulkCopy(t, m, keys, records, unsubscribe.Target{Stream: "news", Recipient: rcpt, MessageID: id})
 	}
 	if links[alice] == links[bob] {
 		t.Fatal("both recipients got the same link")
