@@ -32,6 +32,16 @@ type Store interface {
 	Counts(ctx context.Context) (map[backends.Status]int, error)
 	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
 	Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error)
+
+	// The suppression list.
+	Suppress(ctx context.Context, c backends.SuppressionChange) (backends.Suppression, error)
+	Suppressed(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error)
+	SuppressionsOf(ctx context.Context, addr string) ([]backends.Suppression, error)
+	Unsuppress(ctx context.Context, r backends.SuppressionRemoval) error
+	SuppressionHistory(ctx context.Context, addr string) ([]backends.SuppressionEvent, error)
+	ListSuppressions(ctx context.Context, q backends.SuppressionQuery) ([]backends.Suppression, string, error)
+	SuppressionCounts(ctx context.Context) (map[backends.SuppressionReason]int, error)
+	ImportSuppressions(ctx context.Context, entries []backends.Suppression, by string) error
 }
 
 // Options wire the API to the rest of the relay.
@@ -51,6 +61,12 @@ type Options struct {
 	WakeEvents func()
 	// Receipts are the receipts kept with the messages (PEC evidence).
 	Receipts Receipts
+	// Policy says which entries hold a stream's mail back, for
+	// GET /v1/suppressions/{address}/check; without it, every reason does.
+	Policy Policy
+	// MaxImportBytes bounds a file POST /v1/suppressions/import takes;
+	// 0 is suppression.DefaultMaxCSVBytes.
+	MaxImportBytes int64
 	// Token, when set, is required of every call but the probes.
 	Token string
 	Log   *slog.Logger
@@ -91,6 +107,7 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/stats/ready", a.readyStats)
 	mux.HandleFunc("GET /v1/stats/recent", a.recentStats)
 	mux.HandleFunc("GET /v1/search", a.search)
+	a.suppressionRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
