@@ -176,6 +176,9 @@ type ListQuery struct {
 	// Status, when set, lists messages in that status in claim order;
 	// otherwise the newest messages come first.
 	Status Status
+	// Batch, when set, lists only the messages of that batch, in an order
+	// the store's index of batches gives.
+	Batch string
 	// After continues a listing where the previous page ended: the cursor
 	// that List returned with it.
 	After string

@@ -116,7 +116,8 @@ type Events interface {
 // batch are not claimed.
 type Batches interface {
 	SuspendBatch(ctx context.Context, code string) error
-	// ActivateBatch lets the batch go on, and clears its tally.
+	// ActivateBatch lets the batch go on, and restarts its tally
+	// (BatchTally.Restart).
 	ActivateBatch(ctx context.Context, code string) error
 	// SuspendedBatches lists the batch codes currently suspended.
 	SuspendedBatches(ctx context.Context) ([]string, error)

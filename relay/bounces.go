@@ -22,11 +22,8 @@ func (r *Relay) bounceMailboxes(bm *bounce.Metrics, m *mailbox.Metrics, wake fun
 		return err
 	}
 	rc := bounce.RecorderConfig{Options: bounce.Options{BounceAddresses: r.cfg.BounceAddresses()}, Log: r.log, Metrics: bm, Wake: wake,
-		Findings: r.policy}
+		Findings: r.policy, Brake: r.brake}
 	// Set only when there is one: a nil pointer in an interface is not nil.
-	if r.brake != nil {
-		rc.Brake = r.brake
-	}
 	if r.unsubscribes != nil {
 		rc.Unsubscribes = r.unsubscribes
 	}

@@ -181,15 +181,13 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if r.unsubscribes != nil {
 		dcfg.Unsubscribes = r.unsubscribes
 	}
-	if !cfg.Brake.Off {
-		r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
-		dcfg.Brake = r.brake
-	}
+	r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
+	dcfg.Brake = r.brake
 	if r.unsub, err = r.unsubscribes.server(&cfg, log); err != nil {
 		return nil, err
 	}
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
-	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy), r.outbox, r.bodies, routes.Choose, log)
+	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy, r.brake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
 	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
 		return nil, err
@@ -344,9 +342,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { rd.Run(workCtx) })
 	}
 	wg.Go(func() { r.housekeeping(workCtx) })
-	if r.brake != nil {
-		wg.Go(func() { r.brake.Run(workCtx, time.Second) })
-	}
+	wg.Go(func() { r.brake.Run(workCtx, time.Second) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })

@@ -177,7 +177,7 @@ type UnsubscribeConfig struct {
 // tried, a share of hard verdicts over HardRate, or of complaints over
 // ComplaintRate, suspends it, until an operator activates it again.
 type BrakeConfig struct {
-	// Off turns the brake off.
+	// Off turns the brake off; the batches are still counted.
 	Off bool `yaml:"off"`
 	// MinSent is how many recipients of a batch must have been tried
 	// before its rates count.
@@ -190,7 +190,7 @@ type BrakeConfig struct {
 }
 
 func (b BrakeConfig) thresholds() brake.Thresholds {
-	return brake.Thresholds{MinSent: int64(b.MinSent), HardRate: b.HardRate, ComplaintRate: b.ComplaintRate}
+	return brake.Thresholds{Off: b.Off, MinSent: int64(b.MinSent), HardRate: b.HardRate, ComplaintRate: b.ComplaintRate}
 }
 
 func (b BrakeConfig) check() error {

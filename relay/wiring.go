@@ -165,9 +165,9 @@ func (p *PECConfig) intakeAccounts() map[string]intake.PECAccount {
 // workerConfig is the intake workers' settings: the messages they make
 // READY go to delivery, woken for a claim or taken straight away. The
 // relay stops its intake worker before the engine, as Reserve needs.
-func (c *Config) workerConfig(engine *delivery.Engine, holds intake.Holder) intake.WorkerConfig {
+func (c *Config) workerConfig(engine *delivery.Engine, holds intake.Holder, batches intake.Counter) intake.WorkerConfig {
 	return intake.WorkerConfig{Concurrency: c.Intake.Workers, Lease: c.Intake.Lease.D(), Poll: c.Intake.Poll.D(),
-		Owner: c.Hostname, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D(), Holds: holds}
+		Owner: c.Hostname, Delivery: engine, MaxAge: c.Delivery.Retry.MaxAge.D(), Holds: holds, Batches: batches}
 }
 
 // deliveryRoutes builds the routes and their rules, reading the passwords.

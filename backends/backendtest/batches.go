@@ -14,6 +14,7 @@ var batchTests = []test[batchStore]{
 	{"SuspendedBatches", testSuspendedBatches},
 	{"SuspendedBatchDoesNotStarve", testSuspendedBatchDoesNotStarve},
 	{"Tallies", testBatchTallies},
+	{"Progress", testBatchProgress},
 }
 
 func testSuspendedBatches(t *testing.T, s batchStore) {
@@ -79,7 +80,7 @@ func testSuspendedBatchDoesNotStarve(t *testing.T, s batchStore) {
 // says why, and activation clears the tally.
 func testBatchTallies(t *testing.T, s batchStore) {
 	ctx := context.Background()
-	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Sent: 100, Hard: 3}, "other": {Sent: 1}}); err != nil {
+	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Messages: 160, Sent: 100, Hard: 3}, "other": {Sent: 1}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Sent: 50, Hard: 7, Complaints: 1}}); err != nil {
@@ -115,10 +116,80 @@ func testBatchTallies(t *testing.T, s batchStore) {
 		t.Fatal(err)
 	}
 	got, _ = s.BatchTallies(ctx, []string{"camp"})
-	if c, ok := got["camp"]; ok && (!c.Zero() || c.Tripped != "") {
-		t.Errorf("tally after activation %+v, want none", c)
+	if c := got["camp"]; c != (backends.BatchTally{Messages: 160}) {
+		t.Errorf("tally after activation %+v, want only its 160 messages", c)
 	}
 	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"bad code!": {Sent: 1}}); err == nil {
 		t.Error("TallyBatches took an invalid code")
+	}
+}
+
+// testBatchProgress: the batches with a tally are listed in pages, a
+// batch's messages counted by status and listed, alone or in a status.
+func testBatchProgress(t *testing.T, s batchStore) {
+	ctx := context.Background()
+	var codes []string
+	for i := range 5 {
+		codes = append(codes, fmt.Sprintf("camp-%d", i))
+	}
+	tallies := map[string]backends.BatchTally{}
+	for _, c := range codes {
+		tallies[c] = backends.BatchTally{Messages: 1}
+	}
+	if err := s.TallyBatches(ctx, tallies); err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	after := ""
+	for pages := 0; pages < 5; pages++ {
+		page, next, err := s.ListBatches(ctx, after, 2)
+		if err != nil || len(page) > 2 {
+			t.Fatalf("ListBatches page %v %v", page, err)
+		}
+		listed = append(listed, page...)
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if !slices.Equal(listed, codes) {
+		t.Errorf("listed %v, want %v", listed, codes)
+	}
+	for i := range 3 {
+		ready(t, s, fmt.Sprintf("p-ready-%d", i), backends.PriorityNormal, at(0), at(time.Duration(i)*time.Second), "camp-0")
+	}
+	m := newMessage("p-sent")
+	m.Batch = "camp-0"
+	advance(t, s, create(t, s, m), backends.StatusSentAcknowledged)
+	ready(t, s, "p-other", backends.PriorityNormal, at(0), at(0), "camp-1")
+	counts, err := s.BatchCounts(ctx, "camp-0")
+	if err != nil || counts[backends.StatusReady] != 3 || counts[backends.StatusSentAcknowledged] != 1 || len(counts) != 2 {
+		t.Errorf("BatchCounts = %v, %v", counts, err)
+	}
+	if counts, _ := s.BatchCounts(ctx, "none"); len(counts) != 0 {
+		t.Errorf("counts of a batch without messages %v", counts)
+	}
+	var ids []string
+	q := backends.ListQuery{Batch: "camp-0", Limit: 2}
+	for pages := 0; pages < 5; pages++ {
+		page, next, err := s.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range page {
+			ids = append(ids, m.ID)
+		}
+		if next == "" {
+			break
+		}
+		q.After = next
+	}
+	slices.Sort(ids)
+	if want := []string{"p-ready-0", "p-ready-1", "p-ready-2", "p-sent"}; !slices.Equal(ids, want) {
+		t.Errorf("List of the batch %v, want %v", ids, want)
+	}
+	page, _, err := s.List(ctx, backends.ListQuery{Batch: "camp-0", Status: backends.StatusSentAcknowledged, Limit: 10})
+	if err != nil || len(page) != 1 || page[0].ID != "p-sent" {
+		t.Errorf("List of the batch's acknowledged messages: %d, %v", len(page), err)
 	}
 }

@@ -1,6 +1,7 @@
 package bolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,8 +34,14 @@ func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 		if err := tx.Bucket(bucketBatches).Delete([]byte(code)); err != nil {
 			return err
 		}
-		if err := tx.Bucket(bucketTallies).Delete([]byte(code)); err != nil {
-			return err
+		if tx.Bucket(bucketTallies).Get([]byte(code)) != nil {
+			t, err := getTally(tx, code)
+			if err != nil {
+				return err
+			}
+			if err := putTally(tx, code, t.Restart()); err != nil {
+				return err
+			}
 		}
 		return moveBatch(tx, code, bucketHeld, bucketQueue)
 	})
@@ -160,4 +167,45 @@ func (s *Store) TripBatch(ctx context.Context, code, reason string, at time.Time
 		return nil
 	})
 	return tripped, err
+}
+
+func (s *Store) ListBatches(ctx context.Context, after string, limit int) ([]string, string, error) {
+	var out []string
+	more := false
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		c := tx.Bucket(bucketTallies).Cursor()
+		k, _ := c.Seek([]byte(after))
+		if after != "" && string(k) == after {
+			k, _ = c.Next()
+		}
+		for ; k != nil; k, _ = c.Next() {
+			if len(out) == limit {
+				more = true
+				return nil
+			}
+			out = append(out, string(k))
+		}
+		return nil
+	})
+	if err != nil || !more {
+		return out, "", err
+	}
+	return out, out[len(out)-1], nil
+}
+
+func (s *Store) BatchCounts(ctx context.Context, code string) (map[backends.Status]int, error) {
+	out := map[backends.Status]int{}
+	err := s.db.View(func(tx *bbolt.Tx) error {
+		prefix := pairKey(code, "")
+		c := tx.Bucket(bucketBatchMsgs).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			m, err := get(tx, string(k[len(prefix):]))
+			if err != nil {
+				return err
+			}
+			out[m.Status]++
+		}
+		return nil
+	})
+	return out, err
 }

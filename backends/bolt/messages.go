@@ -141,7 +141,11 @@ type listSource struct {
 // listSources are the indexes a listing walks: the queue index of a status
 // (READY includes the held messages of suspended batches after the
 // others), or the creation index, newest first.
-func listSources(st backends.Status) []listSource {
+func listSources(st backends.Status, batch string) []listSource {
+	if batch != "" {
+		prefix := pairKey(batch, "")
+		return []listSource{{bucketBatchMsgs, prefix, false, func(k []byte) string { return string(k[len(prefix):]) }}}
+	}
 	if st == "" {
 		return []listSource{{bucketCreated, nil, true, timeIDKeyID}}
 	}
@@ -201,7 +205,7 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 	}
 	var items []listItem
 	err = s.db.View(func(tx *bbolt.Tx) error {
-		items, err = walkSources(tx, listSources(q.Status), after, limit+1)
+		items, err = walkSources(tx, listSources(q.Status, q.Batch), after, limit+1, q.Status)
 		return err
 	})
 	if err != nil {
@@ -221,8 +225,9 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 }
 
 // walkSources reads up to n messages from the sources in turn, starting
-// after the position of a cursor (empty: from the start).
-func walkSources(tx *bbolt.Tx, sources []listSource, after []byte, n int) ([]listItem, error) {
+// after the position of a cursor (empty: from the start), keeping those in
+// status when it is set.
+func walkSources(tx *bbolt.Tx, sources []listSource, after []byte, n int, status backends.Status) ([]listItem, error) {
 	var items []listItem
 	for si, src := range sources {
 		var start []byte
@@ -239,6 +244,9 @@ func walkSources(tx *bbolt.Tx, sources []listSource, after []byte, n int) ([]lis
 			m, err := get(tx, src.id(k))
 			if err != nil {
 				return nil, err
+			}
+			if status != "" && m.Status != status {
+				continue
 			}
 			if items = append(items, listItem{m, si, bytes.Clone(k)}); len(items) == n {
 				return items, nil

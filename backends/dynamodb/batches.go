@@ -50,10 +50,7 @@ func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	item := batchKey(code)
-	maps.Copy(item, batchPlace(code))
-	item["Attributes"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"SuspendedAt": tm(time.Now())}}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: item}); err != nil {
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.table), Item: suspendedItem(code)}); err != nil {
 		return fmt.Errorf("suspend batch %s: %w", code, err)
 	}
 	if err := s.holdBatch(ctx, code, true); err != nil {
@@ -62,9 +59,22 @@ func (s *Store) SuspendBatch(ctx context.Context, code string) error {
 	return nil
 }
 
+// suspendedItem is the item of a batch suspended now.
+func suspendedItem(code string) map[string]types.AttributeValue {
+	item := batchKey(code)
+	maps.Copy(item, batchPlace(code))
+	item["Attributes"] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{"SuspendedAt": tm(time.Now())}}
+	return item
+}
+
+// ActivateBatch deletes the batch's tally first: while the batch is still
+// suspended nothing of it is sent, so no count is lost.
 func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
+	}
+	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: tallyKey(code)}); err != nil {
+		return fmt.Errorf("activate batch %s: clear its tally: %w", code, err)
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: batchKey(code),
 		UpdateExpression:          aws.String("SET #a.ActivatedAt = :now"),
@@ -195,4 +205,102 @@ func (s *Store) sweepActivated(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// A batch's tally is an item (Id "_TALLY#code", Status "_TALLY") with the
+// numbers Sent, Hard and Complaints and, once the brake tripped, Tripped
+// and TrippedAt. It is in no index: it is read by its key.
+const (
+	tallyStatus = "_TALLY"
+	tallyPrefix = "_TALLY#"
+	// tallyChunk is how many batches a transaction of TallyBatches adds
+	// to: TransactWriteItems takes up to 100 items.
+	tallyChunk = 100
+)
+
+func tallyKey(code string) map[string]types.AttributeValue {
+	return itemKey(tallyPrefix+code, tallyStatus)
+}
+
+// TallyBatches adds with TransactWriteItems, as a PartiQL update can only
+// add to a number that exists and ADD makes the item and its numbers. The
+// batches are added in transactions of tallyChunk, one after the other:
+// more than that are separate transactions, and when one fails those
+// before it stay added (a relay counts fewer batches than that a flush).
+func (s *Store) TallyBatches(ctx context.Context, tallies map[string]backends.BatchTally) error {
+	codes := slices.Sorted(maps.Keys(tallies))
+	for _, code := range codes {
+		if err := backends.CheckBatch(code); err != nil {
+			return err
+		}
+	}
+	for chunk := range slices.Chunk(codes, tallyChunk) {
+		items := make([]types.TransactWriteItem, len(chunk))
+		for i, code := range chunk {
+			t := tallies[code]
+			items[i] = types.TransactWriteItem{Update: &types.Update{TableName: aws.String(s.table), Key: tallyKey(code),
+				UpdateExpression:          aws.String("ADD #s :s, #h :h, #c :c"),
+				ExpressionAttributeNames:  map[string]string{"#s": "Sent", "#h": "Hard", "#c": "Complaints"},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":s": num(t.Sent), ":h": num(t.Hard), ":c": num(t.Complaints)}}}
+		}
+		if _, err := s.writeTxn(ctx, items); err != nil {
+			return fmt.Errorf("add to the tallies of batches %s…: %w", chunk[0], err)
+		}
+	}
+	return nil
+}
+
+// BatchTallies reads the tally items, consistently, in a BatchGetItem
+// request per 100 codes.
+func (s *Store) BatchTallies(ctx context.Context, codes []string) (map[string]backends.BatchTally, error) {
+	codes = slices.Compact(slices.Sorted(slices.Values(codes))) // a request may not name a key twice
+	out := map[string]backends.BatchTally{}
+	for chunk := range slices.Chunk(codes, 100) {
+		keys := make([]map[string]types.AttributeValue, len(chunk))
+		for i, code := range chunk {
+			keys[i] = tallyKey(code)
+		}
+		items, err := s.getItems(ctx, keys)
+		if err != nil {
+			return nil, fmt.Errorf("read the tallies of batches: %w", err)
+		}
+		for _, it := range items {
+			out[strings.TrimPrefix(getS(it, "Id"), tallyPrefix)] = backends.BatchTally{
+				Sent: getN(it, "Sent"), Hard: getN(it, "Hard"), Complaints: getN(it, "Complaints"),
+				Tripped: getS(it, "Tripped"), TrippedAt: getTime(it, "TrippedAt")}
+		}
+	}
+	return out, nil
+}
+
+// TripBatch writes the suspended batch item and the reason in the tally in
+// one transaction, on condition that the batch is not suspended (no item,
+// or one activated): that decides which of relays tripping it at once did.
+// Then it holds the batch's messages as SuspendBatch does; those are many
+// transactions, which cannot share the first. Should holding fail, the
+// batch is suspended all the same (claims hold its messages as they meet
+// them): it reports true, with the error.
+func (s *Store) TripBatch(ctx context.Context, code, reason string, at time.Time) (bool, error) {
+	if err := backends.CheckBatch(code); err != nil {
+		return false, err
+	}
+	items := []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String(s.table), Item: suspendedItem(code),
+			ConditionExpression:      aws.String("attribute_not_exists(Id) OR attribute_exists(#a.ActivatedAt)"),
+			ExpressionAttributeNames: map[string]string{"#a": "Attributes"}}},
+		{Update: &types.Update{TableName: aws.String(s.table), Key: tallyKey(code),
+			UpdateExpression:          aws.String("SET #t = :t, #at = :at"),
+			ExpressionAttributeNames:  map[string]string{"#t": "Tripped", "#at": "TrippedAt"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":t": str(reason), ":at": tm(at)}}},
+	}
+	switch i, err := s.writeTxn(ctx, items); {
+	case errors.Is(err, errCondition) && i == 0:
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("trip batch %s: %w", code, err)
+	}
+	if err := s.holdBatch(ctx, code, true); err != nil {
+		return true, fmt.Errorf("trip batch %s: it is suspended, but holding its messages failed (claims hold them as they meet them): %w", code, err)
+	}
+	return true, nil
 }

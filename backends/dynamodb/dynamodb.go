@@ -218,9 +218,31 @@ type refusal struct {
 // when the transaction is cancelled says every statement that was refused,
 // so that a batch can go again without them.
 func (s *Store) txnRefused(ctx context.Context, stmts []types.ParameterizedStatement) ([]refusal, error) {
+	return refusals(func() error {
+		_, err := s.db.ExecuteTransaction(ctx, &dynamodb.ExecuteTransactionInput{TransactStatements: stmts})
+		return err
+	})
+}
+
+// writeTxn runs items as one TransactWriteItems, as txn runs statements:
+// for what PartiQL cannot say, an update that makes its item (ADD).
+func (s *Store) writeTxn(ctx context.Context, items []types.TransactWriteItem) (int, error) {
+	refused, err := refusals(func() error {
+		_, err := s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		return err
+	})
+	if len(refused) > 0 {
+		return refused[0].index, refused[0].err
+	}
+	return -1, err
+}
+
+// refusals runs a transaction, again on a conflict with another, and
+// when it is cancelled says every part that was refused.
+func refusals(run func() error) ([]refusal, error) {
 	backoff := 10 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		_, err := s.db.ExecuteTransaction(ctx, &dynamodb.ExecuteTransactionInput{TransactStatements: stmts})
+		err := run()
 		var tce *types.TransactionCanceledException
 		if !errors.As(err, &tce) {
 			return nil, outcomeUnknown(err)

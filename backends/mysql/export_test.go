@@ -21,6 +21,8 @@ var (
 	HoldBatchStmt     = holdBatchStmt
 	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
+	// SuppressionStmts builds the statements of the suppression list.
+	SuppressionStmts = suppressionStmts{}
 )
 
 // SetBodyBudget makes the statements of message bytes small, so that a

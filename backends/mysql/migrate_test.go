@@ -62,18 +62,23 @@ func TestMigrateSeedInPlace(t *testing.T) {
 	s := openDSN(t, dsn)
 	backendtest.CheckSeedMigrated(t, s)
 	// The new statuses fit in the extended column.
-	if err := s.Create(ctx, &backends.Message{ID: "new-1", Priority: 2, EmlPath: "x.eml"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, to := range []backends.Status{backends.StatusInvalid, backends.StatusCallingInvalid, backends.StatusInvalidAcknowledged} {
-		from := map[backends.Status]backends.Status{backends.StatusInvalid: backends.StatusAccepted,
-			backends.StatusCallingInvalid: backends.StatusInvalid, backends.StatusInvalidAcknowledged: backends.StatusCallingInvalid}[to]
-		tr := backends.Transition{ID: "new-1", From: from, To: to}
-		if to.Working() {
-			tr.LeaseUntil = time.Now().Add(time.Minute)
-		}
-		if err := s.Transition(ctx, tr); err != nil {
+	for id, path := range map[string][]backends.Status{
+		"new-1": {backends.StatusInvalid, backends.StatusCallingInvalid, backends.StatusInvalidAcknowledged},
+		"new-2": {backends.StatusSuppressed, backends.StatusCallingSuppressed, backends.StatusSuppressedAcknowledged},
+	} {
+		if err := s.Create(ctx, &backends.Message{ID: id, Priority: 2, EmlPath: "x.eml"}); err != nil {
 			t.Fatal(err)
+		}
+		from := backends.StatusAccepted
+		for _, to := range path {
+			tr := backends.Transition{ID: id, From: from, To: to}
+			if to.Working() {
+				tr.LeaseUntil = time.Now().Add(time.Minute)
+			}
+			if err := s.Transition(ctx, tr); err != nil {
+				t.Fatalf("%s to %s: %v", from, to, err)
+			}
+			from = to
 		}
 	}
 }

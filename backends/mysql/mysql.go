@@ -47,6 +47,9 @@ type Store struct {
 	// sql is the store as the code the SQL stores share drives it.
 	sql     sqlstore.Store
 	commits *sqlstore.GroupCommit[*op]
+	// Suppressions is the suppression list, its statements of values
+	// within bodyBudget.
+	sqlstore.Suppressions
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
@@ -187,6 +190,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	st := &Store{db: db, bodyBudget: bodyBudgetOf(packet)}
 	st.sql = sqlstore.Store{DB: sqlDB{db}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
 		InTx: st.inTx, Fault: fault, Time: clamp}
+	st.Suppressions = sqlstore.NewSuppressions(st.sql, suppressionStmts{}, st.bodyBudget)
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }

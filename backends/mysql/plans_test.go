@@ -58,7 +58,14 @@ func fillOutbox(t *testing.T, db *sql.DB, now time.Time) {
 		SELECT TIMESTAMP(DATE_FORMAT(@now, '%Y-%m-%d %H:%i:00')) - INTERVAL (i DIV 96) MINUTE,
 			ELT(i % 6 + 1, 'ACCEPTED', 'BOUNCED', 'DEFERRED', 'FAILED', 'INVALID', 'SENT'), (i DIV 6) % 16, 1
 		FROM seq WHERE i < 120 * 96`,
-		"ANALYZE TABLE emails, email_events, email_alarms, email_counts, email_activity",
+		// A suppression list of 100,000 entries, a tenth of a stream,
+		// a tenth not active yet, a fifth expiring.
+		`INSERT INTO suppressions (` + sqlstore.SuppressionCols + `)
+		SELECT CONCAT('r', LPAD(i, 6, '0'), '@example.com'), IF(i % 10 = 3, 'news', '*'), CONCAT('r', LPAD(i, 6, '0'), '@example.com'),
+			ELT(i % 5 + 1, 'hard_bounce', 'complaint', 'unsubscribe', 'manual', 'import'), '', '', '', '', @now, IF(i % 5 = 1, @now + INTERVAL i SECOND, NULL),
+			1, @now, i % 10 <> 7, 'relay test', @now
+		FROM seq`,
+		"ANALYZE TABLE emails, email_events, email_alarms, email_counts, email_activity, suppressions",
 	} {
 		if _, err := db.Exec(strings.ReplaceAll(st, "@now", "'"+now.Format("2006-01-02 15:04:05.000000")+"'")); err != nil {
 			t.Fatalf("%s: %v", st, err)
@@ -151,6 +158,14 @@ func TestPlans(t *testing.T) {
 			Use: map[string]int{"e/idx_state_due_seq": 2, "p/idx_email_seq": 1}, MaxRows: 3 * limit},
 		{Name: "event claim: lock", Stmt: mysql.EventLockStmt([]any{"e-000001", "e-000101"}, true), Use: map[string]int{"email_events/PRIMARY": 1}, MaxRows: 2},
 		{Name: "suspend a batch", Stmt: mysql.HoldBatchStmt("camp", true), Use: map[string]int{"emails/idx_batch": 1}, MaxRows: 0},
+		{Name: "suppressed: a message's recipients", Stmt: mysql.SuppressionStmts.Blocking("news", []string{"r000003@example.com", "r000004@example.com", "nobody@example.com"}, now),
+			Use: map[string]int{"suppressions/PRIMARY": 2}, MaxRows: 6},
+		{Name: "suppressions: list by reason, a later page", Stmt: sqlstore.SuppressionPageStmt(mysql.SuppressionStmts, backends.SuppressionQuery{Reason: backends.ReasonComplaint},
+			&[2]string{"r050001@example.com", "*"}, limit+1), Use: map[string]int{"suppressions/idx_sup_reason": 2}, MaxRows: limit + 1},
+		{Name: "suppressions: list by prefix, a later page", Stmt: sqlstore.SuppressionPageStmt(mysql.SuppressionStmts, backends.SuppressionQuery{Prefix: "r05"},
+			&[2]string{"r050001@example.com", "*"}, limit+1), Use: map[string]int{"suppressions/PRIMARY": 1}, MaxRows: 2 * (limit + 1)},
+		{Name: "suppressions: counts", Stmt: sqlstore.Stmt{Query: sqlstore.SuppressionCountsQuery}, Use: map[string]int{"suppressions/idx_sup_reason": 1},
+			MaxRows: 100000},
 		{Name: "event updates: lock", Stmt: mysql.EventLockStmt([]any{"e-000003", "e-000103"}, false), Use: map[string]int{"email_events/PRIMARY": 1}, MaxRows: 2},
 	}
 
@@ -218,7 +233,8 @@ const plansHeader = `# MySQL/MariaDB plans of the hot statements
 Written by ` + "`go test ./backends/mysql -run TestPlans -plans`" + ` on an outbox of 100,000
 messages (half acknowledged over thirty days, a fifth READY and not due, a tenth
 READY in a suspended batch, a tenth READY and due, the rest being worked on) with
-their events and alarms, after ANALYZE TABLE; pages and claims of 50. TestPlans
+their events and alarms, and a suppression list of 100,000 entries, after ANALYZE
+TABLE; pages and claims of 50. TestPlans
 fails on a full scan, a sort, another index or fewer of its columns than below,
 and on reading more rows than the answer needs. "rows" is the optimizer's
 estimate; "read" the rows ANALYZE counted (reads only: writes are explained, not

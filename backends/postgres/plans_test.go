@@ -58,7 +58,18 @@ func fillOutbox(t *testing.T, db *pgxpool.Pool, now time.Time) {
 		SELECT date_trunc('minute', @now) - make_interval(mins => i / 96),
 			(ARRAY['ACCEPTED', 'BOUNCED', 'DEFERRED', 'FAILED', 'INVALID', 'SENT'])[i % 6 + 1], (i / 6) % 16, 1
 		FROM generate_series(0, 120 * 96 - 1) i`,
+		// A suppression list of 100,000 entries, a tenth of a stream,
+		// a tenth not active yet, a fifth expiring.
+		`INSERT INTO suppressions (` + sqlstore.SuppressionCols + `)
+		SELECT 'r' || lpad(i::text, 6, '0') || '@example.com', CASE WHEN i % 10 = 3 THEN 'news' ELSE '*' END,
+			'r' || lpad(i::text, 6, '0') || '@example.com',
+			(ARRAY['hard_bounce', 'complaint', 'unsubscribe', 'manual', 'import'])[i % 5 + 1], '', '', '', '', @now,
+			CASE WHEN i % 5 = 1 THEN @now + make_interval(secs => i) END, 1, @now, i % 10 <> 7, 'relay test', @now
+		FROM generate_series(0, 99999) i`,
 		"ANALYZE",
+		// The list changes little: autovacuum keeps its visibility map,
+		// which lets its counts read the index alone.
+		"VACUUM suppressions",
 	} {
 		if _, err := db.Exec(ctx, strings.ReplaceAll(st, "@now", "'"+now.Format(time.RFC3339Nano)+"'::timestamptz")); err != nil {
 			t.Fatalf("%s: %v", st, err)
@@ -159,6 +170,14 @@ func TestPlans(t *testing.T) {
 		{Name: "new events: last numbers", Stmt: postgres.LastSeqStmt([]string{"m-000001", "m-000002", "m-000003"}), Use: idx("idx_email_seq", "email_id"),
 			MaxRows: 6},
 		{Name: "suspend a batch", Stmt: postgres.HoldBatchStmt("camp", true), Use: idx("idx_batch", "batch_code"), MaxRows: 10000},
+		{Name: "suppressed: a message's recipients", Stmt: postgres.SuppressionStmts.Blocking("news", []string{"r000003@example.com", "r000004@example.com", "nobody@example.com"}, now),
+			Use: idx("suppressions_pkey", "addr_key"), MaxRows: 6},
+		{Name: "suppressions: list by reason, a later page", Stmt: sqlstore.SuppressionPageStmt(postgres.SuppressionStmts, backends.SuppressionQuery{Reason: backends.ReasonComplaint},
+			&[2]string{"r050001@example.com", "*"}, limit+1), Use: idx("idx_sup_reason", "active", "reason", "addr_key"), MaxRows: limit + 2},
+		{Name: "suppressions: list by prefix, a later page", Stmt: sqlstore.SuppressionPageStmt(postgres.SuppressionStmts, backends.SuppressionQuery{Prefix: "r05"},
+			&[2]string{"r050001@example.com", "*"}, limit+1), Use: idx("suppressions_pkey", "addr_key"), MaxRows: 2 * (limit + 1)},
+		{Name: "suppressions: counts", Stmt: sqlstore.Stmt{Query: sqlstore.SuppressionCountsQuery}, Use: idx("idx_sup_counts"),
+			MaxRows: 100000},
 		{Name: "event updates: lock", Stmt: postgres.EventLockStmt([]string{"e-000003", "e-000103"}, false), Use: idx("email_events_pkey", "event_id"), MaxRows: 2},
 	}
 	backendtest.Plans[[]string, access]{Cases: plans, Access: readAccess, Check: checkAccess, Header: plansHeader,
@@ -218,7 +237,8 @@ const plansHeader = `# PostgreSQL plans of the hot statements
 Written by ` + "`go test ./backends/postgres -run TestPlans -plans`" + ` on an outbox of 100,000
 messages (half acknowledged over thirty days, a fifth READY and not due, a tenth
 READY in a suspended batch, a tenth READY and due, the rest being worked on) with
-their events and alarms, after ANALYZE; pages and claims of 50. Each statement
+their events and alarms, and a suppression list of 100,000 entries (vacuumed), after
+ANALYZE; pages and claims of 50. Each statement
 runs under EXPLAIN ANALYZE in a transaction rolled back (writes and locks too), as
 the store runs it: planned for its values (plan_cache_mode force_custom_plan).
 TestPlans fails on a scan of a table (but the counters'), a sort, another index or

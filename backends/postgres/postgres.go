@@ -41,6 +41,10 @@ type Store struct {
 	// sql is the store as the code the SQL stores share drives it.
 	sql     sqlstore.Store
 	commits *sqlstore.GroupCommit[*op]
+	// Suppressions is the suppression list, its statements of values
+	// within bodyBudget (arrays: one parameter a column, the bound of
+	// 65,535 never near).
+	sqlstore.Suppressions
 	// bodyBudget bounds the message bytes of one statement.
 	bodyBudget int
 	// sender names this store in its notifications, so that Listen passes
@@ -128,6 +132,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	st := &Store{pool: pool, bodyBudget: defaultBodyBudget, sender: backends.Nonce()}
 	st.sql = sqlstore.Store{DB: pgDB{pool}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
 		InTx: st.inTx, Fault: fault, Time: ts}
+	st.Suppressions = sqlstore.NewSuppressions(st.sql, suppressionStmts{}, st.bodyBudget)
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }

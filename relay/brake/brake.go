@@ -30,6 +30,8 @@ type Store interface {
 
 // Thresholds say when a batch stops.
 type Thresholds struct {
+	// Off keeps the counts (which list the batches) and stops none.
+	Off bool
 	// MinSent is how many recipients must have been tried (accepted or
 	// refused as bad) before the rates count.
 	MinSent int64
@@ -43,7 +45,7 @@ type Thresholds struct {
 // Check returns why a tally crosses the thresholds, or "".
 func (th Thresholds) Check(t backends.BatchTally) string {
 	tried := t.Sent + t.Hard
-	if tried < th.MinSent || tried == 0 {
+	if th.Off || tried < th.MinSent || tried == 0 {
 		return ""
 	}
 	if hard := float64(t.Hard) / float64(tried); hard > th.HardRate {
@@ -187,8 +189,13 @@ func (b *Brake) trip(ctx context.Context, code, messageID, why string, t backend
 	reason := "suspended by the brake: " + why
 	tripped, err := b.store.TripBatch(ctx, code, reason, now)
 	if err != nil {
-		b.log.Error("brake: cannot suspend the batch; tried again at its next count", "batch", code, "reason", why, "error", err)
-		return
+		// A store may suspend the batch and fail to hold every message of
+		// it at once (tripped and an error): claims hold the rest, and
+		// the plugins are told all the same.
+		b.log.Error("brake: cannot suspend the batch wholly; tried again at its next count", "batch", code, "reason", why, "error", err)
+		if !tripped {
+			return
+		}
 	}
 	b.mu.Lock()
 	b.stopped[code] = now.Add(stopFor)

@@ -81,6 +81,13 @@ type WorkerConfig struct {
 	MaxAge time.Duration
 	// Holds, when set, holds back the recipients on the suppression list.
 	Holds Holder
+	// Batches, when set, counts the messages each batch takes in.
+	Batches Counter
+}
+
+// Counter counts what happens to batches (brake.Brake).
+type Counter interface {
+	Count(batch, messageID string, t backends.BatchTally)
 }
 
 // Worker moves ACCEPTED messages to READY, or INVALID with the reason.
@@ -341,6 +348,9 @@ func (w *Worker) record(m *backends.Message, t backends.Transition, leases []tim
 	case t.To == backends.StatusSuppressed:
 		w.log.Info("suppressed", "id", t.ID, "reason", t.Reason)
 		return false
+	}
+	if w.cfg.Batches != nil {
+		w.cfg.Batches.Count(m.Batch, m.ID, backends.BatchTally{Messages: 1})
 	}
 	w.log.Info("ready", "id", m.ID, "route", t.Route, "priority", m.Priority, "due", m.DueAt, "delivering", deliver)
 	if !deliver {
