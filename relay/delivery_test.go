@@ -543,7 +543,7 @@ func TestRouteRules(t *testing.T) {
 		if err := c.SendMail(from, []string{"user@example.net"}, strings.NewReader("From: "+from+"\r\n\r\nx\r\n")); err != nil {
 			t.Fatal(err)
 		}
-		page, _ := rl.client.List(context.Background(), "", 1, "")
+		page, _ := rl.client.List(context.Background(), admin.ListFilter{Limit: 1})
 		return page.Messages[0].ID
 	}
 	for _, tt := range []struct {

@@ -202,6 +202,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			WakeEvents: r.dispatcher.Wake,
 			Receipts:   r.bodies,
 			Token:      token,
+			Thresholds: cfg.Brake.adminThresholds(),
 			Log:        log,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

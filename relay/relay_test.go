@@ -158,16 +158,16 @@ func TestEndToEndAdmin(t *testing.T) {
 	waitStatus(t, rl.client, later, "READY")
 	waitStatus(t, rl.client, other, "READY")
 
-	page, err := rl.client.List(ctx, "ready", 10, "")
+	page, err := rl.client.List(ctx, admin.ListFilter{Status: "ready", Limit: 10})
 	if err != nil || len(page.Messages) != 2 {
 		t.Fatalf("list READY: %+v, %v", page, err)
 	}
-	if p, err := rl.client.List(ctx, "", 1, ""); err != nil || len(p.Messages) != 1 || p.Next == "" {
+	if p, err := rl.client.List(ctx, admin.ListFilter{Limit: 1}); err != nil || len(p.Messages) != 1 || p.Next == "" {
 		t.Errorf("a page of one: %+v, %v", p, err)
-	} else if p2, err := rl.client.List(ctx, "", 1, p.Next); err != nil || len(p2.Messages) != 1 || p2.Messages[0].ID == p.Messages[0].ID {
+	} else if p2, err := rl.client.List(ctx, admin.ListFilter{Limit: 1, After: p.Next}); err != nil || len(p2.Messages) != 1 || p2.Messages[0].ID == p.Messages[0].ID {
 		t.Errorf("second page: %+v, %v", p2, err)
 	}
-	if _, err := rl.client.List(ctx, "LOST", 10, ""); err == nil || !strings.Contains(err.Error(), "unknown status") {
+	if _, err := rl.client.List(ctx, admin.ListFilter{Status: "LOST", Limit: 10}); err == nil || !strings.Contains(err.Error(), "unknown status") {
 		t.Errorf("bad status filter: %v", err)
 	}
 
@@ -506,7 +506,7 @@ func TestTLSAndAuthFromConfig(t *testing.T) {
 	if err := c.SendMail("app@example.com", []string{"user@example.net"}, strings.NewReader("From: app@example.com\r\n\r\nx\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	page, err := rl.client.List(context.Background(), "", 10, "")
+	page, err := rl.client.List(context.Background(), admin.ListFilter{Limit: 10})
 	if err != nil || len(page.Messages) != 1 || page.Messages[0].AuthUser != "app" {
 		t.Errorf("list %+v, %v", page, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/relay/brake"
 	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/suppression"
@@ -201,4 +202,8 @@ func (b BrakeConfig) check() error {
 		return fmt.Errorf("brake: min_sent must be positive, hard_rate and complaint_rate between 0 and 1 (5%% is 0.05); or set brake.off")
 	}
 	return nil
+}
+
+func (b BrakeConfig) adminThresholds() admin.Thresholds {
+	return admin.Thresholds{MinSent: int64(b.MinSent), MaxHardRate: b.HardRate, MaxComplaintRate: b.ComplaintRate, Off: b.Off}
 }

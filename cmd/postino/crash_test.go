@@ -153,7 +153,7 @@ func listAll(t *testing.T, c *admin.Client) map[string]admin.Message {
 	out := map[string]admin.Message{}
 	after := ""
 	for {
-		page, err := c.List(context.Background(), "", 1000, after)
+		page, err := c.List(context.Background(), admin.ListFilter{Limit: 1000, After: after})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -76,12 +76,13 @@ func queueList(ctx context.Context, inv *invocation) error {
 	fs := inv.flags()
 	asJSON := jsonFlag(fs)
 	status := fs.String("status", "", "list only messages in this `status`")
+	batch := fs.String("batch", "", "list only the messages of this batch `code` (X-Postino-Batch)")
 	limit := fs.Int("limit", 50, "list at most `n` messages")
 	c, _, err := inv.client(fs)
 	if err != nil {
 		return err
 	}
-	page, err := c.List(ctx, *status, *limit, "")
+	page, err := c.List(ctx, admin.ListFilter{Status: *status, Batch: *batch, Limit: *limit})
 	return answer(inv.stdout, *asJSON, page, err, func() error { printList(inv.stdout, page); return nil })
 }
 
@@ -232,12 +233,16 @@ func printList(w io.Writer, page admin.MessageList) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATUS\tPRIO\tATTEMPTS\tCREATED\tSENDER\tRCPTS\tREASON")
 	for _, m := range page.Messages {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", m.ID, m.Status, m.Priority, m.Attempts,
+		status := m.Status
+		if m.HeldBy != "" {
+			status += " (held: batch " + m.HeldBy + " suspended)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%d\t%s\n", m.ID, status, m.Priority, m.Attempts,
 			m.CreatedAt.Local().Format(time.DateTime), orNull(m.Sender), len(m.Recipients), shorten(m.Reason, 60))
 	}
 	tw.Flush()
 	if page.Next != "" {
-		fmt.Fprintln(w, "(more: narrow with --status or raise --limit)")
+		fmt.Fprintln(w, "(more: narrow with --status or --batch, or raise --limit)")
 	}
 }
 

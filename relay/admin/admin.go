@@ -35,6 +35,8 @@ type Message struct {
 	// Waiting says why a READY message waits (Waiting*), where the API
 	// looked it up (one message, lists, searches).
 	Waiting string `json:"waiting,omitempty"`
+	// HeldBy names the suspended batch that holds a READY message.
+	HeldBy string `json:"held_by,omitempty"`
 	// Actions are the operator's actions the API takes for the message
 	// as it is now: retry, cancel.
 	Actions []string `json:"actions"`
@@ -144,16 +146,31 @@ func waiting(status, batch string, attempts int, due time.Time, suspended map[st
 	return WaitingScheduled
 }
 
+// retryResults are a retried message's results: those who got it keep
+// theirs; the others (failed, suppressed) are tried again, and the
+// suppression list is read again for them.
+func retryResults(m *backends.Message) []outcome.Recipient {
+	out := m.RecipientResults()
+	for i := range out {
+		if out[i].Status != outcome.RecipientSent {
+			out[i] = outcome.Recipient{Address: out[i].Address, Status: outcome.RecipientPending}
+		}
+	}
+	return out
+}
+
 // retryTo is where an operator's retry takes a message in st, or "" and
 // why not.
 func retryTo(st backends.Status) (backends.Status, string) {
 	switch st {
 	case backends.StatusReady, backends.StatusFailed, backends.StatusFailedAcknowledged:
 		return backends.StatusReady, "retry requested by an operator"
+	case backends.StatusSuppressedAcknowledged:
+		return backends.StatusReady, "retry requested by an operator; recipients still on the suppression list are held back again"
 	case backends.StatusInvalid, backends.StatusInvalidAcknowledged:
 		return backends.StatusAccepted, "intake again requested by an operator"
 	}
-	return "", "only READY, FAILED and INVALID messages can be retried"
+	return "", "only READY, FAILED, SUPPRESSED-ACKNOWLEDGED and INVALID messages can be retried"
 }
 
 // retryDue is when a message an operator retries at is due. A READY

@@ -139,20 +139,27 @@ func (c *Client) Search(ctx context.Context, q string) (MessageList, error) {
 }
 
 // List returns a page of messages; status may be empty.
-func (c *Client) List(ctx context.Context, status string, limit int, after string) (MessageList, error) {
+func (c *Client) List(ctx context.Context, f ListFilter) (MessageList, error) {
 	q := url.Values{}
-	if status != "" {
-		q.Set("status", status)
+	for k, v := range map[string]string{"status": f.Status, "batch": f.Batch, "after": f.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
-	}
-	if after != "" {
-		q.Set("after", after)
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
 	}
 	var out MessageList
 	err := c.do(ctx, http.MethodGet, "/v1/messages", q, &out)
 	return out, err
+}
+
+// ListFilter selects the messages List returns: in a status, of a batch,
+// a page of at most Limit after the cursor After.
+type ListFilter struct {
+	Status, Batch string
+	Limit         int
+	After         string
 }
 
 // Get returns a message with its history.

@@ -29,6 +29,9 @@ type Store interface {
 	SuspendBatch(ctx context.Context, code string) error
 	ActivateBatch(ctx context.Context, code string) error
 	SuspendedBatches(ctx context.Context) ([]string, error)
+	ListBatches(ctx context.Context, after string, limit int) ([]string, string, error)
+	BatchCounts(ctx context.Context, code string) (map[backends.Status]int, error)
+	BatchTallies(ctx context.Context, codes []string) (map[string]backends.BatchTally, error)
 	Counts(ctx context.Context) (map[backends.Status]int, error)
 	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
 	Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error)
@@ -69,7 +72,9 @@ type Options struct {
 	MaxImportBytes int64
 	// Token, when set, is required of every call but the probes.
 	Token string
-	Log   *slog.Logger
+	// Thresholds are the brake's, shown with each batch's rates.
+	Thresholds Thresholds
+	Log        *slog.Logger
 }
 
 // Receipts is where the receipts of messages are kept, by the path of
@@ -99,6 +104,9 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("POST /v1/messages/{id}/cancel", a.cancel)
 	mux.HandleFunc("POST /v1/batches/{code}/suspend", a.batch(store.SuspendBatch, true))
 	mux.HandleFunc("POST /v1/batches/{code}/activate", a.batch(store.ActivateBatch, false))
+	mux.HandleFunc("POST /v1/batches/{code}/cancel", a.cancelBatch)
+	mux.HandleFunc("GET /v1/batches", a.batches)
+	mux.HandleFunc("GET /v1/batches/{code}", a.showBatch)
 	mux.HandleFunc("GET /v1/messages/{id}/receipts", a.receipts)
 	mux.HandleFunc("GET /v1/messages/{id}/receipts/{name}", a.receipt)
 	mux.HandleFunc("GET /v1/events", a.events)
@@ -228,7 +236,13 @@ func (a *api) receipt(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
-	q := backends.ListQuery{Limit: defaultListLimit, After: r.URL.Query().Get("after")}
+	q := backends.ListQuery{Limit: defaultListLimit, After: r.URL.Query().Get("after"), Batch: r.URL.Query().Get("batch")}
+	if q.Batch != "" {
+		if err := backends.CheckBatch(q.Batch); err != nil {
+			writeError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+	}
 	if s := r.URL.Query().Get("status"); s != "" {
 		st, err := backends.ParseStatus(s)
 		if err != nil {
@@ -341,6 +355,9 @@ func (a *api) operate(w http.ResponseWriter, r *http.Request, action string, dec
 	if to == backends.StatusFailed {
 		t.Event = backends.OutcomeEvent(m.Status, to, why, nil)
 	}
+	if to == backends.StatusReady && len(m.Results) > 0 {
+		t.Results = retryResults(m)
+	}
 	if due != nil {
 		at := time.Now().UTC()
 		if t.DueAt = due(m, at); t.DueAt.After(at) {
@@ -381,6 +398,9 @@ func (a *api) markWaiting(r *http.Request, views []Message) error {
 	now := time.Now()
 	for i, v := range views {
 		views[i].Waiting = waiting(v.Status, v.Batch, v.Attempts, v.DueAt, suspended, now)
+		if views[i].Waiting == WaitingSuspended {
+			views[i].HeldBy = v.Batch
+		}
 	}
 	return nil
 }
