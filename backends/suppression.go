@@ -286,7 +286,16 @@ type SuppressionQuery struct {
 	Reason SuppressionReason
 	// After is the cursor ListSuppressions gave for the next page.
 	After string
+	// Limit bounds the page; zero or less means DefaultPageSize.
 	Limit int
+}
+
+// PageSize is the number of entries a page of q holds at most.
+func (q SuppressionQuery) PageSize() int {
+	if q.Limit <= 0 {
+		return DefaultPageSize
+	}
+	return q.Limit
 }
 
 // SuppressionCursor is the cursor of the page after s: its key and scope.

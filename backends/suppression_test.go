@@ -65,3 +65,11 @@ func TestSuppressionChangeApply(t *testing.T) {
 		}
 	}
 }
+
+func TestSuppressionQueryPageSize(t *testing.T) {
+	for _, c := range []struct{ limit, want int }{{0, DefaultPageSize}, {-3, DefaultPageSize}, {1, 1}, {500, 500}} {
+		if got := (SuppressionQuery{Limit: c.limit}).PageSize(); got != c.want {
+			t.Errorf("PageSize of limit %d = %d, want %d", c.limit, got, c.want)
+		}
+	}
+}

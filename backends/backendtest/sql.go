@@ -347,3 +347,48 @@ func FailOnce(err error) func() error {
 		return nil
 	}
 }
+
+// ConcurrentTrips: relays tripping a batch at once each run TripBatch;
+// exactly one is told it suspended the batch, and the tally holds its
+// reason.
+func ConcurrentTrips(t *testing.T, s backends.Outbox) {
+	ctx := context.Background()
+	const relays, rounds = 8, 10
+	for round := range rounds {
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			winners = make(chan string, relays)
+		)
+		for r := range relays {
+			wg.Go(func() {
+				<-start
+				reason := fmt.Sprintf("relay %d", r)
+				tripped, err := s.TripBatch(ctx, "camp", reason, time.Now())
+				if err != nil {
+					t.Errorf("round %d: TripBatch: %v", round, err)
+				}
+				if tripped {
+					winners <- reason
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(winners)
+		var won []string
+		for w := range winners {
+			won = append(won, w)
+		}
+		if len(won) != 1 {
+			t.Fatalf("round %d: %d relays were told they tripped the batch (%v), want 1", round, len(won), won)
+		}
+		got, err := s.BatchTallies(ctx, []string{"camp"})
+		if err != nil || got["camp"].Tripped != won[0] {
+			t.Fatalf("round %d: tally %+v, %v; want tripped by %s", round, got["camp"], err, won[0])
+		}
+		if err := s.ActivateBatch(ctx, "camp"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

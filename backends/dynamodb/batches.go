@@ -67,21 +67,25 @@ func suspendedItem(code string) map[string]types.AttributeValue {
 	return item
 }
 
-// ActivateBatch deletes the batch's tally first: while the batch is still
-// suspended nothing of it is sent, so no count is lost.
+// ActivateBatch restarts the batch's tally first: while the batch is
+// still suspended nothing of it is sent, so no count is lost.
 func (s *Store) ActivateBatch(ctx context.Context, code string) error {
 	if err := backends.CheckBatch(code); err != nil {
 		return err
 	}
-	if _, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.table), Key: tallyKey(code)}); err != nil {
-		return fmt.Errorf("activate batch %s: clear its tally: %w", code, err)
+	var cf *types.ConditionalCheckFailedException
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: tallyKey(code),
+		UpdateExpression:          aws.String("SET Sent = :0, Hard = :0, Complaints = :0 REMOVE Tripped, TrippedAt"),
+		ConditionExpression:       aws.String("attribute_exists(Id)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":0": num(0)}})
+	if err != nil && !errors.As(err, &cf) {
+		return fmt.Errorf("activate batch %s: restart its tally: %w", code, err)
 	}
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: batchKey(code),
+	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.table), Key: batchKey(code),
 		UpdateExpression:          aws.String("SET #a.ActivatedAt = :now"),
 		ConditionExpression:       aws.String("attribute_exists(Id) AND attribute_not_exists(#a.ActivatedAt)"),
 		ExpressionAttributeNames:  map[string]string{"#a": "Attributes"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": tm(time.Now())}})
-	var cf *types.ConditionalCheckFailedException
 	if err != nil && !errors.As(err, &cf) {
 		return fmt.Errorf("activate batch %s: %w", code, err)
 	}
@@ -208,11 +212,14 @@ func (s *Store) sweepActivated(ctx context.Context) error {
 }
 
 // A batch's tally is an item (Id "_TALLY#code", Status "_TALLY") with the
-// numbers Sent, Hard and Complaints and, once the brake tripped, Tripped
-// and TrippedAt. It is in no index: it is read by its key.
+// numbers Messages, Sent, Hard and Complaints and, once the brake tripped,
+// Tripped and TrippedAt. It is read by its key, and listed in QueueIndex
+// under "_TALLY#n" (n the shard of its code) by QueueKey, its code: every
+// write of it places it, as it may make it.
 const (
 	tallyStatus = "_TALLY"
 	tallyPrefix = "_TALLY#"
+	tallyQueue  = "_TALLY"
 	// tallyChunk is how many batches a transaction of TallyBatches adds
 	// to: TransactWriteItems takes up to 100 items.
 	tallyChunk = 100
@@ -220,6 +227,21 @@ const (
 
 func tallyKey(code string) map[string]types.AttributeValue {
 	return itemKey(tallyPrefix+code, tallyStatus)
+}
+
+// tallyPlace is where a tally item stands in QueueIndex.
+func tallyPlace(code string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"Queue": str(sharded(tallyQueue, shardOf(code))), "QueueKey": str(code)}
+}
+
+// placeTally is the SET clause that places a tally item: every write of
+// one may make it. withPlace adds the names and values it refers to.
+const placeTally = "#q = :q, QueueKey = :k"
+
+func withPlace(code string, names map[string]string, values map[string]types.AttributeValue) (map[string]string, map[string]types.AttributeValue) {
+	p := tallyPlace(code)
+	names["#q"], values[":q"], values[":k"] = "Queue", p["Queue"], p["QueueKey"]
+	return names, values
 }
 
 // TallyBatches adds with TransactWriteItems, as a PartiQL update can only
@@ -238,10 +260,11 @@ func (s *Store) TallyBatches(ctx context.Context, tallies map[string]backends.Ba
 		items := make([]types.TransactWriteItem, len(chunk))
 		for i, code := range chunk {
 			t := tallies[code]
+			names, values := withPlace(code, map[string]string{"#m": "Messages", "#s": "Sent", "#h": "Hard", "#c": "Complaints"},
+				map[string]types.AttributeValue{":m": num(t.Messages), ":s": num(t.Sent), ":h": num(t.Hard), ":c": num(t.Complaints)})
 			items[i] = types.TransactWriteItem{Update: &types.Update{TableName: aws.String(s.table), Key: tallyKey(code),
-				UpdateExpression:          aws.String("ADD #s :s, #h :h, #c :c"),
-				ExpressionAttributeNames:  map[string]string{"#s": "Sent", "#h": "Hard", "#c": "Complaints"},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":s": num(t.Sent), ":h": num(t.Hard), ":c": num(t.Complaints)}}}
+				UpdateExpression:         aws.String("ADD #m :m, #s :s, #h :h, #c :c SET " + placeTally),
+				ExpressionAttributeNames: names, ExpressionAttributeValues: values}}
 		}
 		if _, err := s.writeTxn(ctx, items); err != nil {
 			return fmt.Errorf("add to the tallies of batches %s…: %w", chunk[0], err)
@@ -266,7 +289,7 @@ func (s *Store) BatchTallies(ctx context.Context, codes []string) (map[string]ba
 		}
 		for _, it := range items {
 			out[strings.TrimPrefix(getS(it, "Id"), tallyPrefix)] = backends.BatchTally{
-				Sent: getN(it, "Sent"), Hard: getN(it, "Hard"), Complaints: getN(it, "Complaints"),
+				Messages: getN(it, "Messages"), Sent: getN(it, "Sent"), Hard: getN(it, "Hard"), Complaints: getN(it, "Complaints"),
 				Tripped: getS(it, "Tripped"), TrippedAt: getTime(it, "TrippedAt")}
 		}
 	}
@@ -284,14 +307,15 @@ func (s *Store) TripBatch(ctx context.Context, code, reason string, at time.Time
 	if err := backends.CheckBatch(code); err != nil {
 		return false, err
 	}
+	names, values := withPlace(code, map[string]string{"#t": "Tripped", "#at": "TrippedAt"},
+		map[string]types.AttributeValue{":t": str(reason), ":at": tm(at)})
 	items := []types.TransactWriteItem{
 		{Put: &types.Put{TableName: aws.String(s.table), Item: suspendedItem(code),
 			ConditionExpression:      aws.String("attribute_not_exists(Id) OR attribute_exists(#a.ActivatedAt)"),
 			ExpressionAttributeNames: map[string]string{"#a": "Attributes"}}},
 		{Update: &types.Update{TableName: aws.String(s.table), Key: tallyKey(code),
-			UpdateExpression:          aws.String("SET #t = :t, #at = :at"),
-			ExpressionAttributeNames:  map[string]string{"#t": "Tripped", "#at": "TrippedAt"},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":t": str(reason), ":at": tm(at)}}},
+			UpdateExpression:         aws.String("SET #t = :t, #at = :at, " + placeTally),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: values}},
 	}
 	switch i, err := s.writeTxn(ctx, items); {
 	case errors.Is(err, errCondition) && i == 0:
@@ -303,4 +327,75 @@ func (s *Store) TripBatch(ctx context.Context, code, reason string, at time.Time
 		return true, fmt.Errorf("trip batch %s: it is suspended, but holding its messages failed (claims hold them as they meet them): %w", code, err)
 	}
 	return true, nil
+}
+
+// ListBatches reads the tally items' codes from QueueIndex, a query a
+// shard, each of up to a page and one more, merged in code order.
+func (s *Store) ListBatches(ctx context.Context, after string, limit int) ([]string, string, error) {
+	in := dynamodb.QueryInput{IndexName: aws.String("QueueIndex"), KeyConditionExpression: aws.String("#q = :p"),
+		ProjectionExpression: aws.String("QueueKey"), ExpressionAttributeNames: map[string]string{"#q": "Queue"}}
+	if after != "" {
+		in.KeyConditionExpression = aws.String("#q = :p AND QueueKey > :after")
+		in.ExpressionAttributeValues = map[string]types.AttributeValue{":after": str(after)}
+	}
+	want := 0
+	if limit > 0 {
+		want = limit + 1
+	}
+	items, err := s.queryParts(ctx, &in, shardsOf(tallyQueue), "QueueKey", want)
+	if err != nil {
+		return nil, "", fmt.Errorf("list batches: %w", err)
+	}
+	more := want > 0 && len(items) == want
+	if more {
+		items = items[:limit]
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = getS(it, "QueueKey")
+	}
+	if !more {
+		return out, "", nil
+	}
+	return out, out[len(out)-1], nil
+}
+
+// A batch's messages are in BatchIndex under two partitions: its code for
+// the undelivered ones, which suspending and activating read, and the
+// code after doneBatchPrefix for the others, so that those reads grow with
+// what is left to send, not with the batch.
+const doneBatchPrefix = "DONE#" // no code holds '#'
+
+// batchPart is the BatchIndex partition of a message of batch code.
+func batchPart(code string, undelivered bool) string {
+	if undelivered {
+		return code
+	}
+	return doneBatchPrefix + code
+}
+
+// batchParts are the BatchIndex partitions of batch code.
+func batchParts(code string) []string { return []string{batchPart(code, true), batchPart(code, false)} }
+
+// BatchCounts reads the statuses of the batch's messages from its
+// partitions of BatchIndex, nothing else of them, and counts them as it
+// reads: every message of the batch is read.
+func (s *Store) BatchCounts(ctx context.Context, code string) (map[backends.Status]int, error) {
+	out := map[backends.Status]int{}
+	for _, part := range batchParts(code) {
+		pages := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{TableName: aws.String(s.table), IndexName: aws.String("BatchIndex"),
+			KeyConditionExpression: aws.String("BatchKey = :p"), ProjectionExpression: aws.String("#a.Latest"),
+			ExpressionAttributeNames:  map[string]string{"#a": "Attributes"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": str(part)}})
+		for pages.HasMorePages() {
+			resp, err := pages.NextPage(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("count the messages of batch %s: %w", code, err)
+			}
+			for _, it := range resp.Items {
+				out[backends.Status(getS(getM(it, "Attributes"), "Latest"))]++
+			}
+		}
+	}
+	return out, nil
 }

@@ -348,7 +348,7 @@ func (s *Store) metaChange(ctx context.Context, id string, change func(m *meta) 
 
 // indexKeys are the top-level attributes of a _META item that place it in
 // the indexes; DueKey is there only in a status claims take from, BatchKey
-// only while the message is undelivered.
+// only for a message of a batch (batchParts).
 func indexKeys(m *meta) map[string]types.AttributeValue {
 	k := map[string]types.AttributeValue{
 		"Queue": str(queueOf(m)), "QueueKey": str(queueKey(&m.msg)), "MetaShard": str(sharded(metaStatus, shardOf(m.msg.ID))),
@@ -356,8 +356,8 @@ func indexKeys(m *meta) map[string]types.AttributeValue {
 	if prioritized(m.msg.Status) {
 		k["DueKey"] = str(dueKey(&m.msg))
 	}
-	if m.msg.Batch != "" && m.msg.Status.Undelivered() {
-		k["BatchKey"] = str(m.msg.Batch)
+	if m.msg.Batch != "" {
+		k["BatchKey"] = str(batchPart(m.msg.Batch, m.msg.Status.Undelivered()))
 	}
 	return k
 }

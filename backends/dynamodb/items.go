@@ -36,8 +36,8 @@ import (
 // (Queue, DueKey) orders the statuses claims take from by due time, so
 // that a claim reads only messages due (see claimable);
 // MetaIndex (MetaShard, Id) lists the _META items; MessageIdIndex finds
-// messages by Message-ID; BatchIndex (BatchKey) finds the undelivered
-// messages of a batch.
+// messages by Message-ID; BatchIndex (BatchKey) finds the messages of a
+// batch, the undelivered ones apart (batchParts).
 //
 // No index key is shared by every message: a message's Queue is its status
 // and its shard ("READY#3"), its MetaShard "_META#3", its shard fixed by its

@@ -25,8 +25,10 @@ const layoutStatus = "_LAYOUT"
 // laid out again by create-table. 2: the counters are 16 items of a number
 // per status (they were 16 items per status), and the suspended batches
 // are in QueueIndex (they were read from the seed's StatusIndex). 3: the
-// ACCEPTED and READY messages are in DueIndex too.
-const layoutVersion = 3
+// ACCEPTED and READY messages are in DueIndex too. 4: the delivered
+// messages of a batch are in BatchIndex too, and the batches' tallies in
+// QueueIndex.
+const layoutVersion = 4
 
 func layoutKey() map[string]types.AttributeValue {
 	return itemKey(layoutStatus, layoutStatus)
@@ -97,8 +99,8 @@ func initLayout(ctx context.Context, client *dynamodb.Client, table string, seed
 }
 
 // placeItem places an item of the table in its shard, when it has one: a
-// message (counted in total), an event, an alarm, a suspended batch; it
-// removes the counter items of an earlier layout.
+// message (counted in total), an event, an alarm, a suspended batch, a
+// batch's tally; it removes the counter items of an earlier layout.
 func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValue, suspended []string, total map[backends.Status]int64) error {
 	id, sk := getS(it, "Id"), getS(it, "Status")
 	var place map[string]types.AttributeValue
@@ -115,6 +117,8 @@ func (s *Store) placeItem(ctx context.Context, it map[string]types.AttributeValu
 		return s.writeItems(ctx, []types.WriteRequest{deleteOf(id, sk)})
 	case sk == batchStatus:
 		place = batchPlace(strings.TrimPrefix(id, batchPrefix))
+	case sk == tallyStatus:
+		place = tallyPlace(strings.TrimPrefix(id, tallyPrefix))
 	case strings.HasPrefix(sk, eventPrefix):
 		place = map[string]types.AttributeValue{"Queue": str(eventQueueOf(eventFromItem(it)))}
 	case strings.HasPrefix(sk, alarmPrefix):

@@ -158,28 +158,40 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 // List reads the _META items from MetaIndex, every shard at once, merged
 // in id order (newest first without a status: ids are time-ordered UUIDs
 // unless the app gave its own), with the status in Attributes.Latest as
-// the seed's StatusIndex has it. The cursor is the last id of the page.
+// the seed's StatusIndex has it; those of a batch from BatchIndex, its two
+// partitions (batchParts) at once, in id order. The cursor is the last id
+// of the page.
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
 	q.Limit = q.PageSize()
-	var after string
+	in := &dynamodb.QueryInput{IndexName: aws.String("MetaIndex"), ScanIndexForward: aws.Bool(q.Status != ""),
+		ExpressionAttributeNames: map[string]string{"#p": "MetaShard"}, ExpressionAttributeValues: map[string]types.AttributeValue{}}
+	parts := shardsOf(metaStatus)
+	if q.Batch != "" {
+		in.IndexName, in.ScanIndexForward, in.ExpressionAttributeNames["#p"] = aws.String("BatchIndex"), aws.Bool(true), "BatchKey"
+		parts = batchParts(q.Batch)
+	}
+	in.KeyConditionExpression = aws.String("#p = :p")
 	if q.After != "" {
 		b, err := base64.RawURLEncoding.DecodeString(q.After)
 		if err != nil || len(b) == 0 {
 			return nil, "", fmt.Errorf("list cursor %q was not given by this store: %w", q.After, backends.ErrBadCursor)
 		}
-		after = string(b)
+		op := ">"
+		if !*in.ScanIndexForward {
+			op = "<"
+		}
+		in.KeyConditionExpression = aws.String("#p = :p AND Id " + op + " :after")
+		in.ExpressionAttributeValues[":after"] = str(string(b))
 	}
-	ascending := q.Status != ""
-	pages := make([][]map[string]types.AttributeValue, shards)
-	err := eachAtOnce(shards, func(i int) error {
-		var err error
-		pages[i], err = s.listShard(ctx, i, q.Status, after, ascending, q.Limit+1)
-		return err
-	})
+	if q.Status != "" {
+		in.FilterExpression = aws.String("#a.Latest = :st")
+		in.ExpressionAttributeNames["#a"] = "Attributes"
+		in.ExpressionAttributeValues[":st"] = str(string(q.Status))
+	}
+	items, err := s.queryParts(ctx, in, parts, "Id", q.Limit+1)
 	if err != nil {
 		return nil, "", fmt.Errorf("list: %w", err)
 	}
-	items := mergeBy(pages, "Id", ascending)
 	more := len(items) > q.Limit
 	items = items[:min(len(items), q.Limit)]
 	out := make([]*backends.Message, 0, len(items))
@@ -194,41 +206,4 @@ func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Mes
 		return out, "", nil
 	}
 	return out, base64.RawURLEncoding.EncodeToString([]byte(out[len(out)-1].ID)), nil
-}
-
-// listShard reads up to limit _META items of one shard past the id after,
-// in status st when it is not empty.
-func (s *Store) listShard(ctx context.Context, shard int, st backends.Status, after string, ascending bool, limit int) ([]map[string]types.AttributeValue, error) {
-	in := &dynamodb.QueryInput{
-		TableName: aws.String(s.table), IndexName: aws.String("MetaIndex"), ScanIndexForward: aws.Bool(ascending),
-		KeyConditionExpression:    aws.String("MetaShard = :m"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":m": str(sharded(metaStatus, shard))},
-	}
-	if after != "" {
-		op := ">"
-		if !ascending {
-			op = "<"
-		}
-		in.KeyConditionExpression = aws.String("MetaShard = :m AND Id " + op + " :after")
-		in.ExpressionAttributeValues[":after"] = str(after)
-	}
-	if st != "" {
-		in.FilterExpression = aws.String("#a.Latest = :st")
-		in.ExpressionAttributeNames = map[string]string{"#a": "Attributes"}
-		in.ExpressionAttributeValues[":st"] = str(string(st))
-	}
-	var out []map[string]types.AttributeValue
-	for len(out) < limit {
-		in.Limit = aws.Int32(int32(limit - len(out)))
-		resp, err := s.db.Query(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resp.Items...)
-		if resp.LastEvaluatedKey == nil {
-			break
-		}
-		in.ExclusiveStartKey = resp.LastEvaluatedKey
-	}
-	return out, nil
 }

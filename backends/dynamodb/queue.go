@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -246,6 +247,48 @@ func mergeBy(pages [][]map[string]types.AttributeValue, key string, ascending bo
 		}
 		return strings.Compare(getS(b, key), getS(a, key))
 	})
+	return out
+}
+
+// queryParts runs the query in once for each partition of parts (the
+// value of its :p), all at once, each up to limit items that pass its
+// filter (0: all), and merges them in the order of the string attribute
+// by, the query's order, cut to limit.
+func (s *Store) queryParts(ctx context.Context, in *dynamodb.QueryInput, parts []string, by string, limit int) ([]map[string]types.AttributeValue, error) {
+	pages := make([][]map[string]types.AttributeValue, len(parts))
+	err := eachAtOnce(len(parts), func(i int) error {
+		q := *in
+		q.TableName = aws.String(s.table)
+		q.ExpressionAttributeValues = map[string]types.AttributeValue{":p": str(parts[i])}
+		maps.Copy(q.ExpressionAttributeValues, in.ExpressionAttributeValues)
+		for {
+			if limit > 0 {
+				q.Limit = aws.Int32(int32(limit - len(pages[i])))
+			}
+			resp, err := s.db.Query(ctx, &q)
+			if err != nil {
+				return err
+			}
+			pages[i] = append(pages[i], resp.Items...)
+			if resp.LastEvaluatedKey == nil || limit > 0 && len(pages[i]) >= limit {
+				return nil
+			}
+			q.ExclusiveStartKey = resp.LastEvaluatedKey
+		}
+	})
+	out := mergeBy(pages, by, in.ScanIndexForward == nil || *in.ScanIndexForward)
+	if limit > 0 && len(out) > limit {
+		out = out[:limit]
+	}
+	return out, err
+}
+
+// shardsOf are the partitions of key's shards.
+func shardsOf(key string) []string {
+	out := make([]string, shards)
+	for i := range out {
+		out[i] = sharded(key, i)
+	}
 	return out
 }
 

@@ -329,14 +329,14 @@ func (s *Store) ListSuppressions(ctx context.Context, q backends.SuppressionQuer
 		want = q.Limit + 1
 	}
 	in := dynamodb.QueryInput{IndexName: aws.String("QueueIndex"),
-		KeyConditionExpression:   aws.String("#q = :q AND QueueKey BETWEEN :lo AND :hi"),
+		KeyConditionExpression:   aws.String("#q = :p AND QueueKey BETWEEN :lo AND :hi"),
 		ExpressionAttributeNames: map[string]string{"#q": "Queue"}, ExpressionAttributeValues: map[string]types.AttributeValue{":lo": str(from), ":hi": str(to)}}
 	if q.Reason != "" {
 		in.FilterExpression = aws.String("#r = :r")
 		in.ExpressionAttributeNames["#r"] = "Reason"
 		in.ExpressionAttributeValues[":r"] = str(string(q.Reason))
 	}
-	items, err := s.supShards(ctx, &in, "QueueKey", want)
+	items, err := s.queryParts(ctx, &in, shardsOf(supQueue), "QueueKey", want)
 	if err != nil {
 		return nil, "", fmt.Errorf("list suppressions: %w", err)
 	}
@@ -354,40 +354,6 @@ func (s *Store) ListSuppressions(ctx context.Context, q backends.SuppressionQuer
 		return out, "", nil
 	}
 	return out, backends.SuppressionCursor(out[len(out)-1]), nil
-}
-
-// supShards runs the query in from every shard of the list at once, each
-// up to limit items that pass its filter (0: all), merged in the order of
-// the string attribute by and cut to limit.
-func (s *Store) supShards(ctx context.Context, in *dynamodb.QueryInput, by string, limit int) ([]map[string]types.AttributeValue, error) {
-	pages := make([][]map[string]types.AttributeValue, shards)
-	err := eachAtOnce(shards, func(i int) error {
-		q := *in
-		q.TableName = aws.String(s.table)
-		q.ExpressionAttributeValues = map[string]types.AttributeValue{":q": str(sharded(supQueue, i))}
-		for k, v := range in.ExpressionAttributeValues {
-			q.ExpressionAttributeValues[k] = v
-		}
-		for {
-			if limit > 0 {
-				q.Limit = aws.Int32(int32(limit - len(pages[i])))
-			}
-			resp, err := s.db.Query(ctx, &q)
-			if err != nil {
-				return err
-			}
-			pages[i] = append(pages[i], resp.Items...)
-			if resp.LastEvaluatedKey == nil || limit > 0 && len(pages[i]) >= limit {
-				return nil
-			}
-			q.ExclusiveStartKey = resp.LastEvaluatedKey
-		}
-	})
-	out := mergeBy(pages, by, true)
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out, err
 }
 
 // SuppressionCounts sums the counter items, read in one request.
@@ -499,10 +465,10 @@ func (s *Store) importChunk(ctx context.Context, entries []backends.Suppression,
 // entry as read: one changed meanwhile is left to the next round.
 func (s *Store) PruneSuppressions(ctx context.Context, now time.Time, limit int) (int, error) {
 	in := dynamodb.QueryInput{IndexName: aws.String(dueIndex),
-		KeyConditionExpression:    aws.String("#q = :q AND DueKey < :now"),
+		KeyConditionExpression:    aws.String("#q = :p AND DueKey < :now"),
 		ExpressionAttributeNames:  map[string]string{"#q": "Queue"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": str(keyTime(now))}}
-	items, err := s.supShards(ctx, &in, "DueKey", limit)
+	items, err := s.queryParts(ctx, &in, shardsOf(supQueue), "DueKey", limit)
 	if err != nil {
 		return 0, fmt.Errorf("prune suppressions: %w", err)
 	}

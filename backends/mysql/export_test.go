@@ -19,6 +19,8 @@ var (
 	EventPickStmt     = eventPickStmt
 	EventLockStmt     = eventLockStmt
 	HoldBatchStmt     = holdBatchStmt
+	ListBatchStmt     = listBatchStmt
+	BatchCountsStmt   = batchCountsStmt
 	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 	// SuppressionStmts builds the statements of the suppression list.

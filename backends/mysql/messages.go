@@ -31,7 +31,7 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 }
 
 // listing reads List's pages (sqlstore.List).
-var listing = sqlstore.Listing{Status: listStatusStmt, All: listAllStmt}
+var listing = sqlstore.Listing{Status: listStatusStmt, All: listAllStmt, Batch: listBatchStmt}
 
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
 	return s.sql.List(ctx, listing, q)
@@ -65,6 +65,23 @@ func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 		args = append(args, after.Created, after.Created, after.ID)
 	}
 	return stmt{Query: query + " ORDER BY created_at DESC, id DESC LIMIT ?", Args: append(args, q.PageSize()+1)}
+}
+
+// listBatchStmt reads a page of q.Batch's messages, of q.Status when set,
+// from the cursor on, in id order: a range of idx_batch, whose entries end
+// with the id (InnoDB's primary key), the status a filter of the rows.
+func listBatchStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
+	query := "SELECT " + messageCols + ", queue_at FROM emails FORCE INDEX (idx_batch) WHERE batch_code = ?"
+	args := []any{q.Batch}
+	if q.Status != "" {
+		query += " AND status = ?"
+		args = append(args, q.Status)
+	}
+	if after != nil {
+		query += " AND id > ?"
+		args = append(args, after.ID)
+	}
+	return stmt{Query: query + " ORDER BY id LIMIT ?", Args: append(args, q.PageSize()+1)}
 }
 
 // countsQuery sums the counters of each status (PRIMARY, in its order).

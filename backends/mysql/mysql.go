@@ -50,6 +50,8 @@ type Store struct {
 	// Suppressions is the suppression list, its statements of values
 	// within bodyBudget.
 	sqlstore.Suppressions
+	// Batches are the suspended batches and the brake's tallies.
+	sqlstore.Batches
 	// bodyBudget bounds the message bytes of one statement, so that it
 	// stays within the server's max_allowed_packet (see bodyBudgetOf).
 	bodyBudget int
@@ -191,6 +193,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	st.sql = sqlstore.Store{DB: sqlDB{db}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
 		InTx: st.inTx, Fault: fault, Time: clamp}
 	st.Suppressions = sqlstore.NewSuppressions(st.sql, suppressionStmts{}, st.bodyBudget)
+	st.Batches = sqlstore.NewBatches(st.sql, batchStmts{})
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil
 }

@@ -4,63 +4,67 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/internal/sqlstore"
 )
 
 // batchLock is the class of the advisory locks that order a batch's
 // suspension against the creation of its messages (see holdSuspended).
 const batchLock = 0x706f7374 // "post"
 
-func (s *Store) SuspendedBatches(ctx context.Context) ([]string, error) {
-	rows, err := s.pool.Query(ctx, "SELECT code FROM email_batches ORDER BY code")
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+// batchStmts are PostgreSQL's statements of batches (sqlstore.Batches).
+type batchStmts struct{}
+
+var _ sqlstore.BatchStmts = batchStmts{}
+
+func (batchStmts) Mark(n int) string { return "$" + strconv.Itoa(n) }
+
+// Lock takes the batch's advisory lock: the update of its messages, a
+// statement that starts once the lock is taken, sees every message whose
+// creation took the lock before (holdSuspended).
+func (batchStmts) Lock(code string) []stmt {
+	return []stmt{{Query: "SELECT pg_advisory_xact_lock($1, hashtext($2))", Args: []any{batchLock, code}}}
 }
 
-// SuspendBatch records the batch and holds its messages, in one
-// transaction, so that claims skip them by index (claim_held).
-func (s *Store) SuspendBatch(ctx context.Context, code string) error {
-	if err := backends.CheckBatch(code); err != nil {
-		return err
-	}
-	return s.setBatch(ctx, code, true, "INSERT INTO email_batches (code, suspended_at) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING",
-		code, ts(time.Now()))
+func (batchStmts) Suspend(code string, at time.Time) stmt {
+	return stmt{Query: "INSERT INTO email_batches (code, suspended_at) VALUES ($1, $2) ON CONFLICT (code) DO NOTHING", Args: []any{code, at}}
 }
 
-func (s *Store) ActivateBatch(ctx context.Context, code string) error {
-	if err := backends.CheckBatch(code); err != nil {
-		return err
-	}
-	return s.setBatch(ctx, code, false, "DELETE FROM email_batches WHERE code = $1", code)
-}
-
-// setBatch changes the batch's row with change, then holds or releases its
-// messages, under the batch's advisory lock: the update, a statement that
-// starts once the lock is taken, sees every message whose creation took
-// the lock before (holdSuspended).
-func (s *Store) setBatch(ctx context.Context, code string, held bool, change string, args ...any) error {
-	return s.tx(ctx, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, hashtext($2))", batchLock, code); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, change, args...); err != nil {
-			return err
-		}
-		hold := holdBatchStmt(code, held)
-		_, err := tx.Exec(ctx, hold.Query, hold.Args...)
-		return err
-	})
-}
+func (batchStmts) Hold(code string, held bool) stmt { return holdBatchStmt(code, held) }
 
 // holdBatchStmt sets or clears held on the messages of a batch (idx_batch).
 func holdBatchStmt(code string, held bool) stmt {
 	return stmt{Query: "UPDATE emails SET held = $2 WHERE batch_code = $1 AND held <> $2", Args: []any{code, held}}
+}
+
+func (batchStmts) Tally(codes []string, tallies []backends.BatchTally) stmt {
+	n := len(codes)
+	messages, sent, hard, complaints := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, t := range tallies {
+		messages[i], sent[i], hard[i], complaints[i] = t.Messages, t.Sent, t.Hard, t.Complaints
+	}
+	return stmt{Query: `INSERT INTO batch_tallies AS t (code, messages, sent, hard, complaints)
+		SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[])
+		ON CONFLICT (code) DO UPDATE SET messages = t.messages + EXCLUDED.messages, sent = t.sent + EXCLUDED.sent,
+			hard = t.hard + EXCLUDED.hard, complaints = t.complaints + EXCLUDED.complaints`,
+		Args: []any{codes, messages, sent, hard, complaints}}
+}
+
+func (batchStmts) Trip(code, reason string, at time.Time) stmt {
+	return stmt{Query: `INSERT INTO batch_tallies (code, tripped, tripped_at) VALUES ($1, $2, $3)
+		ON CONFLICT (code) DO UPDATE SET tripped = EXCLUDED.tripped, tripped_at = EXCLUDED.tripped_at`, Args: []any{code, reason, at}}
+}
+
+func (batchStmts) Counts(code string) stmt { return batchCountsStmt(code) }
+
+// batchCountsStmt counts the batch's messages of each status (idx_batch).
+func batchCountsStmt(code string) stmt {
+	return stmt{Query: "SELECT status, COUNT(*) FROM emails WHERE batch_code = $1 GROUP BY status", Args: []any{code}}
 }
 
 // holdSuspended sets held on the new messages (by batch) whose batch is

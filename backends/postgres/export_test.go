@@ -20,6 +20,8 @@ var (
 	EventLockStmt     = eventLockStmt
 	LastSeqStmt       = lastSeqStmt
 	HoldBatchStmt     = holdBatchStmt
+	ListBatchStmt     = listBatchStmt
+	BatchCountsStmt   = batchCountsStmt
 	CountsStmt        = stmt{Query: countsQuery}
 	MinutesStmt       = minutesStmt
 	// SuppressionStmts builds the statements of the suppression list.

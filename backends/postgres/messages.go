@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/genropy/postino/backends"
@@ -73,7 +74,7 @@ func (s *Store) ByMessageID(ctx context.Context, messageID string) ([]*backends.
 }
 
 // listing reads List's pages (sqlstore.List).
-var listing = sqlstore.Listing{Status: listStatusStmt, All: listAllStmt}
+var listing = sqlstore.Listing{Status: listStatusStmt, All: listAllStmt, Batch: listBatchStmt}
 
 func (s *Store) List(ctx context.Context, q backends.ListQuery) ([]*backends.Message, string, error) {
 	return s.sql.List(ctx, listing, q)
@@ -102,6 +103,25 @@ func listAllStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
 		args = append(args, ts(after.Created), after.ID)
 	}
 	return stmt{Query: query + " ORDER BY created_at DESC, id DESC LIMIT $1", Args: args}
+}
+
+// listBatchStmt reads a page of q.Batch's messages, of q.Status when set,
+// from the cursor on, in id order: a range of idx_batch (batch_code, id),
+// the status a filter of the rows. The cursor is a row comparison, an
+// index condition of idx_batch alone: with "id > $n" the planner may walk
+// the primary key instead, filtering the other batches' rows out.
+func listBatchStmt(q backends.ListQuery, after *sqlstore.ListKey) stmt {
+	query := "SELECT " + messageCols + ", queue_at FROM emails WHERE batch_code = $1"
+	args := []any{q.Batch, q.PageSize() + 1}
+	if q.Status != "" {
+		args = append(args, q.Status)
+		query += " AND status = $" + strconv.Itoa(len(args))
+	}
+	if after != nil {
+		args = append(args, after.ID)
+		query += " AND (batch_code, id) > ($1, $" + strconv.Itoa(len(args)) + ")"
+	}
+	return stmt{Query: query + " ORDER BY id LIMIT $2", Args: args}
 }
 
 // countsQuery sums the counters of each status (their primary key).

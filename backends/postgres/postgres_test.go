@@ -40,3 +40,7 @@ func TestConcurrentClaimsShareAGroup(t *testing.T) {
 }
 
 func TestCommitOutcomeUnknown(t *testing.T) { backendtest.CommitOutcomeUnknown(t, sqlStore(t)) }
+
+// TestConcurrentTrips: the insert of the batch's row decides which trip
+// suspended it.
+func TestConcurrentTrips(t *testing.T) { backendtest.ConcurrentTrips(t, openStore(t)) }

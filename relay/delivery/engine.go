@@ -297,9 +297,7 @@ func (e *Engine) claim(ctx context.Context) (n, room int, err error) {
 	e.drained = err == nil && len(msgs) < room
 	e.mu.Unlock()
 	e.flights.Add(len(msgs))
-	for _, m := range msgs {
-		e.dispatch(m)
-	}
+	e.dispatch(msgs...)
 	return len(msgs), room, err
 }
 
@@ -346,22 +344,29 @@ type job struct {
 	forms *[2]form
 }
 
-// dispatch queues m's jobs; m, as claimed, carries the claim's lease, and
-// its place is counted in flight. With a suppression list, it reads the
-// list first, off the claim loop.
-func (e *Engine) dispatch(m *backends.Message) {
-	f := &flight{e: e, m: m, route: e.routes.get(m), start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
-	if e.cfg.Brake != nil && e.cfg.Brake.Stopped(m.Batch) {
-		// Claimed before the outbox suspended its batch: it waits with it.
-		f.handedBack, f.retryIn = "handed back: its batch "+m.Batch+" was suspended by the brake", e.cfg.Poll
-		go f.finish()
-		return
+// dispatch queues the messages' jobs; each message, as claimed, carries
+// the claim's lease, and its place is counted in flight. With a
+// suppression list, it reads the list first, off the claim loop, once for
+// all the messages of a stream.
+func (e *Engine) dispatch(msgs ...*backends.Message) {
+	flights := make([]*flight, 0, len(msgs))
+	for _, m := range msgs {
+		f := &flight{e: e, m: m, route: e.routes.get(m), start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
+		if e.cfg.Brake != nil && e.cfg.Brake.Stopped(m.Batch) {
+			// Claimed before the outbox suspended its batch: it waits with it.
+			f.handedBack, f.retryIn = "handed back: its batch "+m.Batch+" was suspended by the brake", e.cfg.Poll
+			go f.finish()
+			continue
+		}
+		flights = append(flights, f)
 	}
 	if e.cfg.Holds == nil {
-		e.launch(f, nil)
+		for _, f := range flights {
+			e.launch(f, nil)
+		}
 		return
 	}
-	go e.launchHeld(f)
+	go e.launchHeld(flights)
 }
 
 // launch queues the flight's jobs: one per destination, or, for a message

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/emersion/go-message/textproto"
@@ -65,23 +66,48 @@ func (e *Engine) countBatch(f *flight) {
 	e.cfg.Brake.Count(f.m.Batch, f.m.ID, t)
 }
 
-// holdBack reads the suppression list for the flight's pending recipients
-// and marks those it holds back; for a message of a bulk stream it returns
-// the fields each recipient's copy gets, signed with it, unless the app
-// wrote List-Unsubscribe itself: then the app's are kept, and signed.
-func (e *Engine) holdBack(f *flight) (func(rcpt string) []byte, error) {
-	f.stream = e.cfg.Holds.StreamOf(f.m, "")
-	results, _, err := e.cfg.Holds.Hold(context.Background(), f.stream, f.results, time.Now().UTC())
-	if err != nil {
-		return nil, err
+// holdBack reads the suppression list for the pending recipients of the
+// flights, one lookup for those of each stream, and marks those it holds
+// back. The flights of a stream whose lookup failed are returned.
+func (e *Engine) holdBack(flights []*flight) (failed []*flight, err error) {
+	byStream := map[string][]*flight{}
+	var streams []string
+	for _, f := range flights {
+		f.stream = e.cfg.Holds.StreamOf(f.m, "")
+		if _, ok := byStream[f.stream]; !ok {
+			streams = append(streams, f.stream)
+		}
+		byStream[f.stream] = append(byStream[f.stream], f)
 	}
-	f.results = results
+	now := time.Now().UTC()
+	for _, stream := range streams {
+		fs := byStream[stream]
+		var all []outcome.Recipient
+		for _, f := range fs {
+			all = append(all, f.results...)
+		}
+		held, _, herr := e.cfg.Holds.Hold(context.Background(), stream, all, now)
+		if herr != nil {
+			failed, err = append(failed, fs...), herr
+			continue
+		}
+		for _, f := range fs {
+			f.results, held = held[:len(f.results):len(f.results)], held[len(f.results):]
+		}
+	}
+	return failed, err
+}
+
+// bulkFields returns, for a message of a bulk stream, the fields each
+// recipient's copy gets, signed with it; nil for another message, or one
+// whose app wrote List-Unsubscribe itself: the app's are kept, and signed.
+func (e *Engine) bulkFields(f *flight) func(rcpt string) []byte {
 	u := e.cfg.Unsubscribes
 	if u == nil || !u.Bulk(f.stream) || e.hasUnsubscribe(f.m) {
-		return nil, nil
+		return nil
 	}
 	stream, id := f.stream, f.m.ID
-	return func(rcpt string) []byte { return u.Fields(stream, rcpt, id) }, nil
+	return func(rcpt string) []byte { return u.Fields(stream, rcpt, id) }
 }
 
 // hasUnsubscribe reports whether the message's header holds
@@ -97,17 +123,20 @@ func (e *Engine) hasUnsubscribe(m *backends.Message) bool {
 	return err == nil && h.Has("List-Unsubscribe")
 }
 
-// launchHeld dispatches a flight once the suppression list is read; one
-// that cannot be read hands the message back, the attempt uncounted.
-func (e *Engine) launchHeld(f *flight) {
-	fields, err := e.holdBack(f)
-	if err != nil {
-		e.log.Error("delivery: cannot read the suppression list; the message is handed back and tried again", "id", f.m.ID, "error", err)
-		f.handedBack, f.retryIn = "the suppression list could not be read: "+err.Error(), e.cfg.Poll
-		f.finish()
-		return
+// launchHeld dispatches the flights once the suppression list is read;
+// those whose lookup failed hand their messages back, the attempt
+// uncounted.
+func (e *Engine) launchHeld(flights []*flight) {
+	failed, err := e.holdBack(flights)
+	for _, f := range flights {
+		if slices.Contains(failed, f) {
+			e.log.Error("delivery: cannot read the suppression list; the message is handed back and tried again", "id", f.m.ID, "error", err)
+			f.handedBack, f.retryIn = "the suppression list could not be read: "+err.Error(), e.cfg.Poll
+			f.finish()
+			continue
+		}
+		e.launch(f, e.bulkFields(f))
 	}
-	e.launch(f, fields)
 }
 
 // recordFindings adds to the suppression list the hard verdicts of the

@@ -15,7 +15,7 @@ import (
 // ListKey is where a message stands in a SQL store's listing, and so where
 // the next page starts: for a listing of a status the claim order
 // (priority, queue time, creation, id), for one of every message the
-// creation and id. The cursor List returns is its JSON, in base64.
+// creation and id, for one of a batch the id. The cursor List returns is its JSON, in base64.
 type ListKey struct {
 	Priority int       `json:"p,omitempty"`
 	At       time.Time `json:"a"`

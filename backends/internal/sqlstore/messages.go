@@ -99,20 +99,31 @@ func counts(ctx context.Context, db DB, st Stmt) (map[backends.Status]int, error
 }
 
 // Listing is what a SQL store's List reads: a page of a status's messages
-// of one claim_held, and a page of every message, each from the cursor on
-// (nil: the first page), in rows of a message's columns and its queue
-// time.
+// of one claim_held, a page of every message, and a page of a batch's
+// messages (of q.Status when set), each from the cursor on (nil: the first
+// page), in rows of a message's columns and its queue time.
 type Listing struct {
 	Status func(q backends.ListQuery, after *ListKey, held bool) Stmt
 	All    func(q backends.ListQuery, after *ListKey) Stmt
+	Batch  func(q backends.ListQuery, after *ListKey) Stmt
 }
 
-// List is a SQL store's List (ListPages). A status is listed in claim
-// order from the claim index, one range per value of claim_held (READY's
-// held messages are listed too), each read from the cursor on in index
-// order, and merged; every message, newest first.
+// List is a SQL store's List (ListPages). A batch's messages are listed
+// in id order from the index of batches, whose entries end with the id,
+// the status, when asked for, a filter of the rows. A status is listed in
+// claim order from the claim index, one range per value of claim_held
+// (READY's held messages are listed too), each read from the cursor on in
+// index order, and merged; every message, newest first.
 func (s Store) List(ctx context.Context, l Listing, q backends.ListQuery) ([]*backends.Message, string, error) {
+	if q.Batch != "" {
+		if err := backends.CheckBatch(q.Batch); err != nil {
+			return nil, "", err
+		}
+	}
 	return ListPages(q, func(q backends.ListQuery, after *ListKey) ([]Listed, error) {
+		if q.Batch != "" {
+			return s.listed(ctx, l.Batch(q, after))
+		}
 		if q.Status == "" {
 			return s.listed(ctx, l.All(q, after))
 		}

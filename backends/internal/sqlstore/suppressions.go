@@ -308,9 +308,7 @@ func (l Suppressions) Unsuppress(ctx context.Context, r backends.SuppressionRemo
 // ListSuppressions is backends.Suppressions.ListSuppressions: it reads one entry
 // past the page, which tells that another follows.
 func (l Suppressions) ListSuppressions(ctx context.Context, q backends.SuppressionQuery) ([]backends.Suppression, string, error) {
-	if q.Limit <= 0 {
-		return nil, "", fmt.Errorf("a page of suppressions of %d entries: ask for one at least", q.Limit)
-	}
+	q.Limit = q.PageSize()
 	var after *[2]string
 	if q.After != "" {
 		key, scope, err := backends.ParseSuppressionCursor(q.After)
