@@ -148,6 +148,19 @@ type api struct {
 	readyLast  *ReadyCounts
 }
 
+// listLimit reads a list's ?limit=, def when there is none.
+func listLimit(r *http.Request, def int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxListLimit {
+		return 0, fmt.Errorf("limit %q: give a number from 1 to %d", s, maxListLimit)
+	}
+	return n, nil
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -251,13 +264,10 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Status = st
 	}
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
-			return
-		}
-		q.Limit = n
+	var err error
+	if q.Limit, err = listLimit(r, q.Limit); err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	msgs, next, err := a.store.List(r.Context(), q)
 	if errors.Is(err, backends.ErrBadCursor) {
@@ -477,14 +487,10 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "state %q: use pending, calling, acked or parked", state)
 		return
 	}
-	limit := defaultListLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
-			return
-		}
-		limit = n
+	limit, err := listLimit(r, defaultListLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	events, err := a.store.EventsByState(r.Context(), state, limit)
 	if err != nil {

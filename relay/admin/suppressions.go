@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -121,7 +120,7 @@ func (a *api) suppressionRoutes(mux *http.ServeMux) {
 // and limit.
 func suppressionQuery(r *http.Request, limit int) (backends.SuppressionQuery, error) {
 	v := r.URL.Query()
-	q := backends.SuppressionQuery{Prefix: strings.TrimSpace(v.Get("prefix")), Limit: limit}
+	q := backends.SuppressionQuery{Prefix: strings.TrimSpace(v.Get("prefix"))}
 	if at := strings.LastIndexByte(q.Prefix, '@'); at >= 0 {
 		q.Prefix = q.Prefix[:at] + strings.ToLower(q.Prefix[at:])
 	}
@@ -139,14 +138,9 @@ func suppressionQuery(r *http.Request, limit int) (backends.SuppressionQuery, er
 		}
 		q.After = string(b)
 	}
-	if s := v.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			return q, fmt.Errorf("limit %q: give a number from 1 to %d", s, maxListLimit)
-		}
-		q.Limit = n
-	}
-	return q, nil
+	var err error
+	q.Limit, err = listLimit(r, limit)
+	return q, err
 }
 
 func (a *api) listSuppressions(w http.ResponseWriter, r *http.Request) {
