@@ -54,11 +54,11 @@ func ReadCSV(r io.Reader, now time.Time) ([]backends.Suppression, error) {
 // with a reason that is not known, is an import; one without a time was
 // made at now.
 func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, error) {
-	max := c.MaxBytes
-	if max <= 0 {
-		max = DefaultMaxCSVBytes
+	limit := c.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxCSVBytes
 	}
-	br := bufio.NewReaderSize(&boundedReader{r: r, max: max, line: 1}, 64<<10)
+	br := bufio.NewReaderSize(&boundedReader{r: r, max: limit, line: 1}, 64<<10)
 	if bom, _ := br.Peek(3); string(bom) == "\uFEFF" {
 		br.Discard(3) // a spreadsheet's byte order mark
 	}
