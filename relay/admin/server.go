@@ -174,13 +174,15 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 }
 
 // storeError answers for an outbox error. The outbox's own verdicts (not
-// found, a status that changed) are told as they are; the text of any
-// other failure may name files, sockets and hosts of the machine, and
-// goes to the log only.
+// found, a status that changed, a cursor it did not give) are told as they
+// are; the text of any other failure may name files, sockets and hosts of
+// the machine, and goes to the log only.
 func (a *api) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, backends.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, backends.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, backends.ErrLockNotAcquired):
 		writeError(w, http.StatusConflict, "the message changed status meanwhile; look at it again and retry: %v", err)
 	case errors.Is(err, backends.ErrInvalidTransition):
@@ -270,10 +272,6 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msgs, next, err := a.store.List(r.Context(), q)
-	if errors.Is(err, backends.ErrBadCursor) {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
 	if err != nil {
 		a.storeError(w, r, err)
 		return

@@ -150,10 +150,6 @@ func (a *api) listSuppressions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	entries, next, err := a.store.ListSuppressions(r.Context(), q)
-	if errors.Is(err, backends.ErrBadCursor) {
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
 	if err != nil {
 		a.storeError(w, r, err)
 		return
