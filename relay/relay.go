@@ -131,7 +131,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newQueueCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
+		newQueueCollector(r.outbox), newSuppressionCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
 			Help: "Times a message's file could not be read (missing, I/O error); the message waits and is tried again."},
 			func() float64 { n, _ := r.spool.Unreadable(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "postino_outcomes_kept",
