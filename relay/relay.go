@@ -205,6 +205,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Receipts:   r.bodies,
 			Token:      token,
 			Thresholds: cfg.Brake.adminThresholds(),
+			Policy:     r.policy,
 			Log:        log,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
