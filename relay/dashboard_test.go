@@ -21,6 +21,7 @@ import (
 	"github.com/emersion/go-smtp"
 
 	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
 	"github.com/genropy/postino/spool"
 )
@@ -256,6 +257,32 @@ func TestDashboard(t *testing.T) {
 		p.wantActions(heldID)
 		p.checkReadable()
 		p.shot("retried")
+		p.checkConsole()
+	})
+
+	t.Run("Campaigns", func(t *testing.T) {
+		cfg, up := testConfig(t)
+		pickyUpstream(up)
+		cfg.Brake = relay.BrakeConfig{MinSent: 4, HardRate: 0.2, ComplaintRate: 0.01}
+		rl := start(t, cfg)
+		addr := rl.r.SMTPAddr().String()
+		for i := range 6 {
+			to := fmt.Sprintf("someone%d@example.net", i)
+			if i%2 == 0 {
+				to = fmt.Sprintf("nobody@d%d.example.net", i)
+			}
+			sendTo(t, addr, []string{to}, "X-Postino-Batch: camp\r\n", "hello\r\n")
+		}
+		p := chrome.tab(t, rl)
+		// The brake trips camp (half of its recipients are refused); the page says why, with the
+		// rate over its threshold marked.
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#campaigns tr[data-batch="camp"] .badge`)),
+			chromedp.WaitVisible(chromedp.CSS(`#campaigns tr[data-batch="camp"] td.over`)))
+		if got := p.text(`#campaigns`); !strings.Contains(got, "TRIPPED") || !strings.Contains(got, "suspended by the brake: hard verdicts") {
+			t.Errorf("campaigns read %q", got)
+		}
+		p.checkReadable()
+		p.shot("campaigns")
 		p.checkConsole()
 	})
 

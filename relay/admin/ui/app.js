@@ -180,13 +180,18 @@ async function refresh() {
     // So do the latest failed, bounced and undelivered messages.
     const listed = Object.entries(stats.counts || {}).some(([st, n]) => n > 0 && LISTED.test(st));
     const recent = listed ? await api('/v1/stats/recent') : {};
-    last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready,
-      suspended: stats.suspended_batches || []};
+    const suspended = stats.suspended_batches || [];
+    // A batch suspended or activated since: its campaign row changes now.
+    if (String(suspended) !== String(last.suspended)) campaignTick = 0;
+    last = {counts: stats.counts || {}, minutes: stats.minutes || [], ready, suspended};
     drawQueue();
     drawSuspended();
     drawCharts();
     drawRecent(recent);
     await drawSupCounts();
+    // A batch's progress reads its messages: every sixth refresh, after
+    // an action, and when a batch was suspended or activated.
+    if (campaignTick++ % 6 === 0) await drawCampaigns();
     if (openId) await showMessage(openId);
     setUpdated('updated ' + fmtTime(new Date().toISOString()), false);
   } catch (err) {
@@ -252,6 +257,41 @@ function drawSuspended() {
       el('code', {}, c),
       el('button', {type: 'button', class: 'secondary', dataset: {action: 'activate', batch: c}}, 'Activate'))))
     : el('p', {class: 'empty'}, 'No batch is suspended.'));
+}
+
+let campaignTick = 0;
+
+// pct writes a share (0.05) as a percentage.
+const pct = f => (100 * f).toFixed(1) + '%';
+
+// drawCampaigns lists the batches with their progress, and the brake's
+// rates against its thresholds; a rate over its threshold is marked, and
+// a tripped batch says why.
+async function drawCampaigns() {
+  const page = await api('/v1/batches?limit=20');
+  redraw($('#campaigns'), page, p => {
+    const batches = p.batches || [];
+    if (!batches.length) return el('p', {class: 'empty'}, 'No batch has sent anything yet.');
+    const rate = (r, max, tried, min) => el('td', {class: 'count' + (tried >= min && r > max ? ' over' : ''),
+      title: `threshold ${pct(max)}, counted once ${min} are tried`}, pct(r));
+    return el('table', {class: 'campaigns'},
+      el('thead', {}, el('tr', {}, ...['batch', 'sent', 'failed', 'bounced', 'suppressed', 'waiting', 'held', 'hard', 'complaints', '']
+        .map(h => el('th', {}, h)))),
+      el('tbody', {}, batches.map(b => {
+        const g = b.progress, k = b.brake, tried = k.sent + k.hard;
+        return [
+          el('tr', {dataset: {batch: b.code}},
+            el('th', {}, el('code', {}, b.code), b.suspended ? badge(b.tripped ? 'TRIPPED' : 'SUSPENDED') : ''),
+            ...[g.sent, g.failed, g.bounced, g.suppressed, g.waiting + g.in_flight, g.held].map(n => el('td', {class: 'count'}, n)),
+            rate(k.hard_rate, k.max_hard_rate, tried, k.min_sent),
+            rate(k.complaint_rate, k.max_complaint_rate, tried, k.min_sent),
+            el('td', {}, b.suspended
+              ? el('button', {type: 'button', class: 'secondary', dataset: {action: 'activate', batch: b.code}}, 'Activate')
+              : '')),
+          ...(b.tripped ? [el('tr', {class: 'waiting note'}, el('td', {colspan: 10}, b.tripped))] : []),
+        ];
+      }).flat()));
+  });
 }
 
 // TRAFFIC are the outcomes the first chart shows side by side each
@@ -716,6 +756,7 @@ async function onClick(ev) {
   disarm(b);
   // Show the outcome now, and again in a moment: an action sets off
   // status changes that take a little while (a retried message is sent).
+  campaignTick = 0;
   refresh();
   setTimeout(refresh, 1500);
 }
