@@ -206,3 +206,66 @@ func TestServeFlagsOverrideEnv(t *testing.T) {
 		t.Errorf("serve exit %d:\n%s", code, errOut.String())
 	}
 }
+
+// TestBatchCommands: batch list and show give a campaign's progress, queue
+// list --batch its messages, held ones saying by which batch, and batch
+// cancel ends its waiting messages with the reason.
+func TestBatchCommands(t *testing.T) {
+	r := startRelay(t)
+	admin := r.AdminAddr().String()
+	sendAfter := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	for _, id := range []string{"camp-1", "camp-2"} {
+		sendOne(t, r.SMTPAddr().String(), "X-Genro-Mail-ID: "+id+"\r\nX-Postino-Batch: camp\r\nX-Postino-Send-After: "+sendAfter+"\r\n")
+	}
+	// Both READY, and counted into the batch (the brake flushes each second).
+	deadline := time.Now().Add(60 * time.Second)
+	var b struct {
+		Code     string         `json:"code"`
+		Statuses map[string]int `json:"statuses"`
+		Progress struct {
+			Messages int `json:"messages"`
+			Waiting  int `json:"waiting"`
+			Held     int `json:"held"`
+			Failed   int `json:"failed"`
+		} `json:"progress"`
+	}
+	for b.Statuses["READY"] != 2 || b.Progress.Messages != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("batch show --json: %+v", b)
+		}
+		time.Sleep(50 * time.Millisecond)
+		cli(t, "batch", "show", "camp", "--admin", admin) // the text form runs too
+		b.Statuses = nil
+		cliJSON(t, &b, "batch", "show", "camp", "--json", "--admin", admin)
+	}
+	out, _, code := cli(t, "batch", "list", "--admin", admin)
+	if code != 0 || !strings.HasPrefix(out, "BATCH") || !strings.Contains(out, "camp") || !strings.Contains(out, "active") {
+		t.Errorf("batch list: %d\n%s", code, out)
+	}
+	cli(t, "batch", "suspend", "camp", "--admin", admin)
+	out, _, code = cli(t, "queue", "list", "--batch", "camp", "--admin", admin)
+	if code != 0 || strings.Count(out, "held: batch camp suspended") != 2 {
+		t.Errorf("queue list --batch camp:\n%s", out)
+	}
+	var page struct {
+		Messages []struct {
+			ID     string `json:"id"`
+			HeldBy string `json:"held_by"`
+		} `json:"messages"`
+	}
+	cliJSON(t, &page, "queue", "list", "--batch", "camp", "--json", "--admin", admin)
+	if len(page.Messages) != 2 || page.Messages[0].HeldBy != "camp" {
+		t.Errorf("queue list --batch --json: %+v", page)
+	}
+	if _, errOut, code := cli(t, "batch", "cancel", "camp", "--admin", admin); code == 0 || !strings.Contains(errOut, "--reason") {
+		t.Errorf("batch cancel without --reason: %d %s", code, errOut)
+	}
+	out, _, code = cli(t, "batch", "cancel", "camp", "--reason", "wrong list", "--admin", admin)
+	if code != 0 || !strings.Contains(out, "2 waiting messages ended FAILED") {
+		t.Errorf("batch cancel: %d %s", code, out)
+	}
+	cliJSON(t, &b, "batch", "show", "camp", "--json", "--admin", admin)
+	if b.Progress.Failed != 2 || b.Progress.Held != 0 {
+		t.Errorf("after the cancel: %+v", b)
+	}
+}
