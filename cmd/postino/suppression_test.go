@@ -6,10 +6,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/genropy/postino/relay"
+	"github.com/genropy/postino/relay/relaytest"
 )
 
 func TestSuppressionCommands(t *testing.T) {
-	r := startRelay(t)
+	cfg := relay.DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.SMTP.Listen, cfg.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Streams = []relay.StreamConfig{{Name: "news"}}
+	r, _ := relaytest.Start(t, cfg)
 	adminAddr := r.AdminAddr().String()
 	run := func(args ...string) (string, string, int) {
 		t.Helper()
