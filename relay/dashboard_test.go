@@ -291,7 +291,7 @@ func TestDashboard(t *testing.T) {
 		rl := start(t, cfg)
 		ctx := context.Background()
 		if _, err := rl.client.ImportSuppressions(ctx, strings.NewReader("address,scope,reason\n"+
-			"gone@example.net,*,hard_bounce\nangry@Example.net,news,complaint\nann@example.org,*,manual\n")); err != nil {
+			"gone@example.net,*,hard_bounce\nangry@Example.net,news,complaint\nann@example.org,*,manual\n"), ""); err != nil {
 			t.Fatal(err)
 		}
 		p := chrome.tab(t, rl)

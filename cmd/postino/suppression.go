@@ -215,6 +215,7 @@ func suppressionImport(ctx context.Context, inv *invocation) error {
 	fs := inv.flags()
 	asJSON := jsonFlag(fs)
 	op := operatorFlag(fs)
+	scope := fs.String("scope", "", "the `stream` of the lines that name none (an ESP's unsubscribes: the stream they unsubscribed from); default every stream")
 	c, args, err := inv.client(fs, "FILE")
 	if err != nil {
 		return err
@@ -229,7 +230,7 @@ func suppressionImport(ctx context.Context, inv *invocation) error {
 		in = f
 	}
 	c.Operator = operatorName(*op)
-	res, err := c.ImportSuppressions(ctx, in)
+	res, err := c.ImportSuppressions(ctx, in, *scope)
 	return answer(inv.stdout, *asJSON, res, err, func() error {
 		_, err := fmt.Fprintf(inv.stdout, "imported %d entries\n", res.Imported)
 		return err

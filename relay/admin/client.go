@@ -315,9 +315,13 @@ func (c *Client) Unsuppress(ctx context.Context, addr, scope, note string) (Remo
 
 // ImportSuppressions sends a CSV file, taken whole or not at all: a file
 // with bad lines is an *APIError that lists them.
-func (c *Client) ImportSuppressions(ctx context.Context, csv io.Reader) (ImportResult, error) {
+func (c *Client) ImportSuppressions(ctx context.Context, csv io.Reader, scope string) (ImportResult, error) {
 	var out ImportResult
-	err := c.send(ctx, http.MethodPost, "/v1/suppressions/import", nil, csv, "text/csv", &out)
+	var q url.Values
+	if scope != "" {
+		q = url.Values{"scope": {scope}}
+	}
+	err := c.send(ctx, http.MethodPost, "/v1/suppressions/import", q, csv, "text/csv", &out)
 	return out, err
 }
 

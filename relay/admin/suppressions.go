@@ -425,7 +425,14 @@ func (a *api) notSuppressed(w http.ResponseWriter, r *http.Request, addr, scope 
 // importSuppressions takes a CSV file whole, or nothing of it.
 func (a *api) importSuppressions(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
-	entries, err := suppression.CSVImport{MaxBytes: a.opts.MaxImportBytes}.Read(r.Body, now)
+	scope := r.URL.Query().Get("scope")
+	if scope != "" && scope != backends.ScopeAll {
+		if err := backends.CheckStream(scope); err != nil {
+			writeError(w, http.StatusBadRequest, "scope: %v", err)
+			return
+		}
+	}
+	entries, err := suppression.CSVImport{MaxBytes: a.opts.MaxImportBytes, Scope: scope}.Read(r.Body, now)
 	var bad *suppression.CSVError
 	switch {
 	case errors.As(err, &bad):

@@ -104,7 +104,7 @@ func TestSuppressionAddShowRemove(t *testing.T) {
 
 func importText(t *testing.T, c *Client, text string) (ImportResult, error) {
 	t.Helper()
-	return c.ImportSuppressions(context.Background(), strings.NewReader(text))
+	return c.ImportSuppressions(context.Background(), strings.NewReader(text), "")
 }
 
 func TestSuppressionListAndCounts(t *testing.T) {

@@ -1,6 +1,7 @@
 package suppression
 
 import (
+	"cmp"
 	"bufio"
 	"bytes"
 	"context"
@@ -37,6 +38,12 @@ var ErrCSVTooLarge = errors.New("the file is larger than an import takes")
 type CSVImport struct {
 	// MaxBytes bounds the file; 0 is DefaultMaxCSVBytes.
 	MaxBytes int64
+	// Scope is the stream of the lines of a reason that concerns one
+	// stream (an unsubscribe, a complaint) that name none. Without it such
+	// a line is refused: an ESP's unsubscribes must not hold back password
+	// resets. Lines of the other reasons that name none are of every
+	// stream.
+	Scope string
 }
 
 // ReadCSV reads a file of entries with the default limits.
@@ -84,7 +91,7 @@ func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, err
 	var entries []backends.Suppression
 	end := cr.InputOffset()
 	if headerless {
-		e, err := cols.entry(head, now)
+		e, err := cols.entry(head, c.Scope, now)
 		if err != nil {
 			bad.add(1, err.Error())
 		}
@@ -110,7 +117,7 @@ func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, err
 			bad.add(line, fmt.Sprintf("%d fields, where the first line has %d: quote a field that holds a %q", len(rec), cols.fields, cr.Comma))
 			continue
 		}
-		e, err := cols.entry(rec, now)
+		e, err := cols.entry(rec, c.Scope, now)
 		if err != nil {
 			bad.add(line, err.Error())
 			continue
@@ -282,7 +289,7 @@ func headerName(h string) string {
 }
 
 // entry makes the entry of a record, checked.
-func (c *csvColumnsOf) entry(rec []string, now time.Time) (backends.Suppression, error) {
+func (c *csvColumnsOf) entry(rec []string, scope string, now time.Time) (backends.Suppression, error) {
 	field := func(i int) string {
 		if i < 0 {
 			return ""
@@ -290,6 +297,9 @@ func (c *csvColumnsOf) entry(rec []string, now time.Time) (backends.Suppression,
 		return strings.TrimSpace(rec[i])
 	}
 	e := backends.Suppression{Scope: backends.ScopeAll, Reason: c.reason(rec)}
+	if e.Reason == backends.ReasonUnsubscribe || e.Reason == backends.ReasonComplaint {
+		e.Scope = cmp.Or(scope, backends.ScopeAll)
+	}
 	// Cloned: a record's fields share one string, the whole line's.
 	e.Address = strings.Clone(strings.TrimSuffix(strings.TrimPrefix(field(c.address), "<"), ">"))
 	if s := field(c.scope); s != "" && s != backends.ScopeAll {
@@ -311,6 +321,9 @@ func (c *csvColumnsOf) entry(rec []string, now time.Time) (backends.Suppression,
 	}
 	if err := e.Check(); err != nil {
 		return e, err
+	}
+	if e.Scope == backends.ScopeAll && (e.Reason == backends.ReasonUnsubscribe || e.Reason == backends.ReasonComplaint) && field(c.scope) == "" {
+		return e, fmt.Errorf("an entry of reason %s concerns one stream, and the line names none: add a scope column, or import with --scope STREAM (scope=STREAM in the API)", e.Reason)
 	}
 	if e.Key == e.Address {
 		e.Address = e.Key // one string for the two

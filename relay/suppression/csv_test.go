@@ -27,7 +27,8 @@ func readFixture(t *testing.T, name string) ([]backends.Suppression, error) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	return ReadCSV(f, csvNow)
+	// The ESPs' unsubscribes and complaints name no stream: news.
+	return CSVImport{Scope: "news"}.Read(f, csvNow)
 }
 
 // row is what a test checks of an entry.
@@ -62,13 +63,13 @@ func TestReadCSV(t *testing.T) {
 		}},
 		{"ses.csv", []row{
 			{"bounced@example.com", "bounced@example.com", "*", backends.ReasonHardBounce, "2026-01-02T03:04:05Z", ""},
-			{"complained@example.com", "complained@example.com", "*", backends.ReasonComplaint, "2026-01-02T03:04:05Z", ""},
+			{"complained@example.com", "complained@example.com", "news", backends.ReasonComplaint, "2026-01-02T03:04:05Z", ""},
 		}},
 		{"postmark.csv", []row{
 			{"hard@example.com", "hard@example.com", "*", backends.ReasonHardBounce, "2026-01-02T15:04:05Z", ""},
-			{"spam@example.com", "spam@example.com", "*", backends.ReasonComplaint, "2026-01-02T15:04:05Z", ""},
+			{"spam@example.com", "spam@example.com", "news", backends.ReasonComplaint, "2026-01-02T15:04:05Z", ""},
 			{"manual@example.com", "manual@example.com", "*", backends.ReasonManual, "2026-01-02T15:04:05Z", ""},
-			{"unsub@example.com", "unsub@example.com", "*", backends.ReasonUnsubscribe, "2026-01-02T15:04:05Z", ""},
+			{"unsub@example.com", "unsub@example.com", "news", backends.ReasonUnsubscribe, "2026-01-02T15:04:05Z", ""},
 		}},
 		{"sendgrid.csv", []row{
 			{"bounce@example.com", "bounce@example.com", "*", backends.ReasonHardBounce, "2026-01-02T03:04:05Z", ""},
@@ -79,7 +80,7 @@ func TestReadCSV(t *testing.T) {
 			{"later@example.com", "later@example.com", "*", backends.ReasonImport, "2026-01-02T03:04:05Z", ""},
 		}},
 		{"mailchimp.csv", []row{
-			{"reader@example.com", "reader@example.com", "*", backends.ReasonUnsubscribe, "2026-01-02T03:04:05Z", ""},
+			{"reader@example.com", "reader@example.com", "news", backends.ReasonUnsubscribe, "2026-01-02T03:04:05Z", ""},
 		}},
 		{"semicolon.csv", []row{
 			{"semi@example.com", "semi@example.com", "news", backends.ReasonManual, now, ""},
@@ -345,4 +346,24 @@ func FuzzReadCSV(f *testing.F) {
 			t.Fatalf("read %d entries, PrepareImport refuses: %v", len(entries), err)
 		}
 	})
+}
+
+// TestReadCSVStreamReasons: an unsubscribe or complaint that names no
+// stream is refused without a default one: it would hold back every
+// stream, password resets included.
+func TestReadCSVStreamReasons(t *testing.T) {
+	text := "address,reason\nhard@example.com,hard_bounce\nunsub@example.com,unsubscribe\nall@example.com,complaint\n"
+	_, err := ReadCSV(strings.NewReader(text), csvNow)
+	var bad *CSVError
+	if !errors.As(err, &bad) || len(bad.Lines) != 2 || !strings.Contains(err.Error(), "--scope STREAM") {
+		t.Fatalf("without a stream: %v", err)
+	}
+	entries, err := CSVImport{Scope: "news"}.Read(strings.NewReader(text), csvNow)
+	if err != nil || len(entries) != 3 || entries[0].Scope != backends.ScopeAll || entries[1].Scope != "news" || entries[2].Scope != "news" {
+		t.Errorf("with --scope news: %+v %v", entries, err)
+	}
+	entries, err = ReadCSV(strings.NewReader("address,scope,reason\nall@example.com,*,unsubscribe\n"), csvNow)
+	if err != nil || len(entries) != 1 || entries[0].Scope != backends.ScopeAll {
+		t.Errorf("a scope of every stream written out: %+v %v", entries, err)
+	}
 }

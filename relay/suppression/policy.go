@@ -198,18 +198,25 @@ func Explain(e backends.Suppression) string {
 // Refused returns the entry that refuses addr at RCPT of m, a message
 // whose envelope is being given, when the stream m gets without a header
 // of its own (its route's) refuses suppressed recipients; nil otherwise.
-// At RCPT the message's header is not read yet: the stream it may name
-// holds its recipients back later, as ModeRecord does.
+// Only an entry of every stream refuses: at RCPT the message's header is
+// not read yet, and it may name another stream (a password reset sent
+// through a newsletter's route), so an entry of one stream holds its
+// recipients back later, as ModeRecord does.
 func (p *Policy) Refused(ctx context.Context, m *backends.Message, addr string, now time.Time) (*backends.Suppression, error) {
 	stream := p.StreamOf(m, "")
 	if p.cfg.Streams[stream].Mode != ModeRefuse {
 		return nil, nil
 	}
 	entries, err := p.Blocking(ctx, stream, []string{addr}, now)
-	if err != nil || len(entries) == 0 {
+	if err != nil {
 		return nil, err
 	}
-	return &entries[0], nil
+	for _, e := range entries {
+		if e.Scope == backends.ScopeAll {
+			return &e, nil
+		}
+	}
+	return nil, nil
 }
 
 // Evidence is what a finding rests on.

@@ -148,4 +148,12 @@ func TestRefused(t *testing.T) {
 	if e, _ := p.Refused(ctx, news, "blocked@example.com", now); e != nil {
 		t.Errorf("news records, it does not refuse: %+v", e)
 	}
+	// An entry of the route's stream alone does not refuse: the header,
+	// read later, may name another stream.
+	if _, err := p.Complaint(ctx, "alerts", "angry@example.com", Evidence{}, now); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := p.Refused(ctx, app, "angry@example.com", now); err != nil || e != nil {
+		t.Errorf("refused at RCPT for an entry of one stream: %+v %v", e, err)
+	}
 }
