@@ -1,9 +1,9 @@
 package suppression
 
 import (
-	"cmp"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"errors"
