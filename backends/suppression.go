@@ -130,12 +130,17 @@ type SuppressionChange struct {
 
 // Apply returns the entry that c makes of cur (nil when the address and
 // scope have none), and whether it differs. An active entry that has not
-// expired stays as it is: its first evidence is the one kept. Otherwise the
+// expired stays as it is: its first evidence is the one kept; so does one
+// whose last strike came from the same report, read again. Otherwise the
 // change is a strike, counted with the earlier ones of the same window, and
 // the entry becomes active once they reach Need.
 func (c SuppressionChange) Apply(cur *Suppression) (Suppression, bool) {
 	now := c.Entry.Created
 	if cur != nil && cur.Blocks(now) {
+		return *cur, false
+	}
+	if cur != nil && c.Entry.ReportID != "" && cur.ReportID == c.Entry.ReportID {
+		// The report of the last strike, read again: one strike.
 		return *cur, false
 	}
 	next := c.Entry

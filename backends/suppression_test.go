@@ -39,6 +39,13 @@ func TestSuppressionChangeApply(t *testing.T) {
 	expired := active
 	expired.Expires = t0.Add(time.Hour)
 	pending := Suppression{Key: "a@b.c", Scope: ScopeAll, Strikes: 1, FirstStrike: t0}
+	fromReport := pending
+	fromReport.ReportID = "r1"
+	reported := func(d time.Duration) SuppressionChange {
+		c := change(d, 2)
+		c.Entry.ReportID = "r1"
+		return c
+	}
 	tests := []struct {
 		name        string
 		cur         *Suppression
@@ -54,6 +61,8 @@ func TestSuppressionChangeApply(t *testing.T) {
 		{"second past the window", &pending, change(25*time.Hour, 2), true, false, 1, t0.Add(25 * time.Hour)},
 		{"active stays", &active, change(time.Hour, 0), false, true, 1, t0},
 		{"expired is made again", &expired, change(2*time.Hour, 0), true, true, 1, t0.Add(2 * time.Hour)},
+		{"the same report again", &fromReport, reported(time.Hour), false, false, 1, t0},
+		{"another report", &fromReport, func() SuppressionChange { c := reported(time.Hour); c.Entry.ReportID = "r2"; return c }(), true, true, 2, t0},
 	}
 	for _, tc := range tests {
 		next, changed := tc.c.Apply(tc.cur)

@@ -205,6 +205,17 @@ var checkErrors = []struct {
 	want   string
 }{
 	{"no data directory", func(c *Config) { c.DataDir = "" }, "data_dir"},
+	{"unsubscribe over http", func(c *Config) { c.Unsubscribe.BaseURL = "http://unsub.example.com" }, "unsubscribe.base_url"},
+	{"unsubscribe URL that breaks the field", func(c *Config) { c.Unsubscribe.BaseURL = "https://unsub.example.com/a>b" }, "unsubscribe.base_url"},
+	{"unsubscribe mailto with a name", func(c *Config) {
+		c.Unsubscribe.BaseURL, c.Unsubscribe.Mailto = "https://unsub.example.com", "Unsub <u@example.com>"
+	}, "unsubscribe.mailto"},
+	{"bulk stream without unsubscribe", func(c *Config) { c.Streams = []StreamConfig{{Name: "news", Bulk: true}} }, "needs unsubscribe.base_url"},
+	{"stream mode", func(c *Config) { c.Streams = []StreamConfig{{Name: "news", Mode: "drop"}} }, "streams[0].mode"},
+	{"stream blocks", func(c *Config) { c.Streams = []StreamConfig{{Name: "news", Blocks: []string{"spam"}}} }, "streams[0].blocks"},
+	{"route of no stream", func(c *Config) { c.Routes.Default.Stream = "news" }, "routes.default.stream"},
+	{"rule after without within", func(c *Config) { c.Suppression.HardBounce.After = 2 }, "suppression.hard_bounce: after 2 needs within"},
+	{"brake rate", func(c *Config) { c.Brake.HardRate = 5 }, "brake:"},
 	{"smtp listen", func(c *Config) { c.SMTP.Listen = "2525" }, "smtp.listen"},
 	{"admin listen", func(c *Config) { c.Admin.Listen = "8525" }, "admin.listen"},
 	{"allowed network", func(c *Config) { c.SMTP.AllowNetworks = []string{"lan"} }, "smtp.allow_networks"},

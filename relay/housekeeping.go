@@ -144,6 +144,28 @@ func (r *Relay) purge(ctx context.Context) {
 	if err := r.outbox.PruneMinutes(ctx, time.Now().Add(-backends.MinutesKept)); err != nil {
 		r.log.Warn("retention: cannot prune the counts per minute; will retry", "error", err)
 	}
+	r.pruneSuppressions(ctx)
+}
+
+// pruneSuppressions removes the suppression entries that expired, page by
+// page: they block nothing already, and would stay in the counts and the
+// lists. Their history keeps an expired row each.
+func (r *Relay) pruneSuppressions(ctx context.Context) {
+	total := 0
+	for ctx.Err() == nil {
+		n, err := r.outbox.PruneSuppressions(ctx, time.Now().UTC(), purgeChunk)
+		if err != nil {
+			r.log.Warn("retention: cannot prune the expired suppression entries; will retry", "error", err)
+			return
+		}
+		total += n
+		if n < purgeChunk {
+			break
+		}
+	}
+	if total > 0 {
+		r.log.Info("retention: removed expired suppression entries", "count", total)
+	}
 }
 
 // parkedScrapeLimit bounds the work of one scrape; past it the gauge stays at

@@ -363,7 +363,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { rd.Run(workCtx) })
 	}
 	wg.Go(func() { r.housekeeping(workCtx) })
-	wg.Go(func() { r.brake.Run(workCtx, time.Second) })
+	// The brake counts until delivery and the mailboxes have stopped: it
+	// flushes what they counted last.
+	brakeCtx, stopBrake := context.WithCancel(context.Background())
+	var braking sync.WaitGroup
+	braking.Go(func() { r.brake.Run(brakeCtx, time.Second) })
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })
@@ -408,6 +412,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	<-delivered
 	stopCallbacks()
 	callbacks.Wait()
+	stopBrake()
+	braking.Wait()
 	r.admin.Shutdown(shutCtx)
 	if r.unsub != nil {
 		r.unsub.Shutdown(shutCtx)

@@ -456,6 +456,39 @@ func TestRetention(t *testing.T) {
 	}
 }
 
+// TestRetentionPrunesSuppressions: the housekeeping removes a suppression
+// entry that expired, keeping its history, and leaves one that has not.
+func TestRetentionPrunesSuppressions(t *testing.T) {
+	cfg, _ := testConfig(t)
+	seed(t, cfg, func(store *bolt.Store, _ *spool.Spool) {
+		for addr, expires := range map[string]time.Time{"gone@example.net": time.Now().Add(-time.Hour), "kept@example.net": time.Now().Add(time.Hour)} {
+			c := backends.SuppressionChange{Entry: backends.Suppression{Address: addr, Reason: backends.ReasonManual,
+				Created: time.Now().Add(-2 * time.Hour), Expires: expires}, By: "operator test"}
+			if err := c.Check(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Suppress(context.Background(), c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	rl := start(t, cfg)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d, err := rl.client.Suppression(context.Background(), "gone@example.net")
+		if err == nil && len(d.Entries) == 0 && len(d.History) == 2 && d.History[1].Action == backends.ActionExpired {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the expired entry was not pruned: %+v, %v", d, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if d, err := rl.client.Suppression(context.Background(), "kept@example.net"); err != nil || len(d.Entries) != 1 {
+		t.Errorf("an entry not expired yet: %+v, %v", d, err)
+	}
+}
+
 func TestReadyzReportsOutbox(t *testing.T) {
 	cfg, _ := testConfig(t)
 	rl := start(t, cfg)

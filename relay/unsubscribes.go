@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/mail"
 	"net/netip"
+	"net/url"
 	"strings"
 	"time"
 
@@ -79,16 +81,20 @@ func (c *Config) checkUnsubscribe() error {
 	if u.BaseURL == "" && u.Listen == "" {
 		return nil
 	}
-	if !strings.HasPrefix(u.BaseURL, "https://") {
-		return fmt.Errorf("unsubscribe.base_url %q: give the https: URL your ingress serves the listener at; RFC 8058 wants https", u.BaseURL)
+	if b, err := url.Parse(u.BaseURL); err != nil || b.Scheme != "https" || b.Host == "" || b.RawQuery != "" || b.Fragment != "" ||
+		len(u.BaseURL) > 200 || strings.ContainsAny(u.BaseURL, " <>\"") {
+		return fmt.Errorf("unsubscribe.base_url %q: give the https: URL your ingress serves the listener at (RFC 8058 wants https), "+
+			"with no query, at most 200 characters: it goes into every bulk message's List-Unsubscribe", u.BaseURL)
 	}
 	if u.Listen != "" {
 		if _, _, err := net.SplitHostPort(u.Listen); err != nil {
 			return fmt.Errorf("unsubscribe.listen %q is not a host:port address: %v", u.Listen, err)
 		}
 	}
-	if u.Mailto != "" && !strings.Contains(u.Mailto, "@") {
-		return fmt.Errorf("unsubscribe.mailto %q is not an address", u.Mailto)
+	if u.Mailto != "" {
+		if a, err := mail.ParseAddress(u.Mailto); err != nil || a.Address != u.Mailto || len(u.Mailto) > 200 {
+			return fmt.Errorf("unsubscribe.mailto %q: give a bare address (local@domain) of a bounce mailbox", u.Mailto)
+		}
 	}
 	if u.Rate <= 0 || u.Burst <= 0 {
 		return errors.New("unsubscribe.rate and unsubscribe.burst must be positive: the listener faces the internet")

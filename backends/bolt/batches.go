@@ -170,6 +170,9 @@ func (s *Store) TripBatch(ctx context.Context, code, reason string, at time.Time
 }
 
 func (s *Store) ListBatches(ctx context.Context, after string, limit int) ([]string, string, error) {
+	if limit <= 0 {
+		limit = backends.DefaultPageSize
+	}
 	var out []string
 	more := false
 	err := s.db.View(func(tx *bbolt.Tx) error {

@@ -291,8 +291,16 @@ func (s *Store) PruneSuppressions(ctx context.Context, now time.Time, limit int)
 		n = 0
 		for _, k := range expiredBefore(tx, now, limit) {
 			e, err := getSuppression(tx, k[8:])
-			if err != nil || e == nil {
+			if err != nil {
 				return err
+			}
+			if e == nil {
+				// An index key without its entry: dropped, so that the
+				// prune goes on past it.
+				if err := tx.Bucket(bucketSupExpiry).Delete(k); err != nil {
+					return err
+				}
+				continue
 			}
 			if err := deleteSuppression(tx, *e); err != nil {
 				return err

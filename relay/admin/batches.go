@@ -207,6 +207,16 @@ func (a *api) cancelBatch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "give the reason the batch is cancelled (reason=…): its messages' apps hear it")
 		return
 	}
+	// A mistyped code would suspend a batch of none: its messages to
+	// come would wait, unseen.
+	if counts, err := a.store.BatchCounts(r.Context(), code); err != nil || len(counts) == 0 {
+		if err == nil {
+			writeError(w, http.StatusNotFound, "no batch %s: no message carries it; postino batch list shows the batches", code)
+			return
+		}
+		a.storeError(w, r, err)
+		return
+	}
 	if err := a.store.SuspendBatch(r.Context(), code); err != nil {
 		a.storeError(w, r, err)
 		return

@@ -103,6 +103,12 @@ func TestBatches(t *testing.T) {
 	if w := serve(h, "GET", "localhost", "/v1/batches/nosuch", ""); w.Code != http.StatusNotFound {
 		t.Errorf("an unknown batch: %d", w.Code)
 	}
+	if w := serve(h, "POST", "localhost", "/v1/batches/nosuch/cancel?reason=typo", ""); w.Code != http.StatusNotFound {
+		t.Errorf("a cancel of an unknown batch: %d %s", w.Code, w.Body)
+	}
+	if codes, _ := s.SuspendedBatches(ctx); len(codes) != 2 {
+		t.Errorf("suspended %v: a cancel of an unknown batch suspended it", codes)
+	}
 }
 
 func TestProgressOf(t *testing.T) {

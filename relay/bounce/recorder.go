@@ -149,9 +149,10 @@ func (r *Recorder) Handle(ctx context.Context, raw []byte) (mailbox.Verdict, err
 	default:
 		r.count(rep.Kind, "unmatched") // its message was removed
 	}
-	if added > 0 {
-		// Once per report: one read again adds no strike.
-		if err := r.suppress(ctx, m, rep, raw); err != nil {
+	if added > 0 || again > 0 {
+		// Read again too: a finding that failed to be written is written
+		// now; the list counts one strike per report (SuppressionChange.Apply).
+		if err := r.suppress(ctx, m, rep, raw, added > 0); err != nil {
 			return 0, err
 		}
 	}

@@ -23,8 +23,10 @@ import (
 // complaint for m's stream. Addresses the message was not sent to (a
 // list's, a postmaster's, a forwarding hop) add nothing. The address is
 // written as the envelope has it, whose local part the list matches as is.
-func (r *Recorder) suppress(ctx context.Context, m *backends.Message, rep *Report, raw []byte) error {
-	r.countBatch(m, rep)
+func (r *Recorder) suppress(ctx context.Context, m *backends.Message, rep *Report, raw []byte, first bool) error {
+	if first {
+		r.countBatch(m, rep)
+	}
 	f := r.cfg.Findings
 	if f == nil {
 		return nil
@@ -56,7 +58,7 @@ func (r *Recorder) suppress(ctx context.Context, m *backends.Message, rep *Repor
 }
 
 // countBatch counts, for the brake, the report's complaint or hard
-// verdicts on the message's recipients.
+// verdicts on the message's recipients, once per report.
 func (r *Recorder) countBatch(m *backends.Message, rep *Report) {
 	if r.cfg.Brake == nil || m.Batch == "" {
 		return
@@ -67,7 +69,9 @@ func (r *Recorder) countBatch(m *backends.Message, rep *Report) {
 	}
 	for _, rc := range rep.Recipients {
 		if _, ok := enveloped(m, rc.Address()); ok && rep.Kind != KindComplaint && rc.Verdict == outcome.VerdictHard {
+			// Accepted upstream, it was counted sent: it is tried once.
 			t.Hard++
+			t.Sent--
 		}
 	}
 	r.cfg.Brake.Count(m.Batch, m.ID, t)

@@ -111,7 +111,8 @@ func (e *Engine) bulkFields(f *flight) func(rcpt string) []byte {
 }
 
 // hasUnsubscribe reports whether the message's header holds
-// List-Unsubscribe. A file that cannot be read says no: its attempt fails
+// List-Unsubscribe or List-Unsubscribe-Post: the app's are kept, never
+// doubled. A file that cannot be read says no: its attempt fails
 // as it would have.
 func (e *Engine) hasUnsubscribe(m *backends.Message) bool {
 	r, err := e.spool.Open(m.EmlPath)
@@ -120,7 +121,7 @@ func (e *Engine) hasUnsubscribe(m *backends.Message) bool {
 	}
 	defer r.Close()
 	h, err := textproto.ReadHeader(bufio.NewReader(r))
-	return err == nil && h.Has("List-Unsubscribe")
+	return err == nil && (h.Has("List-Unsubscribe") || h.Has("List-Unsubscribe-Post"))
 }
 
 // launchHeld dispatches the flights once the suppression list is read;

@@ -295,6 +295,28 @@ func TestRateLimit(t *testing.T) {
 			}
 		}
 	})
+	t.Run("one-click POSTs of valid tokens", func(t *testing.T) {
+		srv, u := serve(t, cfg)
+		target := link(t, srv, jane)
+		// A provider posts its users' unsubscribes from one address: none
+		// waits; a forged token from it is charged, then refused.
+		for i := range 5 {
+			if r := oneClick(t, target); r.status != 200 {
+				t.Fatalf("one-click POST %d: %d", i, r.status)
+			}
+		}
+		forged := target[:len(target)-3] + "AAA"
+		codes := []int{}
+		for range 3 {
+			codes = append(codes, oneClick(t, forged).status)
+		}
+		if !slices.Equal(codes, []int{400, 400, 429}) {
+			t.Errorf("forged tokens: %v, want 400 400 429", codes)
+		}
+		if n := len(u.requests()); n != 5 {
+			t.Errorf("%d unsubscribes, want 5", n)
+		}
+	})
 	t.Run("trusted proxy", func(t *testing.T) {
 		cfg := cfg
 		cfg.TrustedProxies = append(cfg.TrustedProxies, netip.MustParsePrefix("127.0.0.0/8"))
