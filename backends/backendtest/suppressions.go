@@ -35,7 +35,7 @@ type suppressionStore interface {
 func hard(addr string, d time.Duration) backends.SuppressionChange {
 	return backends.SuppressionChange{
 		Entry: backends.Suppression{Address: addr, Scope: backends.ScopeAll, Reason: backends.ReasonHardBounce,
-			MessageID: "m-" + addr, Code: "550 5.1.1", Diagnostic: "user unknown", ReportID: "dsn-1", Created: at(d)},
+			MessageID: "m-" + addr, Code: "550 5.1.1", Diagnostic: "user unknown", ReportID: "dsn-" + d.String(), Created: at(d)},
 		By: "relay test",
 	}
 }
@@ -89,7 +89,7 @@ func testSuppressionMatch(t *testing.T, s suppressionStore) {
 	}
 	e := all[0]
 	if e.Reason != backends.ReasonHardBounce || e.MessageID != "m-Jane.Doe@Example.COM" || e.Code != "550 5.1.1" ||
-		e.Diagnostic != "user unknown" || e.ReportID != "dsn-1" || !e.Created.Equal(at(0)) || e.ChangedBy != "relay test" ||
+		e.Diagnostic != "user unknown" || e.ReportID != "dsn-0s" || !e.Created.Equal(at(0)) || e.ChangedBy != "relay test" ||
 		!e.Changed.Equal(at(0)) || !e.Expires.IsZero() {
 		t.Errorf("stored entry %+v", e)
 	}
@@ -136,6 +136,13 @@ func testSuppressionStrikes(t *testing.T, s suppressionStore) {
 	}
 	if keys := blocked(t, s, "transactional", at(48*time.Hour), "a@example.org"); len(keys) != 1 {
 		t.Errorf("two strikes do not block: %v", keys)
+	}
+	// The same report read again is one strike.
+	again := twice("c@example.org", 0)
+	suppress(t, s, again)
+	again.Entry.Created = at(time.Hour)
+	if e := suppress(t, s, again); e.Strikes != 1 || e.Active {
+		t.Errorf("a report read again counted twice: %+v", e)
 	}
 	suppress(t, s, twice("b@example.org", 0))
 	if e := suppress(t, s, twice("b@example.org", 31*24*time.Hour)); e.Active || e.Strikes != 1 {
