@@ -233,8 +233,10 @@ func (e *Engine) Reserve(t *backends.Transition) bool {
 	return true
 }
 
-// Deliver delivers m, which the transition Reserve added to claimed.
-func (e *Engine) Deliver(m *backends.Message) { e.dispatch(m) }
+// Deliver delivers m, which the transition Reserve added to claimed. The
+// intake worker read the suppression list for it a moment ago: it is not
+// read again (a message that waited is, when a claim takes it).
+func (e *Engine) Deliver(m *backends.Message) { e.dispatch(true, m) }
 
 // Release gives back a place Reserve held for a transition that did not
 // land.
@@ -297,7 +299,7 @@ func (e *Engine) claim(ctx context.Context) (n, room int, err error) {
 	e.drained = err == nil && len(msgs) < room
 	e.mu.Unlock()
 	e.flights.Add(len(msgs))
-	e.dispatch(msgs...)
+	e.dispatch(false, msgs...)
 	return len(msgs), room, err
 }
 
@@ -347,8 +349,8 @@ type job struct {
 // dispatch queues the messages' jobs; each message, as claimed, carries
 // the claim's lease, and its place is counted in flight. With a
 // suppression list, it reads the list first, off the claim loop, once for
-// all the messages of a stream.
-func (e *Engine) dispatch(msgs ...*backends.Message) {
+// all the messages of a stream, unless they were held back just now.
+func (e *Engine) dispatch(held bool, msgs ...*backends.Message) {
 	flights := make([]*flight, 0, len(msgs))
 	for _, m := range msgs {
 		f := &flight{e: e, m: m, route: e.routes.get(m), start: time.Now(), results: m.RecipientResults(), hold: e.leases.Hold(m.ID, m.LeaseUntil)}
@@ -360,13 +362,19 @@ func (e *Engine) dispatch(msgs ...*backends.Message) {
 		}
 		flights = append(flights, f)
 	}
-	if e.cfg.Holds == nil {
+	switch {
+	case e.cfg.Holds == nil:
 		for _, f := range flights {
 			e.launch(f, nil)
 		}
-		return
+	case held:
+		for _, f := range flights {
+			f.stream = e.cfg.Holds.StreamOf(f.m, "")
+			e.launch(f, e.bulkFields(f))
+		}
+	default:
+		go e.launchHeld(flights)
 	}
-	go e.launchHeld(flights)
 }
 
 // launch queues the flight's jobs: one per destination, or, for a message
