@@ -229,7 +229,7 @@ func (r *Relay) actOnFindings(routes *delivery.Routes, reg prometheus.Registerer
 	r.policy = suppression.New(pc, r.outbox)
 	icfg.Suppression = r.policy
 	dcfg.Holds, dcfg.Findings = r.policy, r.policy
-	if r.unsubscribes, err = r.cfg.newUnsubscribes(r.policy, r.outbox, r.dispatcher.Wake, reg); err != nil {
+	if r.unsubscribes, err = r.cfg.newUnsubscribes(r.policy, r.outbox, r.dispatcher.Wake, reg, r.log); err != nil {
 		return err
 	}
 	if r.unsubscribes != nil {

@@ -42,12 +42,13 @@ type unsubscribes struct {
 	}
 	wake  func()
 	count *prometheus.CounterVec
+	log   *slog.Logger
 }
 
 // newUnsubscribes reads the keys; nil when no stream is bulk.
 func (c *Config) newUnsubscribes(policy *suppression.Policy, events interface {
 	AddEvent(ctx context.Context, e *backends.Event) error
-}, wake func(), reg prometheus.Registerer) (*unsubscribes, error) {
+}, wake func(), reg prometheus.Registerer, log *slog.Logger) (*unsubscribes, error) {
 	if c.Unsubscribe.BaseURL == "" && c.Unsubscribe.Listen == "" {
 		return nil, nil
 	}
@@ -55,7 +56,7 @@ func (c *Config) newUnsubscribes(policy *suppression.Policy, events interface {
 	if err != nil {
 		return nil, err
 	}
-	u := &unsubscribes{keys: keys, cfg: c.Unsubscribe, policy: policy, events: events, wake: wake,
+	u := &unsubscribes{keys: keys, cfg: c.Unsubscribe, policy: policy, events: events, wake: wake, log: log,
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "postino_unsubscribes_total",
 			Help: "Unsubscribes honoured, by how they came: https (one-click) or mailto."}, []string{"via"})}
 	reg.MustRegister(u.count)
@@ -143,9 +144,13 @@ func (u *unsubscribes) Unsubscribe(ctx context.Context, r unsubscribe.Request) e
 	// One event per recipient and way: a second click is the same event.
 	e.ID = uuid.NewSHA1(unsubscribeNamespace, []byte(r.MessageID+"\x00"+r.Stream+"\x00"+r.Recipient+"\x00"+r.Via)).String()
 	switch err := u.events.AddEvent(ctx, e); {
-	case errors.Is(err, backends.ErrDuplicate), errors.Is(err, backends.ErrNotFound):
-		// Told already, or the message is gone (retention): the entry is
-		// what counts.
+	case errors.Is(err, backends.ErrDuplicate):
+		return nil // told already: a second click
+	case errors.Is(err, backends.ErrNotFound):
+		// Events belong to messages, and retention removed this one: the
+		// entry is what counts, and the log says so.
+		u.log.Info("unsubscribed; its message is gone (retention), so the plugins hear no UNSUBSCRIBED event",
+			"stream", r.Stream, "recipient", r.Recipient, "message_id", r.MessageID, "via", r.Via)
 		return nil
 	case err != nil:
 		return err
