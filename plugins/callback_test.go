@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/plugins"
 )
 
@@ -121,6 +123,100 @@ func TestCallbackEventDetails(t *testing.T) {
 	}
 	if st, _ := history(t, store, "m1"); st[len(st)-1] != backends.StatusBouncedAcknowledged {
 		t.Errorf("history %v", st)
+	}
+}
+
+// TestCallbackListEvents: the outcomes of the suppression list and the
+// brake reach a plugin process with their details, by the JSON names the
+// relay writes them under (relay/intake, relay/delivery, relay/unsubscribes.go,
+// relay/brake): SUPPRESSED with the stream and the held recipients,
+// UNSUBSCRIBED with the unsubscribe, BATCH-SUSPENDED with the counts and
+// thresholds. A plugin that asks for the two notices gets those only.
+func TestCallbackListEvents(t *testing.T) {
+	store := outboxtest.Store(t)
+	spec, out := testPlugin(t, "ok")
+	notices, noticesOut := testPlugin(t, "ok", "TESTPLUGIN_OUTCOMES=unsubscribed,BATCH-SUSPENDED")
+	notices.Name = "notices"
+	ctx := context.Background()
+
+	// held: every recipient on the list, held at intake.
+	m := &backends.Message{ID: "held", MessageID: "held@example.com", Priority: backends.PriorityNormal, Batch: "news-47", EmlPath: "held.eml",
+		Envelope: backends.Envelope{Sender: "news@example.com", Recipients: []string{"user@example.net"}}}
+	if err := store.Create(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	held := []outcome.Recipient{{Address: "user@example.net", Status: outcome.RecipientSuppressed,
+		Text: "suppressed for stream news since 2026-11-20T09:00:00Z: unsubscribe"}}
+	suppressed := backends.OutcomeEvent(backends.StatusIntaking, backends.StatusSuppressed, "not sent: every recipient is suppressed",
+		map[string]any{"stream": "news", "recipients": held})
+	for _, tr := range []backends.Transition{
+		{ID: "held", From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: time.Now().Add(time.Hour)},
+		{ID: "held", From: backends.StatusIntaking, To: backends.StatusSuppressed, Reason: suppressed.Reason, Results: held, Event: suppressed},
+	} {
+		if err := store.Transition(ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// sent: then its recipient unsubscribes, then its batch is suspended.
+	// Notices have no previous status.
+	seed(t, store, "sent", backends.StatusSent)
+	unsub := outcome.Unsubscribe{Recipient: "user@example.net", Stream: "news", Via: "https",
+		At: time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)}
+	susp := outcome.BatchSuspension{Batch: "b1", Reason: "hard verdicts 6.0% (12 of 200) over the 5.0% threshold", Sent: 200, Hard: 12, Complaints: 1,
+		MinSent: 200, MaxHardRate: 0.05, MaxComplaintRate: 0.003}
+	var ids []string
+	for _, n := range []struct {
+		outcome string
+		details map[string]any
+	}{
+		{"UNSUBSCRIBED", map[string]any{"unsubscribe": unsub}},
+		{"BATCH-SUSPENDED", map[string]any{"batch_suspension": susp}},
+	} {
+		e := backends.OutcomeEvent("", backends.Status(n.outcome), "added "+n.outcome, n.details)
+		e.MessageID = "sent"
+		if err := store.AddEvent(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, e.ID)
+	}
+
+	run(t, store, 50*time.Millisecond, spec, notices)
+	waitEvents(t, store, "held", backends.EventAcked)
+	waitEvents(t, store, "sent", backends.EventAcked)
+	got := map[string]call{}
+	for _, c := range calls(t, out) {
+		got[c.EventID] = c
+	}
+	if len(got) != 4 {
+		t.Fatalf("the plugin got %d events, want 4 (SUPPRESSED, SENT, UNSUBSCRIBED, BATCH-SUSPENDED)", len(got))
+	}
+
+	c := got[suppressed.ID]
+	if c.Outcome != "SUPPRESSED" || c.PreviousStatus != "INTAKING" || c.Stream != "news" || c.Batch != "news-47" ||
+		!reflect.DeepEqual(c.Recipients, held) || c.Unsubscribe != nil || c.BatchSuspension != nil {
+		t.Errorf("SUPPRESSED: the plugin got %+v", c.Event)
+	}
+	c = got[ids[0]]
+	if c.Outcome != "UNSUBSCRIBED" || c.MessageID != "sent" || c.PreviousStatus != "" || c.Unsubscribe == nil || !reflect.DeepEqual(*c.Unsubscribe, unsub) ||
+		c.Stream != "" || c.BatchSuspension != nil {
+		t.Errorf("UNSUBSCRIBED: the plugin got %+v (unsubscribe %+v)", c.Event, c.Unsubscribe)
+	}
+	c = got[ids[1]]
+	if c.Outcome != "BATCH-SUSPENDED" || c.MessageID != "sent" || c.BatchSuspension == nil || *c.BatchSuspension != susp ||
+		c.Unsubscribe != nil {
+		t.Errorf("BATCH-SUSPENDED: the plugin got %+v (suspension %+v)", c.Event, c.BatchSuspension)
+	}
+
+	var wanted []string
+	for _, c := range calls(t, noticesOut) {
+		wanted = append(wanted, c.Outcome)
+	}
+	if !slices.Equal(wanted, []string{"UNSUBSCRIBED", "BATCH-SUSPENDED"}) {
+		t.Errorf("the plugin that wants the notices got %v", wanted)
+	}
+	if st, _ := history(t, store, "held"); st[len(st)-1] != backends.StatusSuppressedAcknowledged {
+		t.Errorf("history of held %v", st)
 	}
 }
 

@@ -277,7 +277,9 @@ func (d *Dispatcher) exhausted(e *backends.Event, failed []*runner) bool {
 
 // eventFor is what plugins are told of an event: the message's state, and
 // what the event's own details add (per-recipient results of the attempt,
-// bounce and PEC fields), in the same JSON vocabulary.
+// bounce and PEC fields, the stream of a SUPPRESSED message, an unsubscribe,
+// a batch's suspension), in the same JSON vocabulary: a detail reaches
+// plugins under the JSON name of its sdk.Event field.
 func eventFor(e *backends.Event, m *backends.Message) *sdk.Event {
 	out := &sdk.Event{
 		EventID: e.ID, MessageID: e.MessageID, RFC822MessageID: m.MessageID, Outcome: e.Outcome, Reason: e.Reason,

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/browser"
+	cdppage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/emersion/go-smtp"
 
@@ -255,6 +256,53 @@ func TestDashboard(t *testing.T) {
 		p.wantActions(heldID)
 		p.checkReadable()
 		p.shot("retried")
+		p.checkConsole()
+	})
+
+	t.Run("Suppressions", func(t *testing.T) {
+		cfg, _ := testConfig(t)
+		rl := start(t, cfg)
+		ctx := context.Background()
+		if _, err := rl.client.ImportSuppressions(ctx, strings.NewReader("address,scope,reason\n"+
+			"gone@example.net,*,hard_bounce\nangry@Example.net,news,complaint\nann@example.org,*,manual\n")); err != nil {
+			t.Fatal(err)
+		}
+		p := chrome.tab(t, rl)
+		answers := p.answerDialogs()
+		p.do(chromedp.WaitVisible(chromedp.CSS(`#sup-list[data-count="3"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#sup-counts [data-sup-reason="hard_bounce"]`)))
+		if got := p.text(`#sup-counts`); !strings.Contains(got, "3 in all") || !strings.Contains(got, "complaint 1") {
+			t.Errorf("counts %q", got)
+		}
+		if got := p.text(`#sup-list tr[data-key="angry@example.net"]`); !strings.Contains(got, "stream news") || !strings.Contains(got, "angry@Example.net") {
+			t.Errorf("the complaint's row reads %q", got)
+		}
+		p.checkReadable()
+		p.shot("suppressions")
+
+		// A search by the start of an address, its domain in any case.
+		p.do(chromedp.SendKeys(chromedp.ID("sup-prefix"), "angry@EXAMPLE"), chromedp.Click(chromedp.CSS(`#sup-form button[type=submit]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#sup-list[data-count="1"] tr[data-key="angry@example.net"]`)))
+		// A count lists its reason.
+		p.do(chromedp.Evaluate[chromedp.Void](`document.getElementById('sup-prefix').value = ''`),
+			chromedp.Click(chromedp.CSS(`#sup-counts [data-sup-reason="manual"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#sup-list[data-count="1"] tr[data-key="ann@example.org"]`)))
+
+		// Remove asks why; without an answer nothing is removed.
+		answers <- nil
+		p.do(chromedp.Click(chromedp.CSS(`#sup-list tr[data-key="ann@example.org"] button[data-action=unsuppress]`)))
+		answers <- new("asked by phone")
+		p.do(chromedp.Click(chromedp.CSS(`#sup-list tr[data-key="ann@example.org"] button[data-action=unsuppress]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#sup-list[data-count="0"]`)))
+		if got := p.text(`#notice`); got != "ann@example.org is off the suppression list for every stream." {
+			t.Errorf("notice %q", got)
+		}
+		d, err := rl.client.Suppression(ctx, "ann@example.org")
+		if err != nil || len(d.Entries) != 0 || len(d.History) != 2 || d.History[1].Note != "asked by phone" || d.History[1].By != "operator" {
+			t.Errorf("after the removal: %+v, %v", d, err)
+		}
+		p.do(chromedp.Poll[chromedp.Void](`document.querySelector('#sup-counts').textContent.includes('2 in all')`,
+			chromedp.WithPollingTimeout(15*time.Second)))
 		p.checkConsole()
 	})
 
@@ -572,6 +620,28 @@ func (p *page) checkConsole() {
 	for _, m := range p.problems {
 		p.t.Errorf("the page reported: %s", m)
 	}
+}
+
+// answerDialogs answers the page's prompts with what the test sends,
+// in turn: a text accepts the prompt with it, nil dismisses it.
+func (p *page) answerDialogs() chan<- *string {
+	answers := make(chan *string, 1)
+	opening := chromedp.Events(p.ctx, cdppage.JavascriptDialogOpening)
+	go func() {
+		for _, err := range opening {
+			if err != nil {
+				return
+			}
+			a := <-answers
+			params := cdppage.HandleJavaScriptDialogParams{Accept: a != nil}
+			if a != nil {
+				params.PromptText = *a
+			}
+			// Not on the goroutine that receives the events.
+			go chromedp.Call(p.ctx, cdppage.HandleJavaScriptDialog, params)
+		}
+	}()
+	return answers
 }
 
 // jsString quotes s for a JavaScript expression.

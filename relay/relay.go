@@ -113,17 +113,10 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	}
 	r.bodies = spool.NewBodies(r.spool, store)
 
-	if r.outcomes, err = journal.Open(cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: log}); err != nil {
-		return nil, err
-	}
 	// Before the restore: the outcomes the previous run reached land while
 	// their messages are still held under its leases.
-	n, err := r.outcomes.Replay(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("start-up: the outcomes the previous run reached are not in the outbox yet; the relay starts once they are: %w", err)
-	}
-	if n > 0 {
-		log.Info("start-up: wrote the outcomes the previous run kept", "count", n)
+	if err := r.replayOutcomes(); err != nil {
+		return nil, err
 	}
 	if err := r.recover(context.Background()); err != nil {
 		return nil, err
@@ -131,7 +124,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		newQueueCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
+		newQueueCollector(r.outbox), newSuppressionCollector(r.outbox), prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "postino_spool_unreadable_total",
 			Help: "Times a message's file could not be read (missing, I/O error); the message waits and is tried again."},
 			func() float64 { n, _ := r.spool.Unreadable(); return float64(n) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "postino_outcomes_kept",
@@ -162,10 +155,6 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err != nil {
 		return nil, err
 	}
-	pc := cfg.suppressionPolicy(routes, cfg.Hostname)
-	pc.Held = suppression.NewHeldCounter(reg)
-	r.policy = suppression.New(pc, r.outbox)
-	icfg.Suppression = r.policy
 	r.signer = dkim.NewSigner(ring, dkim.NewMetrics(reg))
 	logKeys(log, ring)
 	specs := cfg.pluginSpecs()
@@ -176,16 +165,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
-	dcfg.Holds, dcfg.Findings = r.policy, r.policy
-	if r.unsubscribes, err = cfg.newUnsubscribes(r.policy, r.outbox, r.dispatcher.Wake, reg); err != nil {
-		return nil, err
-	}
-	if r.unsubscribes != nil {
-		dcfg.Unsubscribes = r.unsubscribes
-	}
-	r.brake = brake.New(cfg.Brake.thresholds(), r.outbox, log, r.dispatcher.Wake, reg)
-	dcfg.Brake = r.brake
-	if r.unsub, err = r.unsubscribes.server(&cfg, log); err != nil {
+	if err := r.actOnFindings(routes, reg, &icfg, &dcfg); err != nil {
 		return nil, err
 	}
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
@@ -205,6 +185,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Receipts:   r.bodies,
 			Token:      token,
 			Thresholds: cfg.Brake.adminThresholds(),
+			Policy:     r.policy,
 			Log:        log,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -221,6 +202,43 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// replayOutcomes opens the outcome journal and writes what the previous
+// run kept in it.
+func (r *Relay) replayOutcomes() (err error) {
+	if r.outcomes, err = journal.Open(r.cfg.journalPath(), r.outbox, journal.Options{Retry: outcomeRetry, Log: r.log}); err != nil {
+		return err
+	}
+	n, err := r.outcomes.Replay(context.Background())
+	if err != nil {
+		return fmt.Errorf("start-up: the outcomes the previous run reached are not in the outbox yet; the relay starts once they are: %w", err)
+	}
+	if n > 0 {
+		r.log.Info("start-up: wrote the outcomes the previous run kept", "count", n)
+	}
+	return nil
+}
+
+// actOnFindings makes what acts on what the relay learns of addresses and
+// batches (the suppression policy, the unsubscribes, the brake), and wires
+// it into intake's and delivery's settings.
+func (r *Relay) actOnFindings(routes *delivery.Routes, reg prometheus.Registerer, icfg *intake.Config, dcfg *delivery.Config) (err error) {
+	pc := r.cfg.suppressionPolicy(routes, r.cfg.Hostname)
+	pc.Held = suppression.NewHeldCounter(reg)
+	r.policy = suppression.New(pc, r.outbox)
+	icfg.Suppression = r.policy
+	dcfg.Holds, dcfg.Findings = r.policy, r.policy
+	if r.unsubscribes, err = r.cfg.newUnsubscribes(r.policy, r.outbox, r.dispatcher.Wake, reg); err != nil {
+		return err
+	}
+	if r.unsubscribes != nil {
+		dcfg.Unsubscribes = r.unsubscribes
+	}
+	r.brake = brake.New(r.cfg.Brake.thresholds(), r.outbox, r.log, r.dispatcher.Wake, reg)
+	dcfg.Brake = r.brake
+	r.unsub, err = r.unsubscribes.server(&r.cfg, r.log)
+	return err
 }
 
 // listen binds the SMTP and admin listeners.

@@ -15,6 +15,7 @@ var batchTests = []test[batchStore]{
 	{"SuspendedBatches", testSuspendedBatches},
 	{"SuspendedBatchDoesNotStarve", testSuspendedBatchDoesNotStarve},
 	{"Tallies", testBatchTallies},
+	{"List", testBatchList},
 	{"Progress", testBatchProgress},
 	{"ConcurrentTrips", testConcurrentTrips},
 }
@@ -79,46 +80,44 @@ func testSuspendedBatchDoesNotStarve(t *testing.T, s batchStore) {
 }
 
 // testBatchTallies: counts add up across calls, a trip suspends once and
-// says why, and activation clears the tally.
+// says why, and activation restarts the tally.
 func testBatchTallies(t *testing.T, s batchStore) {
 	ctx := context.Background()
-	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Messages: 160, Sent: 100, Hard: 3}, "other": {Sent: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"camp": {Sent: 50, Hard: 7, Complaints: 1}}); err != nil {
-		t.Fatal(err)
+	for _, add := range []map[string]backends.BatchTally{
+		{"camp": {Messages: 160, Sent: 100, Hard: 3}, "other": {Sent: 1}},
+		{"camp": {Sent: 50, Hard: 7, Complaints: 1}},
+	} {
+		if err := s.TallyBatches(ctx, add); err != nil {
+			t.Fatal(err)
+		}
 	}
 	got, err := s.BatchTallies(ctx, []string{"camp", "other", "none"})
-	if err != nil || got["camp"].Sent != 150 || got["camp"].Hard != 10 || got["camp"].Complaints != 1 || got["other"].Sent != 1 {
+	if err != nil || got["camp"] != (backends.BatchTally{Messages: 160, Sent: 150, Hard: 10, Complaints: 1}) || got["other"].Sent != 1 {
 		t.Fatalf("tallies %+v %v", got, err)
 	}
 	if _, ok := got["none"]; ok {
 		t.Error("a batch never counted has a tally")
 	}
 	ready(t, s, "c1", backends.PriorityNormal, at(0), at(0), "camp")
-	tripped, err := s.TripBatch(ctx, "camp", "hard verdicts 6.7% over 5%", at(time.Minute))
-	if err != nil || !tripped {
+	if tripped, err := s.TripBatch(ctx, "camp", "hard verdicts 6.7% over 5%", at(time.Minute)); err != nil || !tripped {
 		t.Fatalf("TripBatch = %v, %v", tripped, err)
 	}
 	if again, err := s.TripBatch(ctx, "camp", "again", at(2*time.Minute)); err != nil || again {
 		t.Errorf("a second trip = %v, %v; want false: the batch is suspended already", again, err)
 	}
-	codes, _ := s.SuspendedBatches(ctx)
-	if !slices.Equal(codes, []string{"camp"}) {
+	if codes, _ := s.SuspendedBatches(ctx); !slices.Equal(codes, []string{"camp"}) {
 		t.Errorf("suspended %v", codes)
 	}
 	if got := claimIDs(t, s, at(time.Hour), 10); len(got) != 0 {
 		t.Errorf("claimed %v from a tripped batch", got)
 	}
-	got, _ = s.BatchTallies(ctx, []string{"camp"})
-	if c := got["camp"]; c.Tripped != "hard verdicts 6.7% over 5%" || !c.TrippedAt.Equal(at(time.Minute)) || c.Sent != 150 {
+	if c := tallyOf(t, s, "camp"); c.Tripped != "hard verdicts 6.7% over 5%" || !c.TrippedAt.Equal(at(time.Minute)) || c.Sent != 150 {
 		t.Errorf("tally after the trip %+v", c)
 	}
 	if err := s.ActivateBatch(ctx, "camp"); err != nil {
 		t.Fatal(err)
 	}
-	got, _ = s.BatchTallies(ctx, []string{"camp"})
-	if c := got["camp"]; c != (backends.BatchTally{Messages: 160}) {
+	if c := tallyOf(t, s, "camp"); c != (backends.BatchTally{Messages: 160}) {
 		t.Errorf("tally after activation %+v, want only its 160 messages", c)
 	}
 	if err := s.TallyBatches(ctx, map[string]backends.BatchTally{"bad code!": {Sent: 1}}); err == nil {
@@ -126,37 +125,45 @@ func testBatchTallies(t *testing.T, s batchStore) {
 	}
 }
 
-// testBatchProgress: the batches with a tally are listed in pages, a
-// batch's messages counted by status and listed, alone or in a status.
-func testBatchProgress(t *testing.T, s batchStore) {
+func tallyOf(t *testing.T, s batchStore, code string) backends.BatchTally {
+	t.Helper()
+	got, err := s.BatchTallies(context.Background(), []string{code})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[code]
+}
+
+// testBatchList: the batches with a tally are listed in pages, in code
+// order.
+func testBatchList(t *testing.T, s batchStore) {
 	ctx := context.Background()
 	var codes []string
+	tallies := map[string]backends.BatchTally{}
 	for i := range 5 {
 		codes = append(codes, fmt.Sprintf("camp-%d", i))
-	}
-	tallies := map[string]backends.BatchTally{}
-	for _, c := range codes {
-		tallies[c] = backends.BatchTally{Messages: 1}
+		tallies[codes[i]] = backends.BatchTally{Messages: 1}
 	}
 	if err := s.TallyBatches(ctx, tallies); err != nil {
 		t.Fatal(err)
 	}
 	var listed []string
-	after := ""
-	for pages := 0; pages < 5; pages++ {
+	for after, pages := "", 0; pages == 0 || after != "" && pages < 5; pages++ {
 		page, next, err := s.ListBatches(ctx, after, 2)
 		if err != nil || len(page) > 2 {
 			t.Fatalf("ListBatches page %v %v", page, err)
 		}
-		listed = append(listed, page...)
-		if next == "" {
-			break
-		}
-		after = next
+		listed, after = append(listed, page...), next
 	}
 	if !slices.Equal(listed, codes) {
 		t.Errorf("listed %v, want %v", listed, codes)
 	}
+}
+
+// testBatchProgress: a batch's messages are counted by status and listed,
+// alone or in a status.
+func testBatchProgress(t *testing.T, s batchStore) {
+	ctx := context.Background()
 	for i := range 3 {
 		ready(t, s, fmt.Sprintf("p-ready-%d", i), backends.PriorityNormal, at(0), at(time.Duration(i)*time.Second), "camp-0")
 	}
@@ -171,10 +178,22 @@ func testBatchProgress(t *testing.T, s batchStore) {
 	if counts, _ := s.BatchCounts(ctx, "none"); len(counts) != 0 {
 		t.Errorf("counts of a batch without messages %v", counts)
 	}
+	ids := listIDs(t, s, backends.ListQuery{Batch: "camp-0", Limit: 2})
+	slices.Sort(ids)
+	if want := []string{"p-ready-0", "p-ready-1", "p-ready-2", "p-sent"}; !slices.Equal(ids, want) {
+		t.Errorf("List of the batch %v, want %v", ids, want)
+	}
+	if ids := listIDs(t, s, backends.ListQuery{Batch: "camp-0", Status: backends.StatusSentAcknowledged, Limit: 10}); !slices.Equal(ids, []string{"p-sent"}) {
+		t.Errorf("List of the batch's acknowledged messages: %v", ids)
+	}
+}
+
+// listIDs pages through a listing and returns the ids, in its order.
+func listIDs(t *testing.T, s batchStore, q backends.ListQuery) []string {
+	t.Helper()
 	var ids []string
-	q := backends.ListQuery{Batch: "camp-0", Limit: 2}
-	for pages := 0; pages < 5; pages++ {
-		page, next, err := s.List(ctx, q)
+	for pages := 0; pages < 100; pages++ {
+		page, next, err := s.List(context.Background(), q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,14 +205,7 @@ func testBatchProgress(t *testing.T, s batchStore) {
 		}
 		q.After = next
 	}
-	slices.Sort(ids)
-	if want := []string{"p-ready-0", "p-ready-1", "p-ready-2", "p-sent"}; !slices.Equal(ids, want) {
-		t.Errorf("List of the batch %v, want %v", ids, want)
-	}
-	page, _, err := s.List(ctx, backends.ListQuery{Batch: "camp-0", Status: backends.StatusSentAcknowledged, Limit: 10})
-	if err != nil || len(page) != 1 || page[0].ID != "p-sent" {
-		t.Errorf("List of the batch's acknowledged messages: %d, %v", len(page), err)
-	}
+	return ids
 }
 
 // testConcurrentTrips: relays tripping a batch at once each run TripBatch;

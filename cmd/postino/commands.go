@@ -52,6 +52,19 @@ func commands() []command {
 		{"events list", "[--state failing|pending|calling|acked|parked] [--limit N] [--json]" + clientFlags,
 			"list the events told to plugins: by default the failing ones, with their tries", eventsList},
 		{"events replay", "ID [--json]" + clientFlags, "send a parked event to the plugins again", eventsReplay},
+		{"suppression list", "[--prefix PREFIX] [--reason REASON] [--limit N] [--after CURSOR] [--json]" + clientFlags,
+			"list the suppressed addresses, and count them by reason", suppressionList},
+		{"suppression show", "ADDRESS [--json]" + clientFlags, "show an address's entries of the suppression list and their history", suppressionShow},
+		{"suppression check", "ADDRESS [--stream STREAM] [--json]" + clientFlags,
+			"say whether mail of a stream to an address would be held back now, and by which entries", suppressionCheck},
+		{"suppression add", "ADDRESS [--scope STREAM] [--reason REASON] [--expires TIME|DURATION] [--note TEXT] [--operator NAME] [--json]" + clientFlags,
+			"suppress an address: the relay sends it no mail of the scope's streams", suppressionAdd},
+		{"suppression remove", "ADDRESS [--scope STREAM] [--note TEXT] [--operator NAME] [--json]" + clientFlags,
+			"take an address's entry off the suppression list", suppressionRemove},
+		{"suppression import", "FILE [--operator NAME] [--json]" + clientFlags,
+			"add the entries of a CSV file (- for standard input): every one, or none when a line is bad", suppressionImport},
+		{"suppression export", "[FILE] [--prefix PREFIX] [--reason REASON] [--json]" + clientFlags,
+			"write the suppression list as CSV to FILE, or to standard output", suppressionExport},
 		{"migrate", "[--backend mysql|postgres|bolt|dynamodb] [--dsn DSN] [--config FILE]", "bring a MySQL or PostgreSQL outbox's schema up to date", migrate},
 		{"submissions schema", "postgres|mysql [--table NAME]", "print the DDL of the table apps write their mail to in their own transactions", submissionsSchema},
 		{"submissions migrate", "--driver postgres|mysql --dsn DSN [--table NAME]", "create the submissions table in an app's database", submissionsMigrate},
@@ -152,9 +165,16 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// wantArgs checks the number of arguments left after the flags.
+// wantArgs checks the number of arguments left after the flags; a name
+// in brackets ([FILE]) is one that may be left out.
 func wantArgs(cmd string, args []string, names ...string) error {
-	if len(args) == len(names) {
+	optional := 0
+	for _, n := range names {
+		if strings.HasPrefix(n, "[") {
+			optional++
+		}
+	}
+	if len(args) <= len(names) && len(args) >= len(names)-optional {
 		return nil
 	}
 	if len(names) == 0 {
@@ -371,7 +391,7 @@ func usageText(all []command) string {
 	return "postino: an SMTP relay with an outbox spool\n\nUsage:\n" + indent(all, "  ") + `
 
 'postino COMMAND --help' describes a command and its flags, which may also stand before the
-command's name (postino --admin ADDR queue list). The queue, batch, events and
+command's name (postino --admin ADDR queue list). The queue, batch, events, suppression and
 health commands talk to a running relay's admin API: --admin ADDR, else the relay's own
 admin.listen (from --config or POSTINO_CONFIG, or POSTINO_ADMIN), 127.0.0.1:8525 by default,
 with the token the relay reads (admin.token_file or admin.token_env, or

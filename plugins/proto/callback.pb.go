@@ -76,8 +76,9 @@ type DescribeResponse struct {
 	// history, acknowledgements) the relay names it by its configuration, so
 	// that the name stays the same across starts and upgrades.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// Outcomes the plugin wants (SENT, FAILED, INVALID, BOUNCED, COMPLAINED,
-	// DELAYED, PEC-ACCEPTED, ...). Empty: all of them.
+	// Outcomes the plugin wants (SENT, FAILED, INVALID, SUPPRESSED, BOUNCED,
+	// COMPLAINED, DELAYED, UNSUBSCRIBED, BATCH-SUSPENDED, PEC-ACCEPTED, ...).
+	// Empty: all of them.
 	Outcomes      []string `protobuf:"bytes,2,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -172,8 +173,10 @@ type Event struct {
 	MessageId string `protobuf:"bytes,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The Message-ID header, without angle brackets.
 	Rfc822MessageId string `protobuf:"bytes,3,opt,name=rfc822_message_id,json=rfc822MessageId,proto3" json:"rfc822_message_id,omitempty"`
-	// SENT, FAILED, INVALID; later BOUNCED, COMPLAINED, DELAYED and the PEC
-	// outcomes.
+	// A status the message reaches: SENT, FAILED, INVALID, SUPPRESSED (every
+	// recipient on the suppression list), BOUNCED and the PEC outcomes; or a
+	// notice that moves no status: DELAYED, COMPLAINED, UNSUBSCRIBED,
+	// BATCH-SUSPENDED and the other PEC receipts.
 	Outcome        string `protobuf:"bytes,4,opt,name=outcome,proto3" json:"outcome,omitempty"`
 	PreviousStatus string `protobuf:"bytes,5,opt,name=previous_status,json=previousStatus,proto3" json:"previous_status,omitempty"`
 	Reason         string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -193,6 +196,12 @@ type Event struct {
 	Pec *Pec `protobuf:"bytes,15,opt,name=pec,proto3" json:"pec,omitempty"`
 	// Which try of this event this call is, from 1.
 	DeliveryAttempt int32 `protobuf:"varint,16,opt,name=delivery_attempt,json=deliveryAttempt,proto3" json:"delivery_attempt,omitempty"`
+	// The message's stream; set for a SUPPRESSED event.
+	Stream string `protobuf:"bytes,17,opt,name=stream,proto3" json:"stream,omitempty"`
+	// Set for an UNSUBSCRIBED event.
+	Unsubscribe *Unsubscribe `protobuf:"bytes,18,opt,name=unsubscribe,proto3" json:"unsubscribe,omitempty"`
+	// Set for a BATCH-SUSPENDED event.
+	BatchSuspension *BatchSuspension `protobuf:"bytes,19,opt,name=batch_suspension,json=batchSuspension,proto3" json:"batch_suspension,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -339,11 +348,33 @@ func (x *Event) GetDeliveryAttempt() int32 {
 	return 0
 }
 
+func (x *Event) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *Event) GetUnsubscribe() *Unsubscribe {
+	if x != nil {
+		return x.Unsubscribe
+	}
+	return nil
+}
+
+func (x *Event) GetBatchSuspension() *BatchSuspension {
+	if x != nil {
+		return x.BatchSuspension
+	}
+	return nil
+}
+
 // Recipient is what became of one envelope recipient.
 type Recipient struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
-	// pending, sent or failed.
+	// pending, sent, failed or suppressed (held back by the suppression
+	// list, never sent: text names the entry's reason and since when).
 	Status       string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
 	Code         int32  `protobuf:"varint,3,opt,name=code,proto3" json:"code,omitempty"`
 	EnhancedCode string `protobuf:"bytes,4,opt,name=enhanced_code,json=enhancedCode,proto3" json:"enhanced_code,omitempty"`
@@ -869,6 +900,181 @@ func (x *PecRecipient) GetType() string {
 	return ""
 }
 
+// Unsubscribe is a recipient's unsubscribe from a stream.
+type Unsubscribe struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Recipient string                 `protobuf:"bytes,1,opt,name=recipient,proto3" json:"recipient,omitempty"`
+	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	// https (one-click) or mailto.
+	Via string `protobuf:"bytes,3,opt,name=via,proto3" json:"via,omitempty"`
+	// RFC 3339 with nanoseconds, UTC.
+	At            string `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Unsubscribe) Reset() {
+	*x = Unsubscribe{}
+	mi := &file_plugins_proto_callback_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Unsubscribe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Unsubscribe) ProtoMessage() {}
+
+func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_proto_callback_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
+func (*Unsubscribe) Descriptor() ([]byte, []int) {
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Unsubscribe) GetRecipient() string {
+	if x != nil {
+		return x.Recipient
+	}
+	return ""
+}
+
+func (x *Unsubscribe) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *Unsubscribe) GetVia() string {
+	if x != nil {
+		return x.Via
+	}
+	return ""
+}
+
+func (x *Unsubscribe) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
+// BatchSuspension is the brake's suspension of a batch: why, and the
+// counts and thresholds it crossed.
+type BatchSuspension struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Batch  string                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What the brake counted: recipients accepted, hard verdicts, complaints.
+	Sent       int64 `protobuf:"varint,3,opt,name=sent,proto3" json:"sent,omitempty"`
+	Hard       int64 `protobuf:"varint,4,opt,name=hard,proto3" json:"hard,omitempty"`
+	Complaints int64 `protobuf:"varint,5,opt,name=complaints,proto3" json:"complaints,omitempty"`
+	// The thresholds; rates are shares (0.05 is 5 %).
+	MinSent          int64   `protobuf:"varint,6,opt,name=min_sent,json=minSent,proto3" json:"min_sent,omitempty"`
+	MaxHardRate      float64 `protobuf:"fixed64,7,opt,name=max_hard_rate,json=maxHardRate,proto3" json:"max_hard_rate,omitempty"`
+	MaxComplaintRate float64 `protobuf:"fixed64,8,opt,name=max_complaint_rate,json=maxComplaintRate,proto3" json:"max_complaint_rate,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BatchSuspension) Reset() {
+	*x = BatchSuspension{}
+	mi := &file_plugins_proto_callback_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchSuspension) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchSuspension) ProtoMessage() {}
+
+func (x *BatchSuspension) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_proto_callback_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchSuspension.ProtoReflect.Descriptor instead.
+func (*BatchSuspension) Descriptor() ([]byte, []int) {
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BatchSuspension) GetBatch() string {
+	if x != nil {
+		return x.Batch
+	}
+	return ""
+}
+
+func (x *BatchSuspension) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *BatchSuspension) GetSent() int64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *BatchSuspension) GetHard() int64 {
+	if x != nil {
+		return x.Hard
+	}
+	return 0
+}
+
+func (x *BatchSuspension) GetComplaints() int64 {
+	if x != nil {
+		return x.Complaints
+	}
+	return 0
+}
+
+func (x *BatchSuspension) GetMinSent() int64 {
+	if x != nil {
+		return x.MinSent
+	}
+	return 0
+}
+
+func (x *BatchSuspension) GetMaxHardRate() float64 {
+	if x != nil {
+		return x.MaxHardRate
+	}
+	return 0
+}
+
+func (x *BatchSuspension) GetMaxComplaintRate() float64 {
+	if x != nil {
+		return x.MaxComplaintRate
+	}
+	return 0
+}
+
 var File_plugins_proto_callback_proto protoreflect.FileDescriptor
 
 const file_plugins_proto_callback_proto_rawDesc = "" +
@@ -879,7 +1085,7 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\boutcomes\x18\x02 \x03(\tR\boutcomes\"\x05\n" +
-	"\x03Ack\"\x9a\x04\n" +
+	"\x03Ack\"\xc3\x05\n" +
 	"\x05Event\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1d\n" +
 	"\n" +
@@ -900,7 +1106,10 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"recipients\x121\n" +
 	"\x06bounce\x18\x0e \x01(\v2\x19.postino.plugin.v1.BounceR\x06bounce\x12(\n" +
 	"\x03pec\x18\x0f \x01(\v2\x16.postino.plugin.v1.PecR\x03pec\x12)\n" +
-	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\"\xc8\x01\n" +
+	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\x12\x16\n" +
+	"\x06stream\x18\x11 \x01(\tR\x06stream\x12@\n" +
+	"\vunsubscribe\x18\x12 \x01(\v2\x1e.postino.plugin.v1.UnsubscribeR\vunsubscribe\x12M\n" +
+	"\x10batch_suspension\x18\x13 \x01(\v2\".postino.plugin.v1.BatchSuspensionR\x0fbatchSuspension\"\xc8\x01\n" +
 	"\tRecipient\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
@@ -958,7 +1167,23 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"\x06signer\x18\x0f \x01(\tR\x06signer\"<\n" +
 	"\fPecRecipient\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type2\x9c\x01\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\"e\n" +
+	"\vUnsubscribe\x12\x1c\n" +
+	"\trecipient\x18\x01 \x01(\tR\trecipient\x12\x16\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x10\n" +
+	"\x03via\x18\x03 \x01(\tR\x03via\x12\x0e\n" +
+	"\x02at\x18\x04 \x01(\tR\x02at\"\xf4\x01\n" +
+	"\x0fBatchSuspension\x12\x14\n" +
+	"\x05batch\x18\x01 \x01(\tR\x05batch\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04sent\x18\x03 \x01(\x03R\x04sent\x12\x12\n" +
+	"\x04hard\x18\x04 \x01(\x03R\x04hard\x12\x1e\n" +
+	"\n" +
+	"complaints\x18\x05 \x01(\x03R\n" +
+	"complaints\x12\x19\n" +
+	"\bmin_sent\x18\x06 \x01(\x03R\aminSent\x12\"\n" +
+	"\rmax_hard_rate\x18\a \x01(\x01R\vmaxHardRate\x12,\n" +
+	"\x12max_complaint_rate\x18\b \x01(\x01R\x10maxComplaintRate2\x9c\x01\n" +
 	"\bCallback\x12S\n" +
 	"\bDescribe\x12\".postino.plugin.v1.DescribeRequest\x1a#.postino.plugin.v1.DescribeResponse\x12;\n" +
 	"\aDeliver\x12\x18.postino.plugin.v1.Event\x1a\x16.postino.plugin.v1.AckB0Z.github.com/genropy/postino/plugins/proto;protob\x06proto3"
@@ -975,7 +1200,7 @@ func file_plugins_proto_callback_proto_rawDescGZIP() []byte {
 	return file_plugins_proto_callback_proto_rawDescData
 }
 
-var file_plugins_proto_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_plugins_proto_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_plugins_proto_callback_proto_goTypes = []any{
 	(*DescribeRequest)(nil),  // 0: postino.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil), // 1: postino.plugin.v1.DescribeResponse
@@ -986,22 +1211,26 @@ var file_plugins_proto_callback_proto_goTypes = []any{
 	(*BounceRecipient)(nil),  // 6: postino.plugin.v1.BounceRecipient
 	(*Pec)(nil),              // 7: postino.plugin.v1.Pec
 	(*PecRecipient)(nil),     // 8: postino.plugin.v1.PecRecipient
+	(*Unsubscribe)(nil),      // 9: postino.plugin.v1.Unsubscribe
+	(*BatchSuspension)(nil),  // 10: postino.plugin.v1.BatchSuspension
 }
 var file_plugins_proto_callback_proto_depIdxs = []int32{
-	4, // 0: postino.plugin.v1.Event.recipients:type_name -> postino.plugin.v1.Recipient
-	5, // 1: postino.plugin.v1.Event.bounce:type_name -> postino.plugin.v1.Bounce
-	7, // 2: postino.plugin.v1.Event.pec:type_name -> postino.plugin.v1.Pec
-	6, // 3: postino.plugin.v1.Bounce.recipients:type_name -> postino.plugin.v1.BounceRecipient
-	8, // 4: postino.plugin.v1.Pec.recipients:type_name -> postino.plugin.v1.PecRecipient
-	0, // 5: postino.plugin.v1.Callback.Describe:input_type -> postino.plugin.v1.DescribeRequest
-	3, // 6: postino.plugin.v1.Callback.Deliver:input_type -> postino.plugin.v1.Event
-	1, // 7: postino.plugin.v1.Callback.Describe:output_type -> postino.plugin.v1.DescribeResponse
-	2, // 8: postino.plugin.v1.Callback.Deliver:output_type -> postino.plugin.v1.Ack
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4,  // 0: postino.plugin.v1.Event.recipients:type_name -> postino.plugin.v1.Recipient
+	5,  // 1: postino.plugin.v1.Event.bounce:type_name -> postino.plugin.v1.Bounce
+	7,  // 2: postino.plugin.v1.Event.pec:type_name -> postino.plugin.v1.Pec
+	9,  // 3: postino.plugin.v1.Event.unsubscribe:type_name -> postino.plugin.v1.Unsubscribe
+	10, // 4: postino.plugin.v1.Event.batch_suspension:type_name -> postino.plugin.v1.BatchSuspension
+	6,  // 5: postino.plugin.v1.Bounce.recipients:type_name -> postino.plugin.v1.BounceRecipient
+	8,  // 6: postino.plugin.v1.Pec.recipients:type_name -> postino.plugin.v1.PecRecipient
+	0,  // 7: postino.plugin.v1.Callback.Describe:input_type -> postino.plugin.v1.DescribeRequest
+	3,  // 8: postino.plugin.v1.Callback.Deliver:input_type -> postino.plugin.v1.Event
+	1,  // 9: postino.plugin.v1.Callback.Describe:output_type -> postino.plugin.v1.DescribeResponse
+	2,  // 10: postino.plugin.v1.Callback.Deliver:output_type -> postino.plugin.v1.Ack
+	9,  // [9:11] is the sub-list for method output_type
+	7,  // [7:9] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_plugins_proto_callback_proto_init() }
@@ -1015,7 +1244,7 @@ func file_plugins_proto_callback_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_proto_callback_proto_rawDesc), len(file_plugins_proto_callback_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -17,8 +17,11 @@ type Event struct {
 	MessageID string `json:"message_id"`
 	// RFC822MessageID is its Message-ID header, without angle brackets.
 	RFC822MessageID string `json:"rfc822_message_id,omitempty"`
-	// Outcome is SENT, FAILED or INVALID; later BOUNCED, COMPLAINED,
-	// DELAYED and the PEC outcomes.
+	// Outcome is a status the message reaches: SENT, FAILED, INVALID,
+	// SUPPRESSED (every recipient on the suppression list), BOUNCED and
+	// the PEC outcomes; or a notice that moves no status: DELAYED,
+	// COMPLAINED, UNSUBSCRIBED, BATCH-SUSPENDED and the other PEC
+	// receipts.
 	Outcome        string      `json:"outcome"`
 	PreviousStatus string      `json:"previous_status,omitempty"`
 	Reason         string      `json:"reason,omitempty"`
@@ -31,6 +34,12 @@ type Event struct {
 	Recipients     []Recipient `json:"recipients"`
 	Bounce         *Bounce     `json:"bounce,omitempty"`
 	PEC            *PEC        `json:"pec,omitempty"`
+	// Stream is the message's stream, set for a SUPPRESSED event.
+	Stream string `json:"stream,omitempty"`
+	// Unsubscribe is set for an UNSUBSCRIBED event.
+	Unsubscribe *Unsubscribe `json:"unsubscribe,omitempty"`
+	// BatchSuspension is set for a BATCH-SUSPENDED event.
+	BatchSuspension *BatchSuspension `json:"batch_suspension,omitempty"`
 	// DeliveryAttempt counts the tries of this event, from 1.
 	DeliveryAttempt int `json:"delivery_attempt"`
 }
@@ -50,6 +59,10 @@ type (
 	PEC = outcome.PEC
 	// PECRecipient is one recipient a PEC receipt lists.
 	PECRecipient = outcome.PECRecipient
+	// Unsubscribe is a recipient's unsubscribe from a stream.
+	Unsubscribe = outcome.Unsubscribe
+	// BatchSuspension is the brake's suspension of a batch.
+	BatchSuspension = outcome.BatchSuspension
 )
 
 // FromProto converts the wire form.
@@ -57,7 +70,7 @@ func FromProto(e *pb.Event) *Event {
 	out := &Event{
 		EventID: e.EventId, MessageID: e.MessageId, RFC822MessageID: e.Rfc822MessageId, Outcome: e.Outcome,
 		PreviousStatus: e.PreviousStatus, Reason: e.Reason, At: e.At, Attempts: int(e.Attempts), Sender: e.Sender,
-		Batch: e.Batch, Priority: int(e.Priority), Route: e.Route, DeliveryAttempt: int(e.DeliveryAttempt),
+		Batch: e.Batch, Priority: int(e.Priority), Route: e.Route, DeliveryAttempt: int(e.DeliveryAttempt), Stream: e.Stream,
 		Recipients: make([]Recipient, len(e.Recipients)),
 	}
 	for i, r := range e.Recipients {
@@ -80,6 +93,13 @@ func FromProto(e *pb.Event) *Event {
 			out.PEC.Recipients = append(out.PEC.Recipients, PECRecipient{Address: r.Address, Type: r.Type})
 		}
 	}
+	if u := e.Unsubscribe; u != nil {
+		out.Unsubscribe = &Unsubscribe{Recipient: u.Recipient, Stream: u.Stream, Via: u.Via, At: parseTime(u.At)}
+	}
+	if b := e.BatchSuspension; b != nil {
+		out.BatchSuspension = &BatchSuspension{Batch: b.Batch, Reason: b.Reason, Sent: b.Sent, Hard: b.Hard, Complaints: b.Complaints,
+			MinSent: b.MinSent, MaxHardRate: b.MaxHardRate, MaxComplaintRate: b.MaxComplaintRate}
+	}
 	return out
 }
 
@@ -88,7 +108,7 @@ func ToProto(e *Event) *pb.Event {
 	out := &pb.Event{
 		EventId: e.EventID, MessageId: e.MessageID, Rfc822MessageId: e.RFC822MessageID, Outcome: e.Outcome,
 		PreviousStatus: e.PreviousStatus, Reason: e.Reason, At: e.At, Attempts: int32(e.Attempts), Sender: e.Sender,
-		Batch: e.Batch, Priority: int32(e.Priority), Route: e.Route, DeliveryAttempt: int32(e.DeliveryAttempt),
+		Batch: e.Batch, Priority: int32(e.Priority), Route: e.Route, DeliveryAttempt: int32(e.DeliveryAttempt), Stream: e.Stream,
 	}
 	for _, r := range e.Recipients {
 		out.Recipients = append(out.Recipients, &pb.Recipient{Address: r.Address, Status: r.Status, Verdict: string(r.Verdict), Code: int32(r.Code),
@@ -109,6 +129,13 @@ func ToProto(e *Event) *pb.Event {
 		for _, r := range p.Recipients {
 			out.Pec.Recipients = append(out.Pec.Recipients, &pb.PecRecipient{Address: r.Address, Type: r.Type})
 		}
+	}
+	if u := e.Unsubscribe; u != nil {
+		out.Unsubscribe = &pb.Unsubscribe{Recipient: u.Recipient, Stream: u.Stream, Via: u.Via, At: formatTime(u.At)}
+	}
+	if b := e.BatchSuspension; b != nil {
+		out.BatchSuspension = &pb.BatchSuspension{Batch: b.Batch, Reason: b.Reason, Sent: b.Sent, Hard: b.Hard, Complaints: b.Complaints,
+			MinSent: b.MinSent, MaxHardRate: b.MaxHardRate, MaxComplaintRate: b.MaxComplaintRate}
 	}
 	return out
 }

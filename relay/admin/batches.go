@@ -134,14 +134,10 @@ func (a *api) batchView(ctx context.Context, code string, suspended map[string]b
 
 // batches answers GET /v1/batches: a page of batches with their progress.
 func (a *api) batches(w http.ResponseWriter, r *http.Request) {
-	limit := defaultListLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
-			return
-		}
-		limit = n
+	limit, err := listLimit(r, defaultListLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	codes, next, err := a.store.ListBatches(r.Context(), r.URL.Query().Get("after"), limit)
 	if err != nil {

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,10 @@ type Client struct {
 	Base string
 	// Token is the admin token, when the relay asks for one.
 	Token string
-	HTTP  *http.Client
+	// Operator names who makes the changes, in the suppression list's
+	// history.
+	Operator string
+	HTTP     *http.Client
 }
 
 // APIError is an error answer of the API.
@@ -42,12 +46,24 @@ func (c *Client) url(path string, q url.Values) string {
 }
 
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), nil)
+	return c.send(ctx, method, path, q, nil, "", out)
+}
+
+// request makes a call; an answer that is not a 2xx is an *APIError. The
+// caller closes the body of the answer it gets.
+func (c *Client) request(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if c.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Operator != "" {
+		req.Header.Set(HeaderOperator, c.Operator)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
 	}
 	hc := c.HTTP
 	if hc == nil {
@@ -55,28 +71,39 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, out 
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("cannot reach the relay's admin API at %s (is postino serve running? see --admin): %w", c.Base, err)
+		return nil, fmt.Errorf("cannot reach the relay's admin API at %s (is postino serve running? see --admin): %w", c.Base, err)
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	var e Error
+	if b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20)); err == nil && json.Unmarshal(b, &e) == nil && e.Error != "" {
+		return nil, &APIError{StatusCode: resp.StatusCode, Message: e.Error}
+	}
+	return nil, &APIError{StatusCode: resp.StatusCode, Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
+}
+
+// send makes a call with a body (nil: none) and decodes its answer into
+// out: JSON, or the bytes themselves into a *[]byte.
+func (c *Client) send(ctx context.Context, method, path string, q url.Values, body io.Reader, contentType string, out any) error {
+	resp, err := c.request(ctx, method, path, q, body, contentType)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return fmt.Errorf("read answer of %s %s: %w", method, path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e Error
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return &APIError{StatusCode: resp.StatusCode, Message: e.Error}
-		}
-		return &APIError{StatusCode: resp.StatusCode, Message: fmt.Sprintf("%s %s: %s", method, path, resp.Status)}
 	}
 	if out == nil {
 		return nil
 	}
 	if raw, ok := out.(*[]byte); ok {
-		*raw = body
+		*raw = b
 		return nil
 	}
-	if err := json.Unmarshal(body, out); err != nil {
+	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("answer of %s %s is not what this client expects (a different postino version?): %w", method, path, err)
 	}
 	return nil
@@ -201,6 +228,112 @@ func (c *Client) Replay(ctx context.Context, id string) (Event, error) {
 	var out Event
 	err := c.do(ctx, http.MethodPost, "/v1/events/"+url.PathEscape(id)+"/replay", nil, &out)
 	return out, err
+}
+
+// SuppressionFilter selects entries of the list.
+type SuppressionFilter struct {
+	// Prefix of the address; its domain is matched in any case.
+	Prefix string
+	// Reason, when set, keeps the entries of that reason.
+	Reason string
+	// After is the Next of the page before; Limit the page's size.
+	After string
+	Limit int
+}
+
+func (f SuppressionFilter) values() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"prefix": f.Prefix, "reason": f.Reason, "after": f.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	return q
+}
+
+// ListSuppressions returns a page of the list's active entries.
+func (c *Client) ListSuppressions(ctx context.Context, f SuppressionFilter) (SuppressionList, error) {
+	var out SuppressionList
+	err := c.do(ctx, http.MethodGet, "/v1/suppressions", f.values(), &out)
+	return out, err
+}
+
+// SuppressionCounts counts the active entries by reason.
+func (c *Client) SuppressionCounts(ctx context.Context) (SuppressionCounts, error) {
+	var out SuppressionCounts
+	err := c.do(ctx, http.MethodGet, "/v1/suppressions/counts", nil, &out)
+	return out, err
+}
+
+// Suppression returns an address's entries and history.
+func (c *Client) Suppression(ctx context.Context, addr string) (SuppressionDetail, error) {
+	var out SuppressionDetail
+	err := c.do(ctx, http.MethodGet, "/v1/suppressions/"+url.PathEscape(addr), nil, &out)
+	return out, err
+}
+
+// CheckSuppression says whether mail of stream (transactional when empty)
+// to addr would be held back now.
+func (c *Client) CheckSuppression(ctx context.Context, addr, stream string) (SuppressionCheck, error) {
+	var q url.Values
+	if stream != "" {
+		q = url.Values{"stream": {stream}}
+	}
+	var out SuppressionCheck
+	err := c.do(ctx, http.MethodGet, "/v1/suppressions/"+url.PathEscape(addr)+"/check", q, &out)
+	return out, err
+}
+
+// Suppress adds an operator's entry.
+func (c *Client) Suppress(ctx context.Context, s NewSuppression) (AddedSuppression, error) {
+	b, err := json.Marshal(s)
+	if err != nil {
+		return AddedSuppression{}, err
+	}
+	var out AddedSuppression
+	err = c.send(ctx, http.MethodPost, "/v1/suppressions", nil, bytes.NewReader(b), "application/json", &out)
+	return out, err
+}
+
+// Unsuppress removes the entry of addr and scope ("*" when empty), with
+// the operator's note.
+func (c *Client) Unsuppress(ctx context.Context, addr, scope, note string) (RemovedSuppression, error) {
+	q := url.Values{}
+	if scope != "" {
+		q.Set("scope", scope)
+	}
+	if note != "" {
+		q.Set("note", note)
+	}
+	var out RemovedSuppression
+	err := c.do(ctx, http.MethodDelete, "/v1/suppressions/"+url.PathEscape(addr), q, &out)
+	return out, err
+}
+
+// ImportSuppressions sends a CSV file, taken whole or not at all: a file
+// with bad lines is an *APIError that lists them.
+func (c *Client) ImportSuppressions(ctx context.Context, csv io.Reader) (ImportResult, error) {
+	var out ImportResult
+	err := c.send(ctx, http.MethodPost, "/v1/suppressions/import", nil, csv, "text/csv", &out)
+	return out, err
+}
+
+// ExportSuppressions writes the active entries f selects (its After and
+// Limit aside) to w as CSV, as the relay streams them.
+func (c *Client) ExportSuppressions(ctx context.Context, w io.Writer, f SuppressionFilter) error {
+	f.After, f.Limit = "", 0
+	resp, err := c.request(ctx, http.MethodGet, "/v1/suppressions/export", f.values(), nil, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return fmt.Errorf("the export was cut short (%w): export again", err)
+	}
+	return nil
 }
 
 // IsNotFound reports whether err is the API's 404.

@@ -35,6 +35,16 @@ type Store interface {
 	Counts(ctx context.Context) (map[backends.Status]int, error)
 	ByMessageID(ctx context.Context, messageID string) ([]*backends.Message, error)
 	Minutes(ctx context.Context, since time.Time) ([]backends.Minute, error)
+
+	// The suppression list.
+	Suppress(ctx context.Context, c backends.SuppressionChange) (backends.Suppression, error)
+	Suppressed(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error)
+	SuppressionsOf(ctx context.Context, addr string) ([]backends.Suppression, error)
+	Unsuppress(ctx context.Context, r backends.SuppressionRemoval) error
+	SuppressionHistory(ctx context.Context, addr string) ([]backends.SuppressionEvent, error)
+	ListSuppressions(ctx context.Context, q backends.SuppressionQuery) ([]backends.Suppression, string, error)
+	SuppressionCounts(ctx context.Context) (map[backends.SuppressionReason]int, error)
+	ImportSuppressions(ctx context.Context, entries []backends.Suppression, by string) error
 }
 
 // Options wire the API to the rest of the relay.
@@ -54,6 +64,12 @@ type Options struct {
 	WakeEvents func()
 	// Receipts are the receipts kept with the messages (PEC evidence).
 	Receipts Receipts
+	// Policy says which entries hold a stream's mail back, for
+	// GET /v1/suppressions/{address}/check; without it, every reason does.
+	Policy Policy
+	// MaxImportBytes bounds a file POST /v1/suppressions/import takes;
+	// 0 is suppression.DefaultMaxCSVBytes.
+	MaxImportBytes int64
 	// Token, when set, is required of every call but the probes.
 	Token string
 	// Thresholds are the brake's, shown with each batch's rates.
@@ -99,6 +115,7 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/stats/ready", a.readyStats)
 	mux.HandleFunc("GET /v1/stats/recent", a.recentStats)
 	mux.HandleFunc("GET /v1/search", a.search)
+	a.suppressionRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -131,6 +148,19 @@ type api struct {
 	readyLast  *ReadyCounts
 }
 
+// listLimit reads a list's ?limit=, def when there is none.
+func listLimit(r *http.Request, def int) (int, error) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxListLimit {
+		return 0, fmt.Errorf("limit %q: give a number from 1 to %d", s, maxListLimit)
+	}
+	return n, nil
+}
+
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -144,13 +174,15 @@ func writeError(w http.ResponseWriter, code int, format string, args ...any) {
 }
 
 // storeError answers for an outbox error. The outbox's own verdicts (not
-// found, a status that changed) are told as they are; the text of any
-// other failure may name files, sockets and hosts of the machine, and
-// goes to the log only.
+// found, a status that changed, a cursor it did not give) are told as they
+// are; the text of any other failure may name files, sockets and hosts of
+// the machine, and goes to the log only.
 func (a *api) storeError(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, backends.ErrNotFound):
 		writeError(w, http.StatusNotFound, "%v", err)
+	case errors.Is(err, backends.ErrBadCursor):
+		writeError(w, http.StatusBadRequest, "%v", err)
 	case errors.Is(err, backends.ErrLockNotAcquired):
 		writeError(w, http.StatusConflict, "the message changed status meanwhile; look at it again and retry: %v", err)
 	case errors.Is(err, backends.ErrInvalidTransition):
@@ -234,19 +266,12 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		}
 		q.Status = st
 	}
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
-			return
-		}
-		q.Limit = n
-	}
-	msgs, next, err := a.store.List(r.Context(), q)
-	if errors.Is(err, backends.ErrBadCursor) {
+	var err error
+	if q.Limit, err = listLimit(r, q.Limit); err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	msgs, next, err := a.store.List(r.Context(), q)
 	if err != nil {
 		a.storeError(w, r, err)
 		return
@@ -460,14 +485,10 @@ func (a *api) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "state %q: use pending, calling, acked or parked", state)
 		return
 	}
-	limit := defaultListLimit
-	if s := r.URL.Query().Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > maxListLimit {
-			writeError(w, http.StatusBadRequest, "limit %q: give a number from 1 to %d", s, maxListLimit)
-			return
-		}
-		limit = n
+	limit, err := listLimit(r, defaultListLimit)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
 	}
 	events, err := a.store.EventsByState(r.Context(), state, limit)
 	if err != nil {

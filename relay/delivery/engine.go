@@ -708,8 +708,12 @@ func (f *flight) transition(d decision, now time.Time, attemptNo int) backends.T
 	}
 	t.Details, _ = json.Marshal(a)
 	if t.To == backends.StatusSent || t.To == backends.StatusFailed || t.To == backends.StatusSuppressed {
-		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason,
-			map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": d.results})
+		details := map[string]any{"attempts": attemptNo, "route": f.route.Name, "recipients": d.results}
+		if t.To == backends.StatusSuppressed {
+			// As intake's: plugins are told which stream's list held them.
+			details["stream"] = f.stream
+		}
+		t.Event = backends.OutcomeEvent(backends.StatusProcessing, t.To, t.Reason, details)
 		t.Event.At = now
 		if len(t.Then) > 0 {
 			t.Event.State = backends.EventAcked

@@ -3,6 +3,7 @@ package delivery
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/genropy/postino/backends"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/suppression"
 )
 
@@ -82,14 +84,25 @@ func TestDeliveryHoldsBack(t *testing.T) {
 	}
 	evs, _ := store.Events(ctx, "all-held")
 	if len(evs) != 1 || evs[0].Outcome != string(backends.StatusSuppressed) {
-		t.Errorf("events of all-held: %+v", evs)
+		t.Fatalf("events of all-held: %+v", evs)
 	}
-	// The finding is written after the outcome it comes from.
+	// Plugins are told the stream and the held recipients.
+	var details struct {
+		Stream     string              `json:"stream"`
+		Recipients []outcome.Recipient `json:"recipients"`
+	}
+	if err := json.Unmarshal(evs[0].Details, &details); err != nil || details.Stream != suppression.Transactional ||
+		len(details.Recipients) != 1 || details.Recipients[0].Status != outcome.RecipientSuppressed {
+		t.Errorf("details of the SUPPRESSED event: %s (%v)", evs[0].Details, err)
+	}
+	// The hard verdict goes on the list once the outcome is recorded: wait
+	// for it.
 	var gone []backends.Suppression
 	var err error
-	for deadline := time.Now().Add(time.Minute); len(gone) == 0 && err == nil && time.Now().Before(deadline); {
-		gone, err = store.SuppressionsOf(ctx, "gone@example.net")
-		time.Sleep(10 * time.Millisecond)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if gone, err = store.SuppressionsOf(ctx, "gone@example.net"); err != nil || len(gone) > 0 {
+			break
+		}
 	}
 	if err != nil || len(gone) != 1 || gone[0].Reason != backends.ReasonHardBounce || gone[0].MessageID != "mixed" || !strings.HasPrefix(gone[0].Code, "550 5.1.1") {
 		t.Errorf("the 550 5.1.1 at RCPT: %+v %v", gone, err)

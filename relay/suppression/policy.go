@@ -143,13 +143,13 @@ func (p *Policy) Hold(ctx context.Context, stream string, results []outcome.Reci
 	if len(pending) == 0 {
 		return results, 0, nil
 	}
-	entries, err := p.store.Suppressed(ctx, stream, pending, now)
-	if err != nil {
-		return results, 0, fmt.Errorf("look up the suppression list: %w", err)
+	entries, err := p.Blocking(ctx, stream, pending, now)
+	if err != nil || len(entries) == 0 {
+		return results, 0, err
 	}
-	blocking := p.blocking(stream, entries)
-	if len(blocking) == 0 {
-		return results, 0, nil
+	blocking := make(map[string]backends.Suppression, len(entries))
+	for _, e := range entries {
+		blocking[e.Key] = e
 	}
 	out := slices.Clone(results)
 	n := 0
@@ -171,16 +171,18 @@ func (p *Policy) Hold(ctx context.Context, stream string, results []outcome.Reci
 	return out, n, nil
 }
 
-// blocking keeps, by key, the entries whose reason blocks stream.
-func (p *Policy) blocking(stream string, entries []backends.Suppression) map[string]backends.Suppression {
-	blocks := p.cfg.Streams[stream].Blocks
-	out := map[string]backends.Suppression{}
-	for _, e := range entries {
-		if e.Reason == backends.ReasonHardBounce || len(blocks) == 0 || slices.Contains(blocks, e.Reason) {
-			out[e.Key] = e
-		}
+// Blocking returns the entries that hold mail of stream to addrs back at
+// now: those the list has for the stream whose reason the stream's
+// Blocks names (a hard bounce always does).
+func (p *Policy) Blocking(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error) {
+	entries, err := p.store.Suppressed(ctx, stream, addrs, now)
+	if err != nil {
+		return nil, fmt.Errorf("look up the suppression list: %w", err)
 	}
-	return out
+	blocks := p.cfg.Streams[stream].Blocks
+	return slices.DeleteFunc(entries, func(e backends.Suppression) bool {
+		return e.Reason != backends.ReasonHardBounce && len(blocks) > 0 && !slices.Contains(blocks, e.Reason)
+	}), nil
 }
 
 // Explain says why an entry holds mail back: its reason, scope and time,
@@ -203,14 +205,11 @@ func (p *Policy) Refused(ctx context.Context, m *backends.Message, addr string, 
 	if p.cfg.Streams[stream].Mode != ModeRefuse {
 		return nil, nil
 	}
-	entries, err := p.store.Suppressed(ctx, stream, []string{addr}, now)
-	if err != nil {
-		return nil, fmt.Errorf("look up the suppression list: %w", err)
+	entries, err := p.Blocking(ctx, stream, []string{addr}, now)
+	if err != nil || len(entries) == 0 {
+		return nil, err
 	}
-	for _, e := range p.blocking(stream, entries) {
-		return &e, nil
-	}
-	return nil, nil
+	return &entries[0], nil
 }
 
 // Evidence is what a finding rests on.

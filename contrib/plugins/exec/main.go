@@ -58,17 +58,15 @@ func (r *runner) Deliver(ctx context.Context, e *sdk.Event) error {
 	return nil
 }
 
-func main() {
+func configure() (*runner, error) {
 	r := &runner{command: os.Getenv("POSTINO_EXEC_COMMAND"), timeout: 30 * time.Second}
 	if r.command == "" {
-		fmt.Fprintln(os.Stderr, "postino-exec: POSTINO_EXEC_COMMAND is not set: give the command to run for each event")
-		os.Exit(1)
+		return nil, fmt.Errorf("POSTINO_EXEC_COMMAND is not set: give the command to run for each event")
 	}
 	if t := os.Getenv("POSTINO_EXEC_TIMEOUT"); t != "" {
 		d, err := time.ParseDuration(t)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "postino-exec: POSTINO_EXEC_TIMEOUT %q: %v\n", t, err)
-			os.Exit(1)
+			return nil, fmt.Errorf("POSTINO_EXEC_TIMEOUT %q: %w", t, err)
 		}
 		r.timeout = d
 	}
@@ -76,6 +74,15 @@ func main() {
 		if o = strings.TrimSpace(o); o != "" {
 			r.outcomes = append(r.outcomes, strings.ToUpper(o))
 		}
+	}
+	return r, nil
+}
+
+func main() {
+	r, err := configure()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "postino-exec:", err)
+		os.Exit(1)
 	}
 	sdk.Serve(r)
 }

@@ -1,10 +1,17 @@
 package main
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/genropy/postino/contrib/plugins/internal/eventstest"
 )
 
 func TestSign(t *testing.T) {
@@ -15,21 +22,52 @@ func TestSign(t *testing.T) {
 	}
 }
 
+// TestDeliverPostsEvent: each event is posted whole, the details of
+// SUPPRESSED (stream), UNSUBSCRIBED (unsubscribe) and BATCH-SUSPENDED
+// (batch_suspension) included, signed over the body.
+func TestDeliverPostsEvent(t *testing.T) {
+	posted := make(chan *http.Request, 1)
+	bodies := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		posted <- r
+		bodies <- b
+	}))
+	defer srv.Close()
+	w := &webhook{url: srv.URL, secret: []byte("s"), client: srv.Client()}
+	for _, c := range eventstest.Cases(t) {
+		t.Run(c.Event.Outcome, func(t *testing.T) {
+			if err := w.Deliver(context.Background(), &c.Event); err != nil {
+				t.Fatal(err)
+			}
+			r, body := <-posted, <-bodies
+			eventstest.Check(t, "posted", body, c)
+			if sig := Sign(w.secret, r.Header.Get("X-Postino-Timestamp"), body); r.Header.Get("X-Postino-Signature") != sig ||
+				r.Header.Get("X-Postino-Event-Id") != c.Event.EventID {
+				t.Errorf("headers %v, want the signature %s and the event id", r.Header, sig)
+			}
+		})
+	}
+}
+
 func TestConfigure(t *testing.T) {
 	secretFile := filepath.Join(t.TempDir(), "secret")
 	os.WriteFile(secretFile, []byte("from-file\n"), 0o600)
 	for _, tt := range []struct {
-		name    string
-		env     map[string]string
-		secret  string
-		wantErr string
+		name     string
+		env      map[string]string
+		secret   string
+		outcomes []string
+		wantErr  string
 	}{
-		{"secret from a file, newline trimmed", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET_FILE": secretFile}, "from-file", ""},
-		{"secret from the environment", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET": "s"}, "s", ""},
-		{"no URL", map[string]string{"POSTINO_WEBHOOK_SECRET": "s"}, "", "POSTINO_WEBHOOK_URL is not set"},
-		{"no secret", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/"}, "", "no signing secret"},
-		{"missing secret file", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET_FILE": "/nonexistent"}, "", "POSTINO_WEBHOOK_SECRET_FILE"},
-		{"bad timeout", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET": "s", "POSTINO_WEBHOOK_TIMEOUT": "soon"}, "", "POSTINO_WEBHOOK_TIMEOUT"},
+		{"secret from a file, newline trimmed", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET_FILE": secretFile}, "from-file", nil, ""},
+		{"secret from the environment", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET": "s"}, "s", nil, ""},
+		{"outcomes in any case", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET": "s",
+			"POSTINO_WEBHOOK_OUTCOMES": "suppressed, Unsubscribed,BATCH-suspended"}, "s", []string{"SUPPRESSED", "UNSUBSCRIBED", "BATCH-SUSPENDED"}, ""},
+		{"no URL", map[string]string{"POSTINO_WEBHOOK_SECRET": "s"}, "", nil, "POSTINO_WEBHOOK_URL is not set"},
+		{"no secret", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/"}, "", nil, "no signing secret"},
+		{"missing secret file", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET_FILE": "/nonexistent"}, "", nil, "POSTINO_WEBHOOK_SECRET_FILE"},
+		{"bad timeout", map[string]string{"POSTINO_WEBHOOK_URL": "http://h/", "POSTINO_WEBHOOK_SECRET": "s", "POSTINO_WEBHOOK_TIMEOUT": "soon"}, "", nil, "POSTINO_WEBHOOK_TIMEOUT"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			for _, k := range []string{"POSTINO_WEBHOOK_URL", "POSTINO_WEBHOOK_SECRET_FILE", "POSTINO_WEBHOOK_SECRET", "POSTINO_WEBHOOK_TIMEOUT", "POSTINO_WEBHOOK_OUTCOMES"} {
@@ -47,6 +85,9 @@ func TestConfigure(t *testing.T) {
 			}
 			if string(w.secret) != tt.secret {
 				t.Errorf("secret %q, want %q", w.secret, tt.secret)
+			}
+			if !slices.Equal(w.Outcomes(), tt.outcomes) {
+				t.Errorf("outcomes %q, want %q", w.Outcomes(), tt.outcomes)
 			}
 		})
 	}

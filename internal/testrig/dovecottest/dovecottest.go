@@ -45,6 +45,7 @@ import (
 type Server struct {
 	Addr     string // 127.0.0.1:port, plain IMAP (STARTTLS offered when TLS is on)
 	TLSAddr  string // 127.0.0.1:port, implicit TLS (IMAPS), empty unless Options.TLS
+	LMTPAddr string // 127.0.0.1:port, LMTP delivering to User, empty unless Options.LMTP
 	User     string
 	Password string
 	CAFile   string // PEM of the CA that signed the server certificate, when TLS
@@ -66,6 +67,9 @@ type Options struct {
 	// TLS also serves IMAPS on TLSAddr and offers STARTTLS on Addr, with a
 	// certificate for 127.0.0.1 and localhost signed by the CA in CAFile.
 	TLS bool
+	// LMTP also serves LMTP on LMTPAddr (dovecot-lmtpd), delivering to
+	// User's INBOX, so that a real MTA can deliver into the mailbox.
+	LMTP bool
 }
 
 // Message is one message of a folder as the server stores it.
@@ -95,7 +99,7 @@ const mailUser = "nobody"
 // test. Without Dovecot the test is skipped, or fails when CI=true.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	bin := findDovecot(t)
+	bin := findDovecot(t, o)
 	dir := t.TempDir()
 	s := &Server{
 		User:     "bounces@example.test",
@@ -156,12 +160,16 @@ func Start(t testing.TB, o Options) *Server {
 	// that fails on a taken port is retried with new ones.
 	var err error
 	for range 5 {
-		ports := freePorts(t, 2)
+		ports := freePorts(t, 3)
 		c.Port = ports[0]
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.Port))
 		if o.TLS {
 			c.TLSPort = ports[1]
 			s.TLSAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.TLSPort))
+		}
+		if o.LMTP {
+			c.LMTPPort = ports[2]
+			s.LMTPAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(c.LMTPPort))
 		}
 		writeConfig(t, s.conf, c)
 		if err = s.run(); err == nil || !strings.Contains(err.Error(), "Address already in use") {
@@ -180,21 +188,33 @@ func Start(t testing.TB, o Options) *Server {
 }
 
 // findDovecot returns the dovecot binary. It lives in /usr/sbin, which is
-// not on every user's PATH.
-func findDovecot(t testing.TB) string {
+// not on every user's PATH. LMTP is served by another package, whose
+// binary the master runs.
+func findDovecot(t testing.TB, o Options) string {
 	t.Helper()
 	bin, err := exec.LookPath("dovecot")
 	if err != nil {
 		bin = "/usr/sbin/dovecot"
 		if _, serr := os.Stat(bin); serr != nil {
-			msg := "dovecot is missing: apt-get install -y dovecot-imapd"
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s (make test installs it through .ci/deps)", msg)
-			}
-			t.Skip(msg)
+			missing(t, "dovecot is missing: apt-get install -y dovecot-imapd")
 		}
 	}
+	if _, err := os.Stat(lmtpBin); o.LMTP && err != nil {
+		missing(t, "Dovecot's LMTP server is missing: apt-get install -y dovecot-lmtpd")
+	}
 	return bin
+}
+
+// lmtpBin is the binary dovecot-lmtpd installs.
+const lmtpBin = "/usr/lib/dovecot/lmtp"
+
+// missing skips the test for want of a package, or fails it when CI=true.
+func missing(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s (make test installs it through .ci/deps)", msg)
+	}
+	t.Skip(msg)
 }
 
 // baseDir returns where Dovecot puts its sockets and pid file. A socket
@@ -272,7 +292,7 @@ type config struct {
 	UID, GID                             string
 	Unprivileged                         bool
 	RunAs, RunAsGroup                    string // the test's user and group names, when Unprivileged
-	Port, TLSPort                        int
+	Port, TLSPort, LMTPPort              int
 	Cert, Key                            string
 }
 
@@ -287,8 +307,8 @@ state_dir = {{.StateDir}}
 log_path = {{.Log}}
 
 # The compiled-in default also lists pop3 and lmtp, which dovecot-imapd
-# does not install.
-protocols = imap
+# does not install; lmtp comes from dovecot-lmtpd, when asked for.
+protocols = imap{{if .LMTPPort}} lmtp{{end}}
 listen = 127.0.0.1
 
 # Tests log in with a plain LOGIN without TLS. Dovecot counts loopback as
@@ -346,6 +366,16 @@ service imap-login {
   chroot =
 {{- end}}
 }
+{{- if .LMTPPort}}
+
+# LMTP for an MTA on loopback. The static userdb would take any user; LMTP
+# asks the passdb whether the recipient exists, so only User is accepted.
+service lmtp {
+  inet_listener lmtp {
+    port = {{.LMTPPort}}
+  }
+}
+{{- end}}
 `))
 
 func writeConfig(t testing.TB, path string, c config) {
@@ -403,6 +433,9 @@ func (s *Server) run() error {
 	if s.TLSAddr != "" {
 		addrs = append(addrs, s.TLSAddr)
 	}
+	if s.LMTPAddr != "" {
+		addrs = append(addrs, s.LMTPAddr)
+	}
 	for _, addr := range addrs {
 		for {
 			err := s.greeted(addr)
@@ -424,7 +457,8 @@ func (s *Server) run() error {
 	return nil
 }
 
-// greeted says whether an IMAP greeting comes from addr.
+// greeted says whether a greeting comes from addr: IMAP's, or LMTP's on
+// LMTPAddr.
 func (s *Server) greeted(addr string) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -441,7 +475,11 @@ func (s *Server) greeted(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "* OK") {
+	want := "* OK"
+	if addr == s.LMTPAddr {
+		want = "220 "
+	}
+	if !strings.HasPrefix(line, want) {
 		return fmt.Errorf("greeting %q", line)
 	}
 	return nil

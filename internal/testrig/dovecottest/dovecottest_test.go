@@ -3,7 +3,9 @@ package dovecottest_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
+	"github.com/emersion/go-smtp"
 
 	"github.com/genropy/postino/internal/testrig/dovecottest"
 )
@@ -242,5 +245,43 @@ func TestParallelServers(t *testing.T) {
 	a.Append(t, "INBOX", message("a@example.test", "a"))
 	if got := b.Messages(t, "INBOX"); len(got) != 0 {
 		t.Errorf("the second server sees %d messages of the first", len(got))
+	}
+}
+
+// TestLMTP delivers into the user's INBOX as an MTA does, and sees that
+// LMTP refuses a recipient the server has no user for.
+func TestLMTP(t *testing.T) {
+	t.Parallel()
+	s := dovecottest.Start(t, dovecottest.Options{LMTP: true})
+	conn, err := net.Dial("tcp", s.LMTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := smtp.NewClientLMTP(conn)
+	defer c.Close()
+	if err := c.Hello("mta.example.test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Mail("", nil); err != nil {
+		t.Fatal(err)
+	}
+	var se *smtp.SMTPError
+	if err := c.Rcpt("nobody-here@example.test", nil); !errors.As(err, &se) || se.Code != 550 {
+		t.Errorf("RCPT of an unknown user: %v, want 550", err)
+	}
+	if err := c.Rcpt(s.User, nil); err != nil {
+		t.Fatalf("RCPT %s: %v\n%s", s.User, err, s.Log())
+	}
+	w, err := c.Data()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(message("lmtp@example.test", "delivered"))
+	if err := w.Close(); err != nil {
+		t.Fatalf("DATA: %v\n%s", err, s.Log())
+	}
+	msgs := s.Messages(t, "INBOX")
+	if len(msgs) != 1 || msgs[0].Header("Message-ID") != "<lmtp@example.test>" {
+		t.Errorf("INBOX holds %d messages, want the one delivered", len(msgs))
 	}
 }

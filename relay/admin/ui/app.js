@@ -186,6 +186,7 @@ async function refresh() {
     drawSuspended();
     drawCharts();
     drawRecent(recent);
+    await drawSupCounts();
     if (openId) await showMessage(openId);
     setUpdated('updated ' + fmtTime(new Date().toISOString()), false);
   } catch (err) {
@@ -417,6 +418,79 @@ function showResults(title, msgs, more) {
   $('#results').hidden = false;
 }
 
+// ---- suppression list ------------------------------------------------------
+
+// REASON_KIND colours a suppression reason.
+const REASON_KIND = {hard_bounce: 'bad', complaint: 'bad', unsubscribe: 'warn', manual: 'neutral', import: 'info'};
+
+const scopeText = scope => scope === '*' ? 'every stream' : 'stream ' + scope;
+
+// sup is the list as searched: its filter, the entries read so far, and
+// the cursor of the next page.
+let sup = {prefix: '', reason: '', entries: [], next: ''};
+
+// drawSupCounts shows the entries by reason; each count lists its reason.
+async function drawSupCounts() {
+  const c = await api('/v1/suppressions/counts');
+  redraw($('#sup-counts'), c, c => [
+    el('span', {class: 'sub', dataset: {total: c.total}}, `${c.total} in all`),
+    ...Object.keys(REASON_KIND).filter(r => c.counts[r] > 0).map(r =>
+      el('button', {type: 'button', class: 'plain', dataset: {supReason: r}, title: `List the ${r} entries`},
+        el('span', {class: 'badge ' + REASON_KIND[r]}, `${r} ${c.counts[r]}`))),
+  ]);
+}
+
+// loadSuppressions reads the first page of the search, or the next one.
+async function loadSuppressions(more) {
+  const q = new URLSearchParams({limit: '50'});
+  if (sup.prefix) q.set('prefix', sup.prefix);
+  if (sup.reason) q.set('reason', sup.reason);
+  if (more) q.set('after', sup.next);
+  const page = await api('/v1/suppressions?' + q);
+  sup.entries = (more ? sup.entries : []).concat(page.entries || []);
+  sup.next = page.next || '';
+  drawSuppressions();
+}
+
+function drawSuppressions() {
+  const box = $('#sup-list');
+  box.dataset.count = sup.entries.length;
+  box.replaceChildren(sup.entries.length ? el('table', {class: 'messages'},
+    el('thead', {}, el('tr', {}, ['Address', 'Scope', 'Reason', 'Since', 'Expires', 'By', 'Evidence', ''].map(h => el('th', {}, h)))),
+    el('tbody', {}, sup.entries.map(e => el('tr', {dataset: {key: e.key, scope: e.scope}},
+      el('td', {class: 'address', title: 'matched as ' + e.key}, e.address),
+      el('td', {}, scopeText(e.scope)),
+      el('td', {}, el('span', {class: 'badge ' + (REASON_KIND[e.reason] || 'neutral')}, e.reason)),
+      el('td', {class: 'when'}, fmtTime(e.created)),
+      el('td', {class: 'when'}, fmtTime(e.expires)),
+      el('td', {}, e.changed_by),
+      el('td', {class: 'evidence'}, reasonView([e.code, e.diagnostic].filter(Boolean).join(' '))),
+      el('td', {}, el('button', {type: 'button', class: 'danger', dataset: {action: 'unsuppress', address: e.address, scope: e.scope},
+        title: 'Take it off the list: the relay mails it again'}, 'Remove'))))))
+    : el('p', {class: 'empty'}, sup.prefix || sup.reason ? 'No entry matches.' : 'The list is empty.'));
+  $('#sup-more').hidden = !sup.next;
+}
+
+function onSupSearch(ev) {
+  if (ev) ev.preventDefault();
+  sup.prefix = $('#sup-prefix').value.trim();
+  sup.reason = $('#sup-reason').value;
+  loadSuppressions(false).catch(report);
+}
+
+// unsuppress removes an entry, with the reason the operator gives, for
+// the list's history; no reason given, nothing is removed.
+async function unsuppress(address, scope) {
+  const note = prompt(`Take ${address} off the suppression list for ${scopeText(scope)}?\n` +
+    'The relay will mail it again. Say why, for the list\'s history:');
+  if (note === null) return;
+  if (!note.trim()) return notify('Nothing removed: say why, for the list\'s history.', true);
+  const q = new URLSearchParams({scope, note: note.trim()});
+  await api(`/v1/suppressions/${enc(address)}?${q}`, {method: 'DELETE'});
+  notify(`${address} is off the suppression list for ${scopeText(scope)}.`);
+  await loadSuppressions(false);
+}
+
 // ---- one message ---------------------------------------------------------
 
 let openId = null;
@@ -596,6 +670,11 @@ async function onClick(ev) {
   if (open) return openMessage(open.dataset.open).catch(report);
   const list = ev.target.closest('[data-list]');
   if (list) return listStatus(list.dataset.list).catch(report);
+  const reason = ev.target.closest('[data-sup-reason]');
+  if (reason) {
+    $('#sup-reason').value = reason.dataset.supReason;
+    return onSupSearch();
+  }
   const b = ev.target.closest('button[data-action]');
   if (!b) return;
   const action = b.dataset.action;
@@ -622,6 +701,12 @@ async function onClick(ev) {
         notify(`Batch ${r.batch} is ${r.suspended ? 'suspended' : 'active'}.`);
         break;
       }
+      case 'sup-more':
+        return await loadSuppressions(true);
+      case 'unsuppress':
+        b.disabled = true;
+        await unsuppress(b.dataset.address, b.dataset.scope);
+        break;
     }
   } catch (err) {
     report(err);
@@ -669,6 +754,7 @@ function onToken(ev) {
   $('#auth').hidden = true;
   $('#main').hidden = false;
   refresh();
+  loadSuppressions(false).catch(report);
 }
 
 function init() {
@@ -677,6 +763,8 @@ function init() {
   $('#search-form').addEventListener('submit', onSearch);
   $('#token-form').addEventListener('submit', onToken);
   $('#batch-form').addEventListener('submit', ev => ev.preventDefault());
+  $('#sup-form').addEventListener('submit', onSupSearch);
+  $('#sup-reason').addEventListener('change', () => onSupSearch());
   $('#show-empty').addEventListener('change', drawQueue);
   for (const c of document.querySelectorAll('canvas.chart')) c.addEventListener('mousemove', chartHover);
   window.addEventListener('resize', drawCharts);
@@ -687,6 +775,7 @@ function init() {
   const m = /^#m\/(.+)$/.exec(location.hash);
   if (m) openId = decodeURIComponent(m[1]);
   refresh();
+  loadSuppressions(false).catch(report);
 }
 
 init();
