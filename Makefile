@@ -12,7 +12,7 @@ DYNAMODB_PORT ?= 8000
 export TEST_POSTINO_MYSQL_DSN ?= root@tcp(127.0.0.1:3306)/
 export TEST_POSTINO_POSTGRES_DSN ?= postgres://root@127.0.0.1:5432/test
 
-.PHONY: test test-deps deps corpora corpora-if-missing lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-bounces
+.PHONY: test test-deps deps corpora corpora-if-missing lint vet build proto fuzz bench-accept bench-relay bench-stores bench-depth bench-suppress bench-bounces
 
 # The tests run beside a DynamoDB Local of their own (.ci/with-dynamodb), so
 # that two runs at once share none; TEST_POSTINO_DYNAMODB_ENDPOINT set in the
@@ -114,6 +114,17 @@ DEPTH_FLAGS ?=
 
 bench-depth:
 	$(GO) run ./contrib/bench/depth -store $(DEPTH_STORE) -n $(DEPTH_N) $(DEPTH_FLAGS)
+
+# bench-suppress imports SUPPRESS_N entries into the suppression list of a
+# fresh outbox of SUPPRESS_STORE (bolt, mysql or postgres), as `postino
+# suppression import` would, and times the lookup delivery and intake make
+# per message on it (p50, p90, p99, max). load.sh -u N measures the relay on
+# such a list (docs/benchmarks.md).
+SUPPRESS_STORE ?= bolt
+SUPPRESS_N ?= 1000000
+
+bench-suppress:
+	$(GO) run ./contrib/bench/suppress bench -backend $(SUPPRESS_STORE) -n $(SUPPRESS_N)
 
 # bench-bounces scores the bounce parser against sisimai's corpus
 # (testdata/bounces-sisimai or ../shared/corpora/bounces-sisimai): recipients, status codes, hard or

@@ -8,7 +8,7 @@
 # and checks that every message reached the sink exactly once (by the
 # X-Genro-Mail-ID the relay adds).
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES]
+#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES] [-u ENTRIES]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
@@ -40,6 +40,14 @@
 # outbox and data directory: a fleet that shares no store at all, the most
 # a shared store's fleet can reach on the machine.
 #
+# -u N fills the fresh outbox's suppression list with N entries before the
+# relay starts (bolt, mysql or postgres; with bolt, each relay's outbox),
+# through contrib/bench/suppress fill, which prints the import's time.
+# No entry matches the load's recipient: the run measures what the
+# lookups cost (the intake worker's, one per message, and delivery's, one
+# per claim), and the recipients it holds back, printed, must stay 0. Compare a run with
+# -u 1000000 against one without, in turns (docs/benchmarks.md).
+#
 # -c CPUS gives each relay a CPU budget of its own (a cgroup's CPU quota,
 # 0.5 for half a core), as a sidecar's CPU limit does: with it, -r 2 against
 # -r 1 asks whether a second relay adds throughput on the shared store,
@@ -57,8 +65,8 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus=
-while getopts "db:S:r:s:m:l:c:" opt; do
+sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus= suppressions=0
+while getopts "db:S:r:s:m:l:c:u:" opt; do
   case $opt in
     d) deliver=1 ;;
     b) backend=$OPTARG ;;
@@ -68,7 +76,8 @@ while getopts "db:S:r:s:m:l:c:" opt; do
     m) messages=$OPTARG ;;
     l) length=$OPTARG ;;
     c) cpus=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus]" >&2; exit 2 ;;
+    u) suppressions=$OPTARG ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus] [-u entries]" >&2; exit 2 ;;
   esac
 done
 
@@ -77,6 +86,11 @@ if [ -n "$cpus" ]; then
   # The cgroup's quota, in microseconds of CPU per 100 ms period.
   quota=$(awk -v c="$cpus" 'BEGIN { q = int(c * 100000); if (q < 1000) exit 1; print q }') ||
     { echo "-c $cpus: give a number of cores, 0.01 or more" >&2; exit 2; }
+fi
+
+if [ "$suppressions" != 0 ] && [ "$backend" = dynamodb ]; then
+  echo "-u fills a bolt, mysql or postgres outbox's suppression list" >&2
+  exit 2
 fi
 
 if [ "$spoolstore" = outbox ] && [ "$backend" = bolt ]; then
@@ -121,6 +135,7 @@ cpu_cgroup() {
 }
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino)
+[ "$suppressions" = 0 ] || (cd "$root" && go build -o "$work/suppress" ./contrib/bench/suppress)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 # wait_for CMD... runs CMD until it succeeds, for at most ten minutes.
 wait_for() {
@@ -153,7 +168,7 @@ else
   # Accept only: delivery is paused, messages wait in READY.
   export POSTINO_DELIVERY_PAUSED=true
 fi
-store=()
+store=() fill=()
 case $backend in
   bolt) ;;
   mysql)
@@ -163,6 +178,7 @@ case $backend in
     cleanup="mysql -uroot -h127.0.0.1 -e 'DROP DATABASE $db'"
     "$work/postino" migrate --backend mysql --dsn "$base$db" >/dev/null
     store=(--backend mysql --dsn "$base$db")
+    fill=(--backend mysql --dsn "$base$db")
     mariadbd_pid=$(pgrep -xo mariadbd || pgrep -xo mysqld)
     ;;
   postgres)
@@ -172,6 +188,7 @@ case $backend in
     cleanup="psql -q '$base' -c 'DROP DATABASE $db WITH (FORCE)'"
     "$work/postino" migrate --backend postgres --dsn "${base%/*}/$db" >/dev/null
     store=(--backend postgres --dsn "${base%/*}/$db")
+    fill=(--backend postgres --dsn "${base%/*}/$db")
     ;;
   dynamodb)
     endpoint=${TEST_POSTINO_DYNAMODB_ENDPOINT:-http://127.0.0.1:8000}
@@ -187,6 +204,8 @@ case $backend in
     ;;
   *) echo "unknown backend $backend" >&2; exit 2 ;;
 esac
+# The shared outbox's list is filled once; bbolt's, relay by relay below.
+[ "$suppressions" = 0 ] || [ "$backend" = bolt ] || "$work/suppress" fill "${fill[@]}" -n "$suppressions"
 smtps=() admins=()
 for i in $(seq "$relays"); do
   smtp=127.0.0.1:$(free_port)
@@ -194,6 +213,10 @@ for i in $(seq "$relays"); do
   data=$work/var
   # bbolt is one process's: each relay then has an outbox of its own.
   [ "$spoolstore" = outbox ] || [ "$backend" = bolt ] && data=$work/var-$i
+  if [ "$suppressions" != 0 ] && [ "$backend" = bolt ]; then
+    mkdir -p "$data"
+    "$work/suppress" fill --backend bolt --path "$data/outbox.db" -n "$suppressions"
+  fi
   # Each relay names itself: relays sharing a data directory keep their
   # outcome journals apart by host name.
   # A relay with a budget starts in its cgroup, so that the Go runtime
@@ -284,7 +307,7 @@ after=$(server_status)
 all_metrics=$(metrics)
 accepted=$(sum_metric postino_intake_accepted_total)
 
-echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay}"
+echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay} suppressions=$suppressions"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then
   awk -v n="$messages" -v s="$start" -v e="$last" 'BEGIN { printf "delivered end to end: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
@@ -296,6 +319,9 @@ if [ -n "$deliver" ]; then
       printf "at the sink: %d distinct messages, %d duplicate deliveries (want %d and 0): %s\n", ids, dup, want,
         (ids == want && dup == 0) ? "exactly once" : "NOT exactly once"
     }'
+fi
+if [ "$suppressions" != 0 ]; then
+  echo "$all_metrics" | awk '$1 ~ /^postino_recipients_suppressed_total/ { n += $2 } END { printf "recipients held back by the suppression list: %d (want 0)\n", n }'
 fi
 # Percentiles from the cumulative histogram of every relay, interpolated
 # inside a bucket.
