@@ -79,6 +79,7 @@ func startProcess(t *testing.T, bin, data string, args, env []string) *process {
 	p.cmd = exec.Command(bin, append([]string{"serve", "--data", data, "--listen", p.smtp, "--admin", p.admin}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.Env = append(append(os.Environ(), "POSTINO_INTAKE_POLL=100ms", "POSTINO_DELIVERY_POLL=100ms"), env...)
+	dieWithTest(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -120,6 +120,7 @@ func TestEnvironmentOnly(t *testing.T) {
 	logPath := filepath.Join(dir, "serve.log")
 	logf, _ := os.Create(logPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	dieWithTest(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
