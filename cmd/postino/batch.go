@@ -14,11 +14,12 @@ func batchList(ctx context.Context, inv *invocation) error {
 	fs := inv.flags()
 	asJSON := jsonFlag(fs)
 	limit := fs.Int("limit", 50, "list at most `n` batches")
+	after := fs.String("after", "", "list the batches after this `code` (the last of the previous page)")
 	c, _, err := inv.client(fs)
 	if err != nil {
 		return err
 	}
-	page, err := c.ListBatches(ctx, *limit, "")
+	page, err := c.ListBatches(ctx, *limit, *after)
 	return answer(inv.stdout, *asJSON, page, err, func() error {
 		tw := tabwriter.NewWriter(inv.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BATCH\tSTATE\tMESSAGES\tSENT\tFAILED\tBOUNCED\tSUPPRESSED\tWAITING\tHELD\tHARD\tCOMPLAINTS")
@@ -31,7 +32,7 @@ func batchList(ctx context.Context, inv *invocation) error {
 			return err
 		}
 		if page.Next != "" {
-			_, err = fmt.Fprintln(inv.stdout, "(more: raise --limit)")
+			_, err = fmt.Fprintf(inv.stdout, "(more: --after %s)\n", page.Next)
 		}
 		return err
 	})

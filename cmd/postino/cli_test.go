@@ -242,6 +242,9 @@ func TestBatchCommands(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "BATCH") || !strings.Contains(out, "camp") || !strings.Contains(out, "active") {
 		t.Errorf("batch list: %d\n%s", code, out)
 	}
+	if out, _, code := cli(t, "batch", "list", "--after", "camp", "--admin", admin); code != 0 || strings.Contains(out, "camp") {
+		t.Errorf("batch list --after camp: %d\n%s", code, out)
+	}
 	cli(t, "batch", "suspend", "camp", "--admin", admin)
 	out, _, code = cli(t, "queue", "list", "--batch", "camp", "--admin", admin)
 	if code != 0 || strings.Count(out, "held: batch camp suspended") != 2 {

@@ -215,7 +215,7 @@ func suppressionImport(ctx context.Context, inv *invocation) error {
 	fs := inv.flags()
 	asJSON := jsonFlag(fs)
 	op := operatorFlag(fs)
-	scope := fs.String("scope", "", "the `stream` of the lines that name none (an ESP's unsubscribes: the stream they unsubscribed from); default every stream")
+	scope := fs.String("scope", "", "the `stream` of the unsubscribes and complaints whose lines name none (an ESP's export: the stream they unsubscribed from); without it such a line is refused")
 	c, args, err := inv.client(fs, "FILE")
 	if err != nil {
 		return err
