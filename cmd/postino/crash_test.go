@@ -90,7 +90,9 @@ func startProcess(t *testing.T, bin, data string, args, env []string) *process {
 		}
 		logf.Close()
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	// Generous: a relay on a store that serves a loaded machine's tests
+	// (DynamoDB Local, two make test at once) takes a while to open it.
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get("http://" + p.admin + "/readyz")
 		if err == nil {

@@ -291,9 +291,12 @@ func runFleetKill(t *testing.T, store, env []string) {
 		ids[i] = fmt.Sprintf("fleet-%05d", i)
 	}
 	var sent atomic.Int64
-	loadDone := make(chan map[string]outcome)
+	loadDone, loadEnded := make(chan map[string]outcome, 1), make(chan struct{})
 	began := time.Now()
-	go func() { loadDone <- fleetLoad(t, addrs, 12, ids, &sent) }()
+	go func() { defer close(loadEnded); loadDone <- fleetLoad(t, addrs, 12, ids, &sent) }()
+	// A test that stops early waits for its load, which reports to it,
+	// before the relays stop.
+	t.Cleanup(func() { <-loadEnded })
 
 	// Kill relay-2 once a third is submitted and deliveries are flowing,
 	// in the middle of some of them.
