@@ -70,8 +70,12 @@ func TestSuppressionCommands(t *testing.T) {
 		t.Errorf("import of a bad file: exit %d: %s", code, errOut)
 	}
 	good := file("ses.csv", "EmailAddress,Reason,LastUpdateTime\ngood@example.com,BOUNCE,2026-01-02T03:04:05Z\nspam@example.com,COMPLAINT,2026-01-02T03:04:05Z\n")
+	// An ESP's complaints name no stream: --scope gives theirs.
+	if _, errOut, code := run("import", good); code != 1 || !strings.Contains(errOut, "--scope STREAM") {
+		t.Errorf("import of complaints without --scope: exit %d: %s", code, errOut)
+	}
 	var imported struct{ Imported int }
-	cliJSON(t, &imported, "suppression", "import", good, "--json", "--admin", adminAddr)
+	cliJSON(t, &imported, "suppression", "import", good, "--scope", "news", "--json", "--admin", adminAddr)
 	if imported.Imported != 2 {
 		t.Errorf("import: %+v", imported)
 	}
@@ -79,7 +83,7 @@ func TestSuppressionCommands(t *testing.T) {
 		t.Errorf("import of a missing file: exit %d: %s", code, errOut)
 	}
 
-	want := "address,scope,reason,created,expires\ngood@example.com,*,hard_bounce,2026-01-02T03:04:05Z,\nspam@example.com,*,complaint,2026-01-02T03:04:05Z,\n"
+	want := "address,scope,reason,created,expires\ngood@example.com,*,hard_bounce,2026-01-02T03:04:05Z,\nspam@example.com,news,complaint,2026-01-02T03:04:05Z,\n"
 	if out, errOut, code := run("export"); code != 0 || out != want {
 		t.Errorf("export: exit %d: %s%s", code, out, errOut)
 	}
@@ -87,7 +91,7 @@ func TestSuppressionCommands(t *testing.T) {
 	if out, _, code := run("export", path, "--reason", "complaint"); code != 0 || out != "wrote 1 entries to "+path+"\n" {
 		t.Errorf("export to a file: exit %d: %s", code, out)
 	}
-	if b, _ := os.ReadFile(path); !strings.HasSuffix(string(b), "\nspam@example.com,*,complaint,2026-01-02T03:04:05Z,\n") {
+	if b, _ := os.ReadFile(path); !strings.HasSuffix(string(b), "\nspam@example.com,news,complaint,2026-01-02T03:04:05Z,\n") {
 		t.Errorf("the file exported:\n%s", b)
 	}
 	if _, errOut, code := run("export", "--json"); code != 2 || !strings.Contains(errOut, "--json says what was written to a FILE") {
