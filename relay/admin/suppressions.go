@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/text"
 	"github.com/genropy/postino/relay/suppression"
 )
 
@@ -267,12 +268,7 @@ func operator(r *http.Request) string {
 		return c
 	}, r.Header.Get(HeaderOperator))
 	name = strings.TrimSpace(name)
-	if n := 64; len(name) > n {
-		for n > 0 && !utf8.RuneStart(name[n]) {
-			n--
-		}
-		name = name[:n]
-	}
+	name = text.Cut(name, 64)
 	if name == "" {
 		return "operator"
 	}

@@ -1,6 +1,7 @@
 package bounce
 
 import (
+	"github.com/genropy/postino/internal/text"
 	"net/mail"
 	"regexp"
 	"strings"
@@ -238,7 +239,7 @@ func (d dsn) toRecipients() []Recipient {
 			RemoteMTA:         typedValue(g.get("Remote-MTA")),
 		}
 		diagType, diag := diagnosticCode(g.get("Diagnostic-Code"))
-		r.Diagnostic = truncate(diag, maxDiagnostic)
+		r.Diagnostic = text.Cut(diag, maxDiagnostic)
 		if r.FinalRecipient == "" {
 			r.FinalRecipient = dsnAddress(g.get("X-Actual-Recipient"))
 		}
@@ -340,7 +341,7 @@ func (m *msg) deliveryStatus(rep *Report, bt bounceText) bool {
 	if len(rs) == 0 {
 		return false
 	}
-	explanation := truncate(bt.explanation(), maxContext)
+	explanation := text.Cut(bt.explanation(), maxContext)
 	rep.ReportingMTA = typedValue(d.message.get("Reporting-MTA"))
 	rep.ArrivalDate = parseDate(d.message.get("Arrival-Date"))
 	rep.Keys.EnvID = strings.TrimSpace(d.message.get("Original-Envelope-Id"))
@@ -387,5 +388,5 @@ func (bt bounceText) block(addr string, n int) (textBlock, bool) {
 
 // diagnostic is the text of a block as one line.
 func (b textBlock) diagnostic() string {
-	return truncate(joinDiagnostic(b.lines), maxDiagnostic)
+	return text.Cut(joinDiagnostic(b.lines), maxDiagnostic)
 }

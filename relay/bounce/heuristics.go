@@ -1,6 +1,7 @@
 package bounce
 
 import (
+	"github.com/genropy/postino/internal/text"
 	"regexp"
 	"strings"
 )
@@ -272,7 +273,7 @@ func (bt bounceText) explanation() string {
 
 // textBounce reads a bounce that is not RFC 3464 from its text.
 func (m *msg) textBounce(rep *Report, bt bounceText) bool {
-	explanation := truncate(bt.explanation(), maxContext)
+	explanation := text.Cut(bt.explanation(), maxContext)
 	daemon := daemonFromRe.MatchString(m.header.Get("From"))
 	signal := daemon || bounceSubjectRe.MatchString(m.subject) ||
 		m.header.Has("X-Failed-Recipients") || bounceBodyRe.MatchString(explanation)
@@ -288,7 +289,7 @@ func (m *msg) textBounce(rep *Report, bt bounceText) bool {
 	// without saying the failure is final.
 	delayed := delaySubjectRe.MatchString(m.subject) ||
 		delayRe.MatchString(explanation) && !permanentRe.MatchString(explanation)
-	preamble := truncate(joinDiagnostic(bt.preamble), maxContext)
+	preamble := text.Cut(joinDiagnostic(bt.preamble), maxContext)
 	for _, b := range blocks {
 		r := textRecipient(b, bt.preamble, preamble)
 		if delayed {
@@ -335,7 +336,7 @@ func textRecipient(b textBlock, preambleLines []string, preamble string) Recipie
 	r.SMTPCode, r.Status = replyCodes(strings.Join(b.lines, "\n"))
 	r.Diagnostic = b.diagnostic()
 	if r.Diagnostic == "" {
-		r.Diagnostic = truncate(preamble, maxDiagnostic)
+		r.Diagnostic = text.Cut(preamble, maxDiagnostic)
 		if r.SMTPCode == 0 && r.Status == "" {
 			r.SMTPCode, r.Status = replyCodes(strings.Join(preambleLines, "\n"))
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/text"
 	"github.com/genropy/postino/outcome"
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/suppression"
@@ -305,7 +306,7 @@ func recipientReason(rc Recipient, sentTo bool) string {
 		b.WriteString(" " + rc.Status)
 	}
 	if rc.Diagnostic != "" {
-		d := truncate(rc.Diagnostic, 200)
+		d := text.Cut(rc.Diagnostic, 200)
 		if d != rc.Diagnostic {
 			d += "…"
 		}

@@ -4,7 +4,6 @@ import (
 	"html"
 	"regexp"
 	"strings"
-	"unicode/utf8"
 )
 
 // What htmlToText removes or turns into line breaks.
@@ -29,15 +28,4 @@ func htmlToText(s string) string {
 		lines[i] = strings.Join(strings.Fields(l), " ")
 	}
 	return blankRunRe.ReplaceAllString(strings.Join(lines, "\n"), "\n\n")
-}
-
-// truncate cuts s to at most n bytes, not inside a UTF-8 sequence.
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/text"
 )
 
 // The columns WriteCSV writes, in order; ReadCSV reads them back.
@@ -385,7 +386,7 @@ func shorten(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return truncate(s, n) + "…"
+	return text.Cut(s, n) + "…"
 }
 
 // guessComma picks the separator of the first line: a comma, or the

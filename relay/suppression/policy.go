@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/text"
 	"github.com/genropy/postino/outcome"
 )
 
@@ -249,7 +249,7 @@ func (p *Policy) apply(ctx context.Context, r Rule, reason backends.SuppressionR
 	}
 	c := backends.SuppressionChange{
 		Entry: backends.Suppression{Address: addr, Scope: scope, Reason: reason, MessageID: ev.MessageID, Code: ev.Code,
-			Diagnostic: truncate(ev.Diagnostic, 500), ReportID: ev.ReportID, Created: now},
+			Diagnostic: text.Cut(ev.Diagnostic, 500), ReportID: ev.ReportID, Created: now},
 		By: p.cfg.By, Need: r.Need, Within: r.Within,
 	}
 	if r.Expires > 0 {
@@ -263,14 +263,4 @@ func (p *Policy) apply(ctx context.Context, r Rule, reason backends.SuppressionR
 		return e, fmt.Errorf("suppress %s (%s): %w", addr, reason, err)
 	}
 	return e, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !utf8.RuneStart(s[n]) {
-		n--
-	}
-	return s[:n]
 }
