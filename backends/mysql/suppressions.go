@@ -56,8 +56,11 @@ func (suppressionStmts) History(events []backends.SuppressionEvent) stmt {
 }
 
 // Blocking reads the primary key's ranges of the keys and the two scopes.
+// USE INDEX spares the optimizer its dives into the two other indexes,
+// whose ranges (every active entry) it would weigh on each lookup only to
+// choose the primary key: a third of a lookup's time at a million entries.
 func (suppressionStmts) Blocking(stream string, keys []string, now time.Time) stmt {
-	return stmt{Query: "SELECT " + sqlstore.SuppressionCols + " FROM suppressions WHERE addr_key IN (" + inList(len(keys)) +
+	return stmt{Query: "SELECT " + sqlstore.SuppressionCols + " FROM suppressions USE INDEX (PRIMARY) WHERE addr_key IN (" + inList(len(keys)) +
 		") AND scope IN ('*', ?) AND active = TRUE AND (expires IS NULL OR expires > ?)",
 		Args: append(anyOf(keys), stream, clamp(now))}
 }

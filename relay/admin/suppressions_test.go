@@ -301,3 +301,36 @@ func TestSuppressionCheck(t *testing.T) {
 		t.Errorf("check of a bad stream name: %v", err)
 	}
 }
+
+// TestSuppressionImportChunks: a file of more entries than one chunk is
+// written whole; one whose last line is bad writes nothing, though more
+// than a chunk of good lines come before it.
+func TestSuppressionImportChunks(t *testing.T) {
+	ctx := context.Background()
+	c := suppressionAPI(t, newStore(t), Options{})
+	n := 2*importChunk + 7
+	var file strings.Builder
+	file.WriteString("address,reason\n")
+	for i := range n {
+		fmt.Fprintf(&file, "user%d@example.com,manual\n", i)
+	}
+	if _, err := importText(t, c, file.String()+"not-an-address,manual\n"); apiStatus(err) != http.StatusBadRequest ||
+		!strings.Contains(err.Error(), fmt.Sprintf("line %d:", n+2)) {
+		t.Fatalf("a bad last line: %v", err)
+	}
+	if counts, _ := c.SuppressionCounts(ctx); counts.Total != 0 {
+		t.Fatalf("a file with a bad last line wrote %+v", counts)
+	}
+	got, err := importText(t, c, file.String())
+	if err != nil || got.Imported != n {
+		t.Fatalf("import: %+v, %v; want %d", got, err, n)
+	}
+	if counts, _ := c.SuppressionCounts(ctx); counts.Total != n {
+		t.Errorf("counts %+v, want %d entries", counts, n)
+	}
+	for _, addr := range []string{"user0@example.com", fmt.Sprintf("user%d@example.com", n-1)} {
+		if d, err := c.Suppression(ctx, addr); err != nil || len(d.Entries) != 1 {
+			t.Errorf("%s: %+v, %v", addr, d, err)
+		}
+	}
+}

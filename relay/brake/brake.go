@@ -75,7 +75,10 @@ type Brake struct {
 	// stopped holds, until when, the batches this relay saw tripped: the
 	// messages of theirs it claimed before the outbox suspended them.
 	stopped map[string]time.Time
-	tripped prometheus.Counter
+	// unreported holds the events of batches this relay suspended that
+	// the outbox did not take: each flush tries them again.
+	unreported []*backends.Event
+	tripped    prometheus.Counter
 }
 
 // stopFor is how long delivery hands back a tripped batch's messages it
@@ -143,9 +146,12 @@ func (b *Brake) Run(ctx context.Context, interval time.Duration) {
 // threshold. Counts the outbox fails to take are kept for the next flush.
 func (b *Brake) Flush(ctx context.Context) {
 	b.mu.Lock()
-	pending, last := b.pending, b.last
-	b.pending, b.last = map[string]backends.BatchTally{}, map[string]string{}
+	pending, last, unreported := b.pending, b.last, b.unreported
+	b.pending, b.last, b.unreported = map[string]backends.BatchTally{}, map[string]string{}, nil
 	b.mu.Unlock()
+	for _, e := range unreported {
+		b.report(ctx, e)
+	}
 	if len(pending) == 0 {
 		return
 	}
@@ -210,8 +216,18 @@ func (b *Brake) trip(ctx context.Context, code, messageID, why string, t backend
 		Batch: code, Reason: why, Sent: t.Sent, Hard: t.Hard, Complaints: t.Complaints,
 		MinSent: b.th.MinSent, MaxHardRate: b.th.HardRate, MaxComplaintRate: b.th.ComplaintRate}})
 	e.MessageID, e.At = messageID, now
+	b.report(ctx, e)
+}
+
+// report records a suspension's event, or keeps it for the next flush:
+// the batch stays suspended either way, and its plugins must hear why.
+func (b *Brake) report(ctx context.Context, e *backends.Event) {
 	if err := b.store.AddEvent(ctx, e); err != nil {
-		b.log.Error("brake: the batch is suspended, but its event could not be recorded", "batch", code, "message", messageID, "error", err)
+		b.log.Error("brake: the batch is suspended, but its event could not be recorded; tried again at the next count",
+			"message", e.MessageID, "error", err)
+		b.mu.Lock()
+		b.unreported = append(b.unreported, e)
+		b.mu.Unlock()
 		return
 	}
 	if b.wake != nil {

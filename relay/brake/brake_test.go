@@ -2,6 +2,7 @@ package brake
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"testing"
@@ -84,5 +85,46 @@ func TestTrip(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(a.tripped); n != 1 {
 		t.Errorf("postino_batches_tripped_total = %v", n)
+	}
+}
+
+// failingEvents is the outbox whose AddEvent fails while fail is set.
+type failingEvents struct {
+	Store
+	fail bool
+}
+
+func (f *failingEvents) AddEvent(ctx context.Context, e *backends.Event) error {
+	if f.fail {
+		return errors.New("outbox unreachable")
+	}
+	return f.Store.AddEvent(ctx, e)
+}
+
+// TestTripEventRetried: a batch suspended while the outbox refused its
+// event still reaches the plugins, at the next flush, once.
+func TestTripEventRetried(t *testing.T) {
+	store := outboxtest.Store(t)
+	ctx := context.Background()
+	if err := store.Create(ctx, &backends.Message{ID: "m1", Batch: "camp", EmlPath: "outbox:m1",
+		Envelope: backends.Envelope{Sender: "a@example.com", Recipients: []string{"b@example.net"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f := &failingEvents{Store: store, fail: true}
+	b := New(Thresholds{MinSent: 1, HardRate: 0.1, ComplaintRate: 0.01}, f, slog.New(slog.DiscardHandler), nil, prometheus.NewRegistry())
+	b.Count("camp", "m1", backends.BatchTally{Sent: 1, Hard: 1})
+	b.Flush(ctx)
+	if codes, _ := store.SuspendedBatches(ctx); !slices.Equal(codes, []string{"camp"}) {
+		t.Fatalf("suspended %v, want [camp]", codes)
+	}
+	if es, _ := store.Events(ctx, "m1"); len(es) != 0 {
+		t.Fatalf("events %+v while the outbox refused them", es)
+	}
+	f.fail = false
+	b.Flush(ctx)
+	b.Flush(ctx)
+	es, _ := store.Events(ctx, "m1")
+	if len(es) != 1 || es[0].Outcome != EventSuspended {
+		t.Errorf("events %+v, want one BATCH-SUSPENDED", es)
 	}
 }

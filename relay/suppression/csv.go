@@ -62,6 +62,23 @@ func ReadCSV(r io.Reader, now time.Time) ([]backends.Suppression, error) {
 // with a reason that is not known, is an import; one without a time was
 // made at now.
 func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, error) {
+	var entries []backends.Suppression
+	err := c.Each(r, now, func(e backends.Suppression) error {
+		entries = append(entries, e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// Each reads a file as Read does and hands fn its entries one at a time,
+// in the file's order, until a line is bad: an importer that must take
+// the file whole reads it once to check it (fn doing nothing), then again
+// to write it, holding a few of its entries at once rather than all of
+// them. An error of fn stops the reading and is returned.
+func (c CSVImport) Each(r io.Reader, now time.Time, fn func(backends.Suppression) error) error {
 	limit := c.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxCSVBytes
@@ -78,25 +95,25 @@ func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, err
 	bad := &CSVError{}
 	head, err := cr.Read()
 	if err == io.EOF {
-		return nil, errors.New("the file is empty: give a header line (address,scope,reason,created,expires) and an entry a line")
+		return errors.New("the file is empty: give a header line (address,scope,reason,created,expires) and an entry a line")
 	}
 	if err != nil {
-		return nil, csvFailed(bad, err)
+		return csvFailed(bad, err)
 	}
 	cols, headerless := csvHeader(head)
 	if cols.address < 0 {
 		bad.add(1, "the first line names no address column: name the columns (address,scope,reason,created,expires, "+
 			"or an ESP export's: EmailAddress, Email, Recipient…), or give one address a line")
-		return nil, bad
+		return bad
 	}
-	var entries []backends.Suppression
 	end := cr.InputOffset()
 	if headerless {
 		e, err := cols.entry(head, c.Scope, now)
 		if err != nil {
 			bad.add(1, err.Error())
+		} else if err := fn(e); err != nil {
+			return err
 		}
-		entries = append(entries, e)
 	}
 	for {
 		rec, err := cr.Read()
@@ -104,7 +121,7 @@ func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, err
 			break
 		}
 		if err != nil {
-			return nil, csvFailed(bad, err)
+			return csvFailed(bad, err)
 		}
 		line, _ := cr.FieldPos(0)
 		size := cr.InputOffset() - end
@@ -124,13 +141,15 @@ func (c CSVImport) Read(r io.Reader, now time.Time) ([]backends.Suppression, err
 			continue
 		}
 		if len(bad.Lines) == 0 {
-			entries = append(entries, e)
+			if err := fn(e); err != nil {
+				return err
+			}
 		}
 	}
 	if len(bad.Lines) > 0 {
-		return nil, bad
+		return bad
 	}
-	return entries, nil
+	return nil
 }
 
 // csvFailed is the error of a file that cannot be read further: its
