@@ -49,12 +49,16 @@ func (r *Relay) runPollers(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // degraded lists the parts whose failure leaves mail flowing: plugins,
-// mailboxes, message files that could not be read, and routes whose
-// upstream is down (the relay still takes their mail, which waits).
+// mailboxes, message files that could not be read, routes whose upstream
+// is down and the resolvers of MX delivery (the relay still takes their
+// mail, which waits).
 func (r *Relay) degraded() map[string]error {
 	out := r.dispatcher.Ready()
 	for name, err := range r.engine.RouteHealth() {
 		out["route "+name] = err
+	}
+	if r.cfg.deliversToMX() {
+		out["dns"] = r.engine.Resolution()
 	}
 	for _, p := range r.pollers {
 		out["mailbox "+p.Name()] = p.Ready()

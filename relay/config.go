@@ -9,12 +9,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/genropy/postino/internal/loopback"
-	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
 )
@@ -54,9 +54,6 @@ type Config struct {
 	Retention Duration  `yaml:"retention"`
 	Log       LogConfig `yaml:"log"`
 
-	// Resolver answers the DNS questions of MX delivery; nil is the
-	// system's. Tests set their own.
-	Resolver delivery.Resolver `yaml:"-"`
 	// ServiceLinks are the variables Kubernetes set for a Service named
 	// postino (or postino-…) that LoadConfig ignored: no setting has
 	// their names. New names them in the log.
@@ -321,7 +318,31 @@ type DeliveryConfig struct {
 	// route's upstream fail before the route is reported down (a WARN,
 	// /readyz degraded, postino_route_up 0); the first that succeeds
 	// reports it up again.
-	RouteDownAfter int `yaml:"route_down_after"`
+	RouteDownAfter int       `yaml:"route_down_after"`
+	DNS            DNSConfig `yaml:"dns"`
+}
+
+// DNSConfig is how MX delivery asks DNS, and how far it believes it.
+type DNSConfig struct {
+	// Servers are the resolvers MX delivery asks, each IP:port, in order:
+	// one that fails is passed for the next, and a "no such domain" answer
+	// is put to a second. Empty is the system's resolver
+	// (/etc/resolv.conf).
+	Servers []string `yaml:"servers"`
+	// Validating says that the servers validate DNSSEC: only then does the
+	// relay believe an answer's AD bit (DANE needs it). It needs servers:
+	// the system's resolver does not say.
+	Validating bool `yaml:"validating"`
+	// Timeout bounds one question to one of the servers, which are gone
+	// through twice (the system's resolver keeps its own settings).
+	Timeout Duration `yaml:"timeout"`
+	// ConfirmAfter is how long after DNS first said that a domain does not
+	// exist the same answer is final: its recipients fail (550 5.1.2).
+	// Until then, unless a second server says so too, they wait (451
+	// 4.4.3), so that broken DNS fails no mail for good. Neither
+	// confirmation counts while the resolvers cannot answer the root
+	// zone's NS question.
+	ConfirmAfter Duration `yaml:"confirm_after"`
 }
 
 type RetryConfig struct {
@@ -642,6 +663,11 @@ func DefaultConfig() Config {
 				Command: Duration(5 * time.Minute), DataInit: Duration(2 * time.Minute),
 				DataBlock: Duration(3 * time.Minute), DataEnd: Duration(10 * time.Minute)},
 			RouteDownAfter: 5,
+			// Longer than .com's and .net's negative caching (15
+			// minutes), so that the second answer is not the first
+			// replayed from a cache; the retries' default schedule
+			// confirms at the fifth attempt.
+			DNS: DNSConfig{Timeout: Duration(5 * time.Second), ConfirmAfter: Duration(15 * time.Minute)},
 		},
 		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: defaultRouteConnections}},
 		DKIM:      defaultDKIM(),
@@ -827,7 +853,32 @@ func (d *DeliveryConfig) check() error {
 	if err := d.Timeouts.check(); err != nil {
 		return err
 	}
+	if err := d.DNS.check(); err != nil {
+		return err
+	}
 	return d.Retry.check()
+}
+
+func (d *DNSConfig) check() error {
+	if d.Timeout <= 0 || d.ConfirmAfter <= 0 {
+		return errors.New("delivery.dns.timeout and delivery.dns.confirm_after must be positive")
+	}
+	if d.Validating && len(d.Servers) == 0 {
+		return errors.New("delivery.dns.validating needs delivery.dns.servers: the system's resolver does not say whether it validated an answer")
+	}
+	for i, s := range d.Servers {
+		host, _, err := net.SplitHostPort(s)
+		if err == nil {
+			_, err = netip.ParseAddr(host)
+		}
+		if err != nil {
+			return fmt.Errorf("delivery.dns.servers[%d] %q is not an IP:port address (127.0.0.1:53, [::1]:53): %v", i, s, err)
+		}
+		if slices.Contains(d.Servers[:i], s) {
+			return fmt.Errorf("delivery.dns.servers[%d] %s is listed twice: it would confirm its own answers", i, s)
+		}
+	}
+	return nil
 }
 
 func (t *TimeoutsConfig) check() error {

@@ -178,6 +178,10 @@ func TestCheck(t *testing.T) {
 		{name: "half tls", mutate: func(c *Config) { c.SMTP.TLS.CertFile = "c" }, want: "both cert_file and key_file"},
 		{name: "bad listen", mutate: func(c *Config) { c.Admin.Listen = "8525" }, want: "admin.listen"},
 		{name: "unknown backend", mutate: func(c *Config) { c.Outbox.Backend = "sqlite" }, want: "use bolt"},
+		{name: "dns servers", mutate: func(c *Config) {
+			c.Delivery.DNS.Servers = []string{"127.0.0.1:53", "[::1]:5353"}
+			c.Delivery.DNS.Validating = true
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +248,11 @@ var checkErrors = []struct {
 	{"delivery", func(c *Config) { c.Delivery.MXPort = 0 }, "mx_port"},
 	{"route down after", func(c *Config) { c.Delivery.RouteDownAfter = 0 }, "delivery.route_down_after must be positive"},
 	{"delivery timeouts", func(c *Config) { c.Delivery.Timeouts.DataEnd = 0 }, "delivery.timeouts"},
+	{"dns confirm after", func(c *Config) { c.Delivery.DNS.ConfirmAfter = 0 }, "delivery.dns.confirm_after"},
+	{"dns validating without servers", func(c *Config) { c.Delivery.DNS.Validating = true }, "delivery.dns.validating needs delivery.dns.servers"},
+	{"dns server by name", func(c *Config) { c.Delivery.DNS.Servers = []string{"dns.example:53"} }, "delivery.dns.servers[0]"},
+	{"dns server without port", func(c *Config) { c.Delivery.DNS.Servers = []string{"127.0.0.1"} }, "delivery.dns.servers[0]"},
+	{"dns server twice", func(c *Config) { c.Delivery.DNS.Servers = []string{"127.0.0.1:53", "[::1]:53", "127.0.0.1:53"} }, "delivery.dns.servers[2] 127.0.0.1:53 is listed twice"},
 	{"delivery retry", func(c *Config) { c.Delivery.Retry.Jitter = 1 }, "delivery.retry"},
 	{"pec timeouts", func(c *Config) { c.PEC.DeliveryTimeout = 0 }, "pec.delivery_timeout"},
 	{"pec address", func(c *Config) { c.PEC.Accounts = []PECAccountConfig{{Address: "nobody"}} }, "pec.accounts[0].address"},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/emersion/go-smtp"
 
+	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/internal/testrig/testcert"
 	"github.com/genropy/postino/outcome"
@@ -408,31 +409,6 @@ func waitAttempt(t *testing.T, c *admin.Client, id string) admin.Message {
 	}
 }
 
-// fakeDNS answers MX and address lookups from tables.
-type fakeDNS struct {
-	mx   map[string][]*net.MX
-	addr map[string][]string
-}
-
-func (f fakeDNS) LookupMX(_ context.Context, name string) ([]*net.MX, error) {
-	if mx, ok := f.mx[name]; ok {
-		return mx, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
-}
-
-func (f fakeDNS) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
-	ips, ok := f.addr[host]
-	if !ok {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	var out []net.IPAddr
-	for _, ip := range ips {
-		out = append(out, net.IPAddr{IP: net.ParseIP(ip)})
-	}
-	return out, nil
-}
-
 // sharedPort finds a port free on several loopback addresses, so that MX
 // hosts on 127.0.0.2 and 127.0.0.3 listen where port 25 would be.
 func sharedPort(t *testing.T, ips ...string) int {
@@ -461,25 +437,28 @@ func sharedPort(t *testing.T, ips ...string) int {
 	return 0
 }
 
+// TestDeliveryMX: MX delivery asks the servers of delivery.dns.servers,
+// takes the MX hosts by preference, passes a host that takes no
+// connection, falls back on the domain's address without MX, fails a null
+// MX and, two servers saying it, a domain that does not exist.
 func TestDeliveryMX(t *testing.T) {
 	port := sharedPort(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	cert := testcert.New(t, "mx1.test")
 	mx1 := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.2:%d", port), TLS: cert.ServerConfig()})
 	mx2 := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.3:%d", port)})
-	dns := fakeDNS{
-		mx: map[string][]*net.MX{
-			"pref.example": {{Host: "mx2.test.", Pref: 20}, {Host: "mx1.test.", Pref: 10}},
-			"down.example": {{Host: "dead.test.", Pref: 10}, {Host: "mx2.test.", Pref: 20}},
-			"null.example": {{Host: ".", Pref: 0}},
-		},
-		addr: map[string][]string{
-			"mx1.test": {"127.0.0.2"}, "mx2.test": {"127.0.0.3"}, "dead.test": {"127.0.0.4"},
-			"amx.example": {"127.0.0.2"},
-		},
-	}
+	zone := dnstest.Zone{Records: []string{
+		". IN NS a.root.test.",
+		"pref.example. IN MX 20 mx2.test.", "pref.example. IN MX 10 mx1.test.",
+		"down.example. IN MX 10 dead.test.", "down.example. IN MX 20 mx2.test.",
+		"null.example. IN MX 0 .",
+		"mx1.test. IN A 127.0.0.2", "mx2.test. IN A 127.0.0.3", "dead.test. IN A 127.0.0.4",
+		"amx.example. IN A 127.0.0.2",
+	}, AD: true}
+	dns1, dns2 := dnstest.Start(t, zone), dnstest.Start(t, zone)
 	cfg, _ := testConfig(t)
 	cfg.Routes.Default.Smarthost = ""
-	cfg.Resolver = dns
+	cfg.Delivery.DNS.Servers = []string{dns1.Addr, dns2.Addr}
+	cfg.Delivery.DNS.Validating = true
 	cfg.Delivery.MXPort = port
 	rl := start(t, cfg)
 	smtpAddr := rl.r.SMTPAddr().String()
@@ -493,7 +472,7 @@ func TestDeliveryMX(t *testing.T) {
 		{rcpt: "a@pref.example", status: "SENT-ACKNOWLEDGED", up: mx1},
 		{rcpt: "b@down.example", status: "SENT-ACKNOWLEDGED", up: mx2},
 		{rcpt: "c@amx.example", status: "SENT-ACKNOWLEDGED", up: mx1},
-		{rcpt: "d@nomx.example", status: "FAILED-ACKNOWLEDGED", want: "550 5.1.2"},
+		{rcpt: "d@nx.example", status: "FAILED-ACKNOWLEDGED", want: "550 5.1.2"},
 		{rcpt: "e@null.example", status: "FAILED-ACKNOWLEDGED", want: "556 5.1.10"},
 	}
 	for _, tt := range tests {
@@ -527,6 +506,16 @@ func TestDeliveryMX(t *testing.T) {
 	m := waitStatus(t, rl.client, id, "SENT-ACKNOWLEDGED")
 	if recipient(m, "x@pref.example").Host != "mx1.test" || recipient(m, "y@down.example").Host != "mx2.test" {
 		t.Errorf("recipients %+v", m.Recipients)
+	}
+	// delivery.dns.validating: the questions ask for DNSSEC.
+	qs := dns1.Queries()
+	if len(qs) == 0 {
+		t.Fatal("the first server was asked nothing")
+	}
+	for _, q := range qs {
+		if !q.DO || !q.AD {
+			t.Errorf("question %+v: validating servers are asked with DO and AD", q)
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/logtest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/admin"
@@ -105,10 +106,12 @@ func TestMXRouteDown(t *testing.T) {
 	}
 	cfg, _ := testConfig(t)
 	cfg.Routes.Default.Smarthost = ""
-	cfg.Resolver = fakeDNS{
-		mx:   map[string][]*net.MX{"a.example": {{Host: "mx.a.example.", Pref: 10}}, "b.example": {{Host: "mx.b.example.", Pref: 10}}},
-		addr: map[string][]string{"mx.a.example": {"127.0.0.1"}, "mx.b.example": {"127.0.0.1"}},
-	}
+	dns := dnstest.Start(t, dnstest.Zone{Records: []string{
+		". IN NS a.root.test.",
+		"a.example. IN MX 10 mx.a.example.", "b.example. IN MX 10 mx.b.example.",
+		"mx.a.example. IN A 127.0.0.1", "mx.b.example. IN A 127.0.0.1",
+	}})
+	cfg.Delivery.DNS.Servers = []string{dns.Addr}
 	fmt.Sscan(port, &cfg.Delivery.MXPort)
 	cfg.Delivery.RouteDownAfter = after
 	fastRetry(&cfg)

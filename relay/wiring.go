@@ -20,6 +20,7 @@ import (
 	"github.com/genropy/postino/relay/intake"
 	"github.com/genropy/postino/relay/mailbox"
 	"github.com/genropy/postino/relay/pec"
+	"github.com/genropy/postino/relay/resolver"
 )
 
 // This file turns a checked Config into each package's own settings. The
@@ -238,7 +239,7 @@ func (c *Config) deliveryConfig() delivery.Config {
 	d := c.Delivery
 	return delivery.Config{
 		MaxInFlight: d.MaxInFlight, Lease: d.Lease.D(), Poll: d.Poll.D(), IdleTimeout: d.IdleTimeout.D(),
-		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections, DownAfter: d.RouteDownAfter,
+		ShutdownTimeout: d.ShutdownTimeout.D(), MXConnections: d.MXConnections, DownAfter: d.RouteDownAfter, ConfirmAfter: d.DNS.ConfirmAfter.D(),
 		Timeouts: delivery.Timeouts{Connect: d.Timeouts.Connect.D(), Greeting: d.Timeouts.Greeting.D(),
 			Command: d.Timeouts.Command.D(), DataInit: d.Timeouts.DataInit.D(),
 			DataBlock: d.Timeouts.DataBlock.D(), DataEnd: d.Timeouts.DataEnd.D()},
@@ -247,12 +248,14 @@ func (c *Config) deliveryConfig() delivery.Config {
 	}
 }
 
-// resolver answers the DNS questions of MX delivery.
+// resolver answers the DNS questions of MX delivery: the servers listed,
+// or the system's.
 func (c *Config) resolver() delivery.Resolver {
-	if c.Resolver == nil {
+	d := c.Delivery.DNS
+	if len(d.Servers) == 0 {
 		return net.DefaultResolver
 	}
-	return c.Resolver
+	return resolver.New(d.Servers, resolver.Options{Timeout: d.Timeout.D(), Validating: d.Validating})
 }
 
 // dispatcherConfig is the plugins dispatcher's settings.

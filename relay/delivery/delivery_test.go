@@ -9,69 +9,64 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/internal/testrig/dnstest"
+	"github.com/genropy/postino/relay/resolver"
 )
 
-type dns struct {
-	mx   map[string][]*net.MX
-	addr map[string]bool
-	err  error
-}
-
-func (d dns) LookupMX(_ context.Context, name string) ([]*net.MX, error) {
-	if d.err != nil {
-		return nil, d.err
-	}
-	if mx, ok := d.mx[name]; ok {
-		return mx, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
-}
-
-func (d dns) LookupIPAddr(_ context.Context, host string) ([]net.IPAddr, error) {
-	if d.addr[host] {
-		return []net.IPAddr{{IP: net.ParseIP("192.0.2.1")}}, nil
-	}
-	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-}
-
 func TestMXHosts(t *testing.T) {
-	res := dns{
-		mx: map[string][]*net.MX{
-			"a.example":    {{Host: "c.mx.", Pref: 30}, {Host: "a.mx.", Pref: 10}, {Host: "b.mx.", Pref: 20}},
-			"null.example": {{Host: ".", Pref: 0}},
-		},
-		addr: map[string]bool{"plain.example": true},
-	}
+	srv := dnstest.Start(t, dnstest.Zone{Records: []string{
+		"a.example. IN MX 30 c.mx.", "a.example. IN MX 10 a.mx.", "a.example. IN MX 20 b.mx.",
+		"null.example. IN MX 0 .",
+		"plain.example. IN A 192.0.2.1",
+		"txt.example. IN TXT hello",
+	}, Rcodes: map[string]int{"broken.example.": dns.RcodeServerFailure}})
+	res := resolver.New([]string{srv.Addr}, resolver.Options{Timeout: 5 * time.Second})
 	tests := []struct {
-		domain  string
-		hosts   string
-		verdict string
+		domain    string
+		hosts     string
+		verdict   string
+		noDomain  bool
+		temporary bool
 	}{
-		{"a.example", "a.mx b.mx c.mx", ""},
-		{"plain.example", "plain.example", ""},
-		{"null.example", "", "556 5.1.10"},
-		{"none.example", "", "550 5.1.2"},
-		{"[192.0.2.7]", "192.0.2.7", ""},
-		{"[IPv6:2001:db8::1]", "2001:db8::1", ""},
+		{domain: "a.example", hosts: "a.mx b.mx c.mx"},
+		{domain: "plain.example", hosts: "plain.example"},
+		{domain: "null.example", verdict: "556 5.1.10"},
+		{domain: "none.example", noDomain: true},
+		{domain: "txt.example", noDomain: true},
+		{domain: "broken.example", temporary: true},
+		{domain: "[192.0.2.7]", hosts: "192.0.2.7"},
+		{domain: "[IPv6:2001:db8::1]", hosts: "2001:db8::1"},
 	}
 	for _, tt := range tests {
-		hosts, v, err := mxHosts(context.Background(), res, tt.domain)
-		if err != nil {
-			t.Errorf("%s: %v", tt.domain, err)
-			continue
-		}
-		if got := strings.Join(hosts, " "); got != tt.hosts {
-			t.Errorf("%s: hosts %q, want %q", tt.domain, got, tt.hosts)
-		}
-		if tt.verdict != "" && (v == nil || !strings.HasPrefix(v.String(), tt.verdict)) {
-			t.Errorf("%s: verdict %v, want %s", tt.domain, v, tt.verdict)
-		}
-	}
-	_, v, err := mxHosts(context.Background(), dns{err: &net.DNSError{Err: "server misbehaving", IsTemporary: true}}, "x.example")
-	if err == nil || v != nil {
-		t.Errorf("a DNS failure must be temporary: %v %v", v, err)
+		t.Run(tt.domain, func(t *testing.T) {
+			hosts, v, err := mxHosts(context.Background(), res, tt.domain)
+			var nd *noDomain
+			switch {
+			case tt.noDomain:
+				if !errors.As(err, &nd) || nd.domain != tt.domain || nd.confirmedBy != "" {
+					t.Errorf("%v %v, want a *noDomain, unconfirmed", v, err)
+				}
+				return
+			case tt.temporary:
+				if err == nil || v != nil || errors.As(err, &nd) || !strings.Contains(err.Error(), "SERVFAIL") {
+					t.Errorf("%v %v: a DNS failure must be temporary", v, err)
+				}
+				return
+			case err != nil:
+				t.Fatal(err)
+			}
+			if got := strings.Join(hosts, " "); got != tt.hosts {
+				t.Errorf("hosts %q, want %q", got, tt.hosts)
+			}
+			if tt.verdict != "" && (v == nil || !strings.HasPrefix(v.String(), tt.verdict)) {
+				t.Errorf("verdict %v, want %s", v, tt.verdict)
+			}
+		})
 	}
 }
 

@@ -87,6 +87,9 @@ type Config struct {
 	// DownAfter is how many connection attempts in a row to a route's
 	// upstream fail before the route is reported down (routeHealth).
 	DownAfter int
+	// ConfirmAfter is how long after DNS first said that a domain does
+	// not exist the same answer confirms it (resolution).
+	ConfirmAfter time.Duration
 	// HeloName is the name said in EHLO.
 	HeloName string
 	// Owner names this relay in the history.
@@ -113,16 +116,17 @@ type Config struct {
 
 // Engine delivers READY messages.
 type Engine struct {
-	cfg      Config
-	store    Store
-	leases   *lease.Renewer
-	spool    Bodies
-	routes   *Routes
-	resolver Resolver
-	log      *slog.Logger
-	metrics  *Metrics
+	cfg     Config
+	store   Store
+	leases  *lease.Renewer
+	spool   Bodies
+	routes  *Routes
+	log     *slog.Logger
+	metrics *Metrics
 	// health follows each route's upstream, by route name.
 	health map[string]*routeHealth
+	// dns asks the resolver of MX delivery, and follows it.
+	dns *resolution
 	// events is woken when messages reach SENT or FAILED.
 	events Waker
 	sig    *claimloop.Signals
@@ -152,11 +156,15 @@ type Waker interface {
 func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, events Waker) *Engine {
 	abort, stop := context.WithCancel(context.Background())
 	return &Engine{
-		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, resolver: res, log: log, metrics: m, events: events,
+		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, log: log, metrics: m, events: events,
 		sig: claimloop.NewSignals(), dests: map[string]*destination{},
-		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m),
+		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m), dns: newResolution(res, cfg.ConfirmAfter, log, m),
 	}
 }
+
+// Resolution says why the resolvers of MX delivery fail, or is nil while
+// they answer.
+func (e *Engine) Resolution() error { return e.dns.err() }
 
 // RouteHealth says, for every route, why it is down, or nil while its
 // upstream takes connections.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -159,7 +160,8 @@ func runUntilStopped(e *Engine) (stop func()) {
 
 // testEngine makes an engine that delivers through route as the default,
 // looks for READY messages every poll without a wake-up, and acknowledges
-// outcomes at once.
+// outcomes at once. The routes are smarthosts: nothing asks the system's
+// resolver.
 func testEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease, poll time.Duration) *Engine {
 	t.Helper()
 	routes, err := NewRoutes([]Route{route}, nil)
@@ -171,5 +173,5 @@ func testEngine(t *testing.T, store Store, sp *spool.Spool, route Route, lease, 
 		ShutdownTimeout: time.Second, MXConnections: 1, Timeouts: DefaultTimeouts(),
 		Retry:    Retry{Schedule: backoff.Schedule{First: time.Minute, Max: time.Hour}, MaxAge: time.Hour},
 		HeloName: "relay.test", Owner: "test", Acknowledge: true,
-	}, store, sp, routes, dns{}, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	}, store, sp, routes, net.DefaultResolver, slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
 }

@@ -10,6 +10,7 @@ type Metrics struct {
 	latency     prometheus.Histogram
 	connections prometheus.Gauge
 	routeUp     *prometheus.GaugeVec
+	dnsUp       prometheus.Gauge
 }
 
 // NewMetrics registers the delivery series with reg.
@@ -31,7 +32,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		routeUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "postino_route_up", Help: "1 while a route's upstream takes connections; 0 once its last delivery.route_down_after " +
 				"connection attempts in a row failed (on an MX route, to two domains at least), until a session to it opens again."}, []string{"route"}),
+		dnsUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "postino_dns_up", Help: "1 while the resolvers of MX delivery answer; 0 while a lookup failed and they cannot answer " +
+				"the root zone's NS question either, until one is answered again."}),
 	}
-	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp)
+	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp, m.dnsUp)
 	return m
 }

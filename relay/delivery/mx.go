@@ -10,11 +10,15 @@ import (
 	"strings"
 )
 
-// Resolver answers the DNS questions of MX delivery; *net.Resolver is one,
-// and tests give their own.
+// Resolver answers the DNS questions of MX delivery: *net.Resolver (the
+// system's) and *resolver.Client (delivery.dns.servers) are ones. A name
+// without the records asked for, or that does not exist, is a
+// *net.DNSError with IsNotFound.
 type Resolver interface {
 	LookupMX(ctx context.Context, name string) ([]*net.MX, error)
 	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+	// LookupNS is asked of the root zone, "." (resolution.probe).
+	LookupNS(ctx context.Context, name string) ([]*net.NS, error)
 }
 
 // dnsNotFound reports whether err says the name has no such record.
@@ -23,19 +27,45 @@ func dnsNotFound(err error) bool {
 	return errors.As(err, &de) && de.IsNotFound
 }
 
+// confirmedBy names the second server that said too that the name does not
+// exist (as resolver.Client's errors do), or is empty.
+func confirmedBy(err error) string {
+	var c interface{ ConfirmedBy() string }
+	if errors.As(err, &c) {
+		return c.ConfirmedBy()
+	}
+	return ""
+}
+
+// noDomain is DNS's answer that a domain has no host to take its mail: it
+// does not exist, or has neither MX nor address records. It is final once
+// confirmed (resolution.judge).
+type noDomain struct {
+	domain string
+	// confirmedBy is the second server that said the domain does not exist.
+	confirmedBy string
+	// err is the address lookup's error.
+	err error
+}
+
+func (e *noDomain) Error() string {
+	return fmt.Sprintf("domain %s does not exist: it has no MX, A or AAAA record (%v)", e.domain, e.err)
+}
+
 // mxHosts lists the hosts that take mail for domain, most preferred first
 // (hosts of equal preference in random order). Without MX records the
 // domain itself is the host, if it has an address (RFC 5321 section 5.1).
-// A permanent verdict comes back as a Reply; a DNS failure that may pass as
-// an error.
+// A permanent verdict (null MX) comes back as a Reply; a domain with
+// neither as a *noDomain error; a DNS failure that may pass as another
+// error.
 func mxHosts(ctx context.Context, res Resolver, domain string) ([]string, *Reply, error) {
 	if lit, ok := strings.CutPrefix(domain, "["); ok {
 		ip := strings.TrimPrefix(strings.TrimSuffix(lit, "]"), "IPv6:")
 		return []string{ip}, nil, nil
 	}
-	mxs, err := res.LookupMX(ctx, domain)
-	if err != nil && !dnsNotFound(err) {
-		return nil, nil, fmt.Errorf("MX lookup of %s: %w", domain, err)
+	mxs, mxErr := res.LookupMX(ctx, domain)
+	if mxErr != nil && !dnsNotFound(mxErr) {
+		return nil, nil, fmt.Errorf("MX lookup of %s: %w", domain, mxErr)
 	}
 	if len(mxs) == 1 && (mxs[0].Host == "." || mxs[0].Host == "") {
 		v := verdict(556, "5.1.10", "%s does not accept mail (null MX, RFC 7505)", domain)
@@ -45,8 +75,9 @@ func mxHosts(ctx context.Context, res Resolver, domain string) ([]string, *Reply
 		_, err := res.LookupIPAddr(ctx, domain)
 		switch {
 		case dnsNotFound(err):
-			v := verdict(550, "5.1.2", "domain %s does not exist: it has no MX, A or AAAA record", domain)
-			return nil, &v, nil
+			// The MX question comes first: two servers that said the
+			// domain does not exist settle it.
+			return nil, nil, &noDomain{domain: domain, confirmedBy: confirmedBy(mxErr), err: err}
 		case err != nil:
 			return nil, nil, fmt.Errorf("address lookup of %s: %w", domain, err)
 		}

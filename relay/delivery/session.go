@@ -298,13 +298,13 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 		c, err := d.open(ctx, d.route.Smarthost, host)
 		return c, host, nil, err
 	}
-	hosts, rep, err := mxHosts(ctx, d.e.resolver, d.domain)
+	hosts, rep, err := d.e.dns.hosts(ctx, d.domain)
 	if rep != nil || err != nil {
 		return nil, d.domain, rep, err
 	}
 	var errs []string
 	for _, host := range hosts {
-		ips, err := d.e.resolver.LookupIPAddr(ctx, host)
+		ips, err := d.e.dns.addresses(ctx, host)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", host, err))
 			continue
