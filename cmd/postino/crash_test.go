@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -67,8 +68,31 @@ type process struct {
 }
 
 // startProcess runs postino serve on data with the extra arguments and
-// environment, and waits for it to be ready.
+// environment, and waits for it to be ready. Ports are picked free and
+// then given to the relay, so another process may take one in between (a
+// second test run on the machine): a relay that could not listen is
+// started again on others.
 func startProcess(t *testing.T, bin, data string, args, env []string) *process {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p, err := tryProcess(t, bin, data, args, env)
+		if err == nil {
+			return p
+		}
+		log, _ := os.ReadFile(p.logPath)
+		if !errors.Is(err, errPortTaken) || attempt == 3 {
+			t.Fatalf("postino did not become ready: %v:\n%s", err, log)
+		}
+		t.Logf("a port was taken meanwhile, starting the relay on others:\n%s", log)
+	}
+}
+
+// errPortTaken is a relay's failure to listen on a port picked free.
+var errPortTaken = errors.New("a port was taken between its choice and the relay's start")
+
+// tryProcess starts a relay once: it returns when the relay is ready, or
+// has stopped because a port was taken, or after a deadline.
+func tryProcess(t *testing.T, bin, data string, args, env []string) (*process, error) {
 	t.Helper()
 	p := &process{smtp: freeAddr(t), admin: freeAddr(t), data: data,
 		logPath: filepath.Join(data, fmt.Sprintf("serve-%d.log", time.Now().UnixNano()))}
@@ -98,12 +122,16 @@ func startProcess(t *testing.T, bin, data string, args, env []string) *process {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return p
+				return p, nil
 			}
 		}
+		if log, _ := os.ReadFile(p.logPath); bytes.Contains(log, []byte("address already in use")) {
+			p.cmd.Process.Kill()
+			p.cmd.Wait()
+			return p, errPortTaken
+		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(p.logPath)
-			t.Fatalf("postino did not become ready:\n%s", log)
+			return p, errors.New("not ready after 90 s")
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
