@@ -53,6 +53,53 @@ type Recipient struct {
 	Text         string    `json:"text,omitempty"`
 	Host         string    `json:"host,omitempty"`
 	At           time.Time `json:"at,omitzero"`
+	// TLS is how the session that carried the reply was secured; nil
+	// when no session opened (the relay's own verdicts).
+	TLS *TLS `json:"tls,omitempty"`
+}
+
+// TLS is how a session with an upstream was secured.
+type TLS struct {
+	// Policy is what the relay required of it: none, opportunistic,
+	// verify or dane for an MX host (delivery.tls.policies, DANE where
+	// the host publishes authenticated TLSA records); a smarthost
+	// route's tls mode (none, opportunistic, starttls, tls) otherwise.
+	Policy string `json:"policy"`
+	// Version and Cipher are the TLS version ("TLS 1.3") and cipher
+	// suite; both empty for a session in clear.
+	Version string `json:"version,omitempty"`
+	Cipher  string `json:"cipher,omitempty"`
+	// Verified says what verified the peer: VerifiedDANEEE,
+	// VerifiedDANETA, VerifiedPKIX, or VerifiedNone.
+	Verified string `json:"verified"`
+}
+
+// What verified a peer (TLS.Verified).
+const (
+	// VerifiedDANEEE: its certificate or public key matched a DANE-EE
+	// TLSA record (RFC 7672 section 3.1.1).
+	VerifiedDANEEE = "dane-ee"
+	// VerifiedDANETA: its chain led to a DANE-TA TLSA record's trust
+	// anchor, for its name (RFC 7672 section 3.1.2).
+	VerifiedDANETA = "dane-ta"
+	// VerifiedPKIX: its chain led to a trusted authority, for its name.
+	VerifiedPKIX = "pkix"
+	// VerifiedNone: nothing did (a session in clear, or opportunistic
+	// TLS, which takes any certificate).
+	VerifiedNone = "none"
+)
+
+// String is the session's TLS in a few words, as queue show says it:
+// "TLS 1.3 TLS_AES_128_GCM_SHA256, policy dane, verified dane-ee".
+func (t *TLS) String() string {
+	if t == nil {
+		return ""
+	}
+	s := "in clear"
+	if t.Version != "" {
+		s = t.Version + " " + t.Cipher
+	}
+	return s + ", policy " + t.Policy + ", verified " + t.Verified
 }
 
 // Bounce is a delivery status notification or a complaint.

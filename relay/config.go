@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/mail"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/genropy/postino/internal/loopback"
+	"github.com/genropy/postino/relay/delivery"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
 )
@@ -318,8 +320,30 @@ type DeliveryConfig struct {
 	// route's upstream fail before the route is reported down (a WARN,
 	// /readyz degraded, postino_route_up 0); the first that succeeds
 	// reports it up again.
-	RouteDownAfter int       `yaml:"route_down_after"`
-	DNS            DNSConfig `yaml:"dns"`
+	RouteDownAfter int         `yaml:"route_down_after"`
+	DNS            DNSConfig   `yaml:"dns"`
+	TLS            MXTLSConfig `yaml:"tls"`
+}
+
+// MXTLSConfig is the TLS of MX delivery beyond a route's tls mode. DANE
+// (RFC 7672) needs no setting: wherever an MX host publishes TLSA records
+// that validating servers (delivery.dns.validating) authenticated, its
+// certificate must match them, and the message waits when it does not.
+type MXTLSConfig struct {
+	// Policies set the TLS of MX delivery by recipient domain
+	// (example.com), or by a suffix for its subdomains (.example.com;
+	// the domain's own setting wins over a suffix's, a longer suffix over
+	// a shorter): none (in clear, DANE too ignored), opportunistic (the
+	// default: STARTTLS when offered, any certificate), verify (STARTTLS
+	// required, the certificate verified against the system's authorities
+	// and roots for the MX host's name) or dane (DANE required: an MX
+	// host without usable authenticated TLSA records is not sent to). A
+	// domain failing its policy waits, as for a host that does not
+	// answer. They apply to routes without a smarthost.
+	Policies map[string]string `yaml:"policies"`
+	// Roots is a file of authorities (PEM) that policy verify trusts
+	// beside the system's.
+	Roots string `yaml:"roots"`
 }
 
 // DNSConfig is how MX delivery asks DNS, and how far it believes it.
@@ -855,6 +879,12 @@ func (d *DeliveryConfig) check() error {
 	}
 	if err := d.DNS.check(); err != nil {
 		return err
+	}
+	for _, domain := range slices.Sorted(maps.Keys(d.TLS.Policies)) {
+		if d.TLS.Policies[domain] == delivery.PolicyDANE && !d.DNS.Validating {
+			return fmt.Errorf("delivery.tls.policies: %s: dane needs delivery.dns.servers that validate DNSSEC, and delivery.dns.validating: "+
+				"only their answers' AD bit says the TLSA records are the domain's", domain)
+		}
 	}
 	return d.Retry.check()
 }

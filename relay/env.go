@@ -164,8 +164,8 @@ func setValue(v reflect.Value, key, text string) error {
 			return fmt.Errorf("%q is not %s", text, kindName(v.Type()))
 		}
 		v.SetBool(b)
-	case reflect.Slice:
-		if v.Type().Elem().Kind() == reflect.String {
+	case reflect.Slice, reflect.Map:
+		if v.Kind() == reflect.Slice && v.Type().Elem().Kind() == reflect.String {
 			var items []string
 			for _, it := range strings.Split(text, ",") {
 				if it = strings.TrimSpace(it); it != "" {
@@ -175,7 +175,8 @@ func setValue(v reflect.Value, key, text string) error {
 			v.Set(reflect.ValueOf(items))
 			return nil
 		}
-		// A list of records: YAML, or JSON, which YAML reads too; a field
+		// A list of records, or a map: YAML, or JSON, which YAML reads
+		// too ({example.com: verify}); a field
 		// that is no setting is an error, as in the file. Lines are told
 		// when the text has several.
 		return joinAt(decodeYAML([]byte(text), v.Addr().Interface(), key), func(line int) string {

@@ -160,6 +160,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	specs := cfg.pluginSpecs()
 	r.dispatcher = plugins.NewDispatcher(cfg.dispatcherConfig(), r.outbox, specs, log, plugins.NewMetrics(reg))
 	dcfg := cfg.deliveryConfig()
+	if dcfg.TLSPolicies, err = cfg.tlsPolicies(os.Getenv); err != nil {
+		return nil, err
+	}
 	// Without plugins, outcomes are acknowledged in the commit that records
 	// them: nobody is waiting to be told.
 	dcfg.Acknowledge = len(specs) == 0

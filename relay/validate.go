@@ -23,7 +23,7 @@ func (c Config) Validate(getenv func(string) string) error {
 	var errs []error
 	// In the order New meets them.
 	for _, check := range []func(func(string) string) error{
-		e.checkOutboxAccess, fails(e.Admin.Token), fails(e.intakeConfig), fails(e.deliveryRoutes),
+		e.checkOutboxAccess, fails(e.Admin.Token), fails(e.intakeConfig), fails(e.deliveryRoutes), fails(e.tlsPolicies),
 		func(func(string) string) error { _, err := e.DKIM.Keyring(); return err },
 		e.checkSubmissionDSNs,
 		fails(func(getenv func(string) string) ([]mailbox.Config, error) {

@@ -248,6 +248,11 @@ func (c *Config) deliveryConfig() delivery.Config {
 	}
 }
 
+// tlsPolicies are MX delivery's TLS policies by recipient domain.
+func (c *Config) tlsPolicies(func(string) string) (*delivery.TLSPolicies, error) {
+	return delivery.NewTLSPolicies(c.Delivery.TLS.Policies, c.Delivery.TLS.Roots)
+}
+
 // resolver answers the DNS questions of MX delivery: the servers listed,
 // or the system's.
 func (c *Config) resolver() delivery.Resolver {

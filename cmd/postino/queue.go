@@ -287,7 +287,12 @@ func printMessage(w io.Writer, m admin.Message) {
 			// became of it.
 			status, verdict, reply = "bounced", b.verdict, b.why
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Address, status, verdict, shorten(reply, 100))
+		reply = shorten(reply, 100)
+		if r.TLS != nil {
+			// How the session that carried it was secured, whole.
+			reply += " [" + r.TLS.String() + "]"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Address, status, verdict, reply)
 	}
 	// Addresses a bounce named that the message was not sent to: shown,
 	// with no verdict.

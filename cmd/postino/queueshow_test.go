@@ -12,8 +12,8 @@ import (
 
 // TestQueueShowBounced checks that queue show says why a recipient
 // bounced instead of the 250 it was first accepted with, gives each
-// recipient's verdict, and lists apart an address a bounce named that the
-// message was not sent to.
+// recipient's verdict and the TLS of the session that carried it, and
+// lists apart an address a bounce named that the message was not sent to.
 func TestQueueShowBounced(t *testing.T) {
 	details := func(rc postinooutcome.BounceRecipient) json.RawMessage {
 		b, _ := json.Marshal(map[string]any{"bounce": postinooutcome.Bounce{Kind: "bounce", Type: "hard",
@@ -25,7 +25,8 @@ func TestQueueShowBounced(t *testing.T) {
 		Recipients: []postinooutcome.Recipient{
 			{Address: "gone@example.net", Status: "sent", Code: 250, EnhancedCode: "2.0.0", Text: "Ok"},
 			{Address: "alias@example.org", Status: "sent", Code: 250, EnhancedCode: "2.0.0", Text: "Ok"},
-			{Address: "fine@example.org", Status: "sent", Code: 250, EnhancedCode: "2.0.0", Text: "Ok"},
+			{Address: "fine@example.org", Status: "sent", Code: 250, EnhancedCode: "2.0.0", Text: "Ok", Host: "mx.example.org",
+				TLS: &postinooutcome.TLS{Policy: "dane", Version: "TLS 1.3", Cipher: "TLS_AES_128_GCM_SHA256", Verified: postinooutcome.VerifiedDANEEE}},
 			{Address: "nobody@example.org", Status: "failed", Verdict: hard, Code: 550, EnhancedCode: "5.1.1", Text: "no such user"},
 			{Address: "full@example.org", Status: "pending", Verdict: soft, Code: 452, EnhancedCode: "4.2.2", Text: "mailbox full"},
 		},
@@ -43,7 +44,7 @@ func TestQueueShowBounced(t *testing.T) {
 	for _, want := range []string{
 		"gone@example.net        bounced                   hard  550 5.1.1 User unknown (hard, user_unknown)",
 		"alias@example.org       bounced                   soft  552 Mailbox full (soft, expired)",
-		"fine@example.org        sent                            250 2.0.0 Ok",
+		"fine@example.org        sent                            250 2.0.0 Ok (mx.example.org) [TLS 1.3 TLS_AES_128_GCM_SHA256, policy dane, verified dane-ee]",
 		"nobody@example.org      failed                    hard  550 5.1.1 no such user",
 		"full@example.org        pending                   soft  452 4.2.2 mailbox full",
 		"bob@member.example.net  bounced, not a recipient        550 5.1.1 User unknown (not a recipient of the message, user_unknown)",

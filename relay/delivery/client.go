@@ -76,12 +76,14 @@ func (r Reply) permanent() bool { return r.Code >= 500 }
 // pipelines (RFC 2920) and bounds every step with its own timeout, which
 // go-smtp's client does not offer.
 type client struct {
-	nc       net.Conn
-	r        *textproto.Reader
-	w        *bufio.Writer
-	host     string // the upstream's name, for results and logs
-	ext      map[string]string
-	tls      bool
+	nc   net.Conn
+	r    *textproto.Reader
+	w    *bufio.Writer
+	host string // the upstream's name, for results and logs
+	ext  map[string]string
+	tls  bool
+	// sec is how the session is secured.
+	sec      outcome.TLS
 	timeouts Timeouts
 	// broken is set once the session cannot carry another transaction.
 	broken bool
@@ -138,7 +140,7 @@ func dial(ctx context.Context, addr, host string, tlsCfg *tls.Config, t Timeouts
 		}
 		nc = tc
 	}
-	c := &client{host: host, timeouts: t, tls: tlsCfg != nil}
+	c := &client{host: host, timeouts: t}
 	c.setConn(nc)
 	rep, err := c.read(t.Greeting)
 	if err != nil {
@@ -153,6 +155,10 @@ func dial(ctx context.Context, addr, host string, tlsCfg *tls.Config, t Timeouts
 }
 
 func (c *client) setConn(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		cs := tc.ConnectionState()
+		c.tls, c.sec.Version, c.sec.Cipher = true, tls.VersionName(cs.Version), tls.CipherSuiteName(cs.CipherSuite)
+	}
 	c.nc = nc
 	c.r = textproto.NewReader(bufio.NewReader(&lineLimiter{r: nc}))
 	c.w = bufio.NewWriter(deadlineWriter{nc: nc, d: &c.timeouts.DataBlock})
@@ -259,8 +265,13 @@ func (c *client) startTLS(cfg *tls.Config, name string) error {
 	}
 	tc.SetDeadline(time.Time{})
 	c.setConn(tc)
-	c.tls = true
 	return c.hello(name)
+}
+
+// security is how the session is secured, for the results it carries.
+func (c *client) security() *outcome.TLS {
+	sec := c.sec
+	return &sec
 }
 
 // auth authenticates with PLAIN, or LOGIN when the server offers only that.

@@ -44,7 +44,7 @@ func TestMXHosts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.domain, func(t *testing.T) {
-			hosts, v, err := mxHosts(context.Background(), res, tt.domain)
+			hosts, _, v, err := mxHosts(context.Background(), res, tt.domain)
 			var nd *noDomain
 			switch {
 			case tt.noDomain:

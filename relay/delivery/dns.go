@@ -73,22 +73,22 @@ func newResolution(res Resolver, confirmAfter time.Duration, log *slog.Logger, m
 	return &resolution{res: res, confirmAfter: confirmAfter, log: log, gauge: m.dnsUp, denials: map[string]*list.Element{}}
 }
 
-// hosts lists domain's MX hosts (mxHosts), or gives the verdict on it, a
-// "no such domain" judged, and notes what the lookups say of the
-// resolvers.
-func (r *resolution) hosts(ctx context.Context, domain string) ([]string, *Reply, error) {
-	hosts, rep, err := mxHosts(ctx, r.res, domain)
+// hosts lists domain's MX hosts, and whether DNSSEC authenticated them
+// (mxHosts), or gives the verdict on it, a "no such domain" judged, and
+// notes what the lookups say of the resolvers.
+func (r *resolution) hosts(ctx context.Context, domain string) ([]string, bool, *Reply, error) {
+	hosts, secure, rep, err := mxHosts(ctx, r.res, domain)
 	var nd *noDomain
 	switch {
 	case errors.As(err, &nd):
 		v := r.judge(ctx, nd)
-		return nil, &v, nil
+		return nil, false, &v, nil
 	case err != nil:
 		r.failed(ctx, err)
 	default:
 		r.answered(domain)
 	}
-	return hosts, rep, err
+	return hosts, secure, rep, err
 }
 
 // addresses are host's, the lookup noted.

@@ -27,7 +27,7 @@ var working = dnstest.Zone{Records: []string{
 // lookup is what r.hosts made of a lookup of domain: the hosts, the
 // verdict's codes, or "error".
 func lookup(r *resolution, domain string) string {
-	hosts, rep, err := r.hosts(context.Background(), domain)
+	hosts, _, rep, err := r.hosts(context.Background(), domain)
 	switch {
 	case err != nil:
 		return "error"

@@ -112,6 +112,9 @@ type Config struct {
 	// Brake, when set, counts the outcomes of batches' messages, and
 	// stops the batches it trips.
 	Brake Brake
+	// TLSPolicies, when set, are MX delivery's TLS policies by recipient
+	// domain, and the authorities policy verify trusts.
+	TLSPolicies *TLSPolicies
 }
 
 // Engine delivers READY messages.
@@ -127,6 +130,8 @@ type Engine struct {
 	health map[string]*routeHealth
 	// dns asks the resolver of MX delivery, and follows it.
 	dns *resolution
+	// dane looks up the TLSA records of MX hosts.
+	dane *dane
 	// events is woken when messages reach SENT or FAILED.
 	events Waker
 	sig    *claimloop.Signals
@@ -159,6 +164,7 @@ func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver,
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, log: log, metrics: m, events: events,
 		sig: claimloop.NewSignals(), dests: map[string]*destination{},
 		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m), dns: newResolution(res, cfg.ConfirmAfter, log, m),
+		dane: &dane{log: log, noted: map[string]time.Time{}},
 	}
 }
 
@@ -437,8 +443,9 @@ func domainOf(addr string) string {
 	return strings.ToLower(addr[at+1:])
 }
 
-// record stores the replies of one job's recipients.
-func (j *job) record(host string, out replies, lost error) {
+// record stores the replies of one job's recipients, and how the session
+// that carried them was secured (nil: none opened).
+func (j *job) record(host string, sec *outcome.TLS, out replies, lost error) {
 	f := j.f
 	now := time.Now().UTC()
 	f.mu.Lock()
@@ -452,7 +459,7 @@ func (j *job) record(host string, out replies, lost error) {
 			rep.ofMessage = true
 		}
 		r := &f.results[i]
-		r.At, r.Host = now, host
+		r.At, r.Host, r.TLS = now, host, sec
 		switch {
 		case rep.Code == 0:
 			// The session was lost: the moment's failure.
@@ -478,7 +485,7 @@ func (j *job) fail(host string, rep Reply) {
 	for i := range out.rcpts {
 		out.rcpts[i] = rep
 	}
-	j.record(host, out, nil)
+	j.record(host, nil, out, nil)
 }
 
 // interrupt marks the job cut short by the shutdown: its recipients stay

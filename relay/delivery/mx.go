@@ -8,6 +8,8 @@ import (
 	"net"
 	"slices"
 	"strings"
+
+	"github.com/genropy/postino/relay/resolver"
 )
 
 // Resolver answers the DNS questions of MX delivery: *net.Resolver (the
@@ -19,6 +21,25 @@ type Resolver interface {
 	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
 	// LookupNS is asked of the root zone, "." (resolution.probe).
 	LookupNS(ctx context.Context, name string) ([]*net.NS, error)
+}
+
+// dnssec is a Resolver that says whether a validating resolver found its
+// answers DNSSEC-secure: *resolver.Client, whose answers are Authenticated
+// only with delivery.dns.validating. DANE needs one; with the system's
+// resolver MX delivery never looks TLSA records up.
+type dnssec interface {
+	LookupAuthenticatedMX(ctx context.Context, name string) ([]*net.MX, bool, error)
+	Lookup(ctx context.Context, name string, qtype uint16) (*resolver.Answer, error)
+}
+
+// lookupMX is res's answer to domain's MX question, and whether it was
+// authenticated.
+func lookupMX(ctx context.Context, res Resolver, domain string) ([]*net.MX, bool, error) {
+	if s, ok := res.(dnssec); ok {
+		return s.LookupAuthenticatedMX(ctx, domain)
+	}
+	mxs, err := res.LookupMX(ctx, domain)
+	return mxs, false, err
 }
 
 // dnsNotFound reports whether err says the name has no such record.
@@ -53,23 +74,24 @@ func (e *noDomain) Error() string {
 }
 
 // mxHosts lists the hosts that take mail for domain, most preferred first
-// (hosts of equal preference in random order). Without MX records the
-// domain itself is the host, if it has an address (RFC 5321 section 5.1).
-// A permanent verdict (null MX) comes back as a Reply; a domain with
-// neither as a *noDomain error; a DNS failure that may pass as another
-// error.
-func mxHosts(ctx context.Context, res Resolver, domain string) ([]string, *Reply, error) {
+// (hosts of equal preference in random order), and says whether DNSSEC
+// authenticated the list (lookupMX). Without MX records the domain itself
+// is the host, if it has an address (RFC 5321 section 5.1), authenticated
+// when the denial of its MX records was. A permanent verdict (null MX)
+// comes back as a Reply; a domain with neither as a *noDomain error; a DNS
+// failure that may pass as another error.
+func mxHosts(ctx context.Context, res Resolver, domain string) (hosts []string, secure bool, rep *Reply, err error) {
 	if lit, ok := strings.CutPrefix(domain, "["); ok {
 		ip := strings.TrimPrefix(strings.TrimSuffix(lit, "]"), "IPv6:")
-		return []string{ip}, nil, nil
+		return []string{ip}, false, nil, nil
 	}
-	mxs, mxErr := res.LookupMX(ctx, domain)
+	mxs, secure, mxErr := lookupMX(ctx, res, domain)
 	if mxErr != nil && !dnsNotFound(mxErr) {
-		return nil, nil, fmt.Errorf("MX lookup of %s: %w", domain, mxErr)
+		return nil, false, nil, fmt.Errorf("MX lookup of %s: %w", domain, mxErr)
 	}
 	if len(mxs) == 1 && (mxs[0].Host == "." || mxs[0].Host == "") {
 		v := verdict(556, "5.1.10", "%s does not accept mail (null MX, RFC 7505)", domain)
-		return nil, &v, nil
+		return nil, false, &v, nil
 	}
 	if len(mxs) == 0 {
 		_, err := res.LookupIPAddr(ctx, domain)
@@ -77,18 +99,18 @@ func mxHosts(ctx context.Context, res Resolver, domain string) ([]string, *Reply
 		case dnsNotFound(err):
 			// The MX question comes first: two servers that said the
 			// domain does not exist settle it.
-			return nil, nil, &noDomain{domain: domain, confirmedBy: confirmedBy(mxErr), err: err}
+			return nil, false, nil, &noDomain{domain: domain, confirmedBy: confirmedBy(mxErr), err: err}
 		case err != nil:
-			return nil, nil, fmt.Errorf("address lookup of %s: %w", domain, err)
+			return nil, false, nil, fmt.Errorf("address lookup of %s: %w", domain, err)
 		}
-		return []string{domain}, nil, nil
+		return []string{domain}, secure, nil, nil
 	}
 	mxs = slices.Clone(mxs)
 	rand.Shuffle(len(mxs), func(i, j int) { mxs[i], mxs[j] = mxs[j], mxs[i] })
 	slices.SortStableFunc(mxs, func(a, b *net.MX) int { return int(a.Pref) - int(b.Pref) })
-	hosts := make([]string, len(mxs))
+	hosts = make([]string, len(mxs))
 	for i, mx := range mxs {
 		hosts[i] = strings.TrimSuffix(mx.Host, ".")
 	}
-	return hosts, nil, nil
+	return hosts, secure, nil, nil
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"time"
 
@@ -132,16 +131,9 @@ func (r *Route) prepare() error {
 
 // rootCAs is the system's authorities and those of CAFile.
 func (r *Route) rootCAs() (*x509.CertPool, error) {
-	pem, err := os.ReadFile(r.CAFile)
+	pool, err := rootPool(r.CAFile)
 	if err != nil {
 		return nil, fmt.Errorf("route %s: %w", r.Name, err)
-	}
-	pool, err := x509.SystemCertPool()
-	if err != nil {
-		pool = x509.NewCertPool()
-	}
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("route %s: %s holds no PEM certificate", r.Name, r.CAFile)
 	}
 	return pool, nil
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/genropy/postino/outcome"
 )
 
 // destination is where a group of jobs goes: a smarthost route, or one
@@ -284,7 +286,7 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 		j.interrupt()
 		return
 	}
-	j.record(c.host, out, err)
+	j.record(c.host, c.security(), out, err)
 	j.done()
 }
 
@@ -295,15 +297,20 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 	defer cancel()
 	if !d.route.MX() {
 		host, _, _ := net.SplitHostPort(d.route.Smarthost)
-		c, err := d.open(ctx, d.route.Smarthost, host)
+		c, err := d.open(ctx, d.route.Smarthost, host, d.route.routePlan())
 		return c, host, nil, err
 	}
-	hosts, rep, err := d.e.dns.hosts(ctx, d.domain)
+	hosts, secure, rep, err := d.e.dns.hosts(ctx, d.domain)
 	if rep != nil || err != nil {
 		return nil, d.domain, rep, err
 	}
 	var errs []string
 	for _, host := range hosts {
+		plan, err := d.mxPlan(ctx, host, secure)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%s: %v", host, err))
+			continue
+		}
 		ips, err := d.e.dns.addresses(ctx, host)
 		if err != nil {
 			errs = append(errs, fmt.Sprintf("%s: %v", host, err))
@@ -311,7 +318,7 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 		}
 		for _, ip := range ips {
 			addr := net.JoinHostPort(ip.IP.String(), strconv.Itoa(d.route.MXPort))
-			c, err := d.open(ctx, addr, host)
+			c, err := d.open(ctx, addr, host, plan)
 			if err == nil {
 				return c, host, nil, nil
 			}
@@ -321,17 +328,51 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 	return nil, d.domain, nil, fmt.Errorf("no MX host of %s took the connection: %s", d.domain, strings.Join(errs, "; "))
 }
 
-// open connects to one address and goes through EHLO, TLS and AUTH as the
-// route wants.
-func (d *destination) open(ctx context.Context, addr, host string) (*client, error) {
+// mxPlan is the TLS plan for host, an MX host of the destination's domain:
+// the domain's policy (delivery.tls.policies, else the route's TLS mode),
+// and DANE where host publishes usable TLSA records that DNSSEC
+// authenticated, whatever the policy but none. mxSecure says whether the
+// MX answer that named host was authenticated. The error is a temporary
+// failure for host: policy dane without such records, or a TLSA
+// question that failed on a signed zone.
+func (d *destination) mxPlan(ctx context.Context, host string, mxSecure bool) (*tlsPlan, error) {
+	e := d.e
+	policy := e.cfg.TLSPolicies.of(d.domain, d.route.TLS)
+	res, ok := e.dns.res.(dnssec)
+	if policy == TLSNone || !ok || strings.HasPrefix(d.domain, "[") {
+		if policy == PolicyDANE {
+			return nil, fmt.Errorf("DANE: TLS policy dane of %s needs delivery.dns.servers that validate (delivery.dns.validating), and an MX host named by DNS", d.domain)
+		}
+		return e.cfg.TLSPolicies.mxPlan(policy, d.domain, host), nil
+	}
+	recs, err := e.dane.lookup(ctx, res, host, d.route.MXPort, mxSecure)
+	switch {
+	case err != nil:
+		return nil, err
+	case len(recs.usable) > 0:
+		return &tlsPlan{policy: PolicyDANE, tlsa: recs.usable, why: "DANE (its TLSA records)"}, nil
+	case policy == PolicyDANE:
+		return nil, fmt.Errorf("DANE: TLS policy dane of %s (delivery.tls.policies) needs usable, DNSSEC-authenticated TLSA records of %s, and %s",
+			d.domain, host, recs.none)
+	}
+	return e.cfg.TLSPolicies.mxPlan(policy, d.domain, host), nil
+}
+
+// open connects to one address and goes through EHLO, TLS as plan says,
+// and AUTH as the route wants.
+func (d *destination) open(ctx context.Context, addr, host string, plan *tlsPlan) (*client, error) {
 	r, e := d.route, d.e
 	var implicit *tls.Config
-	if r.TLS == TLSImplicit {
+	if plan.policy == TLSImplicit {
 		implicit = r.tlsConfig
 	}
 	c, err := dial(ctx, addr, host, implicit, e.cfg.Timeouts)
 	if err != nil {
 		return nil, err
+	}
+	c.sec.Policy, c.sec.Verified = plan.policy, outcome.VerifiedNone
+	if c.tls {
+		c.sec.Verified = plan.verified
 	}
 	fail := func(err error) (*client, error) {
 		c.close()
@@ -340,33 +381,53 @@ func (d *destination) open(ctx context.Context, addr, host string) (*client, err
 	if err := c.hello(e.cfg.HeloName); err != nil {
 		return fail(err)
 	}
-	switch {
-	case r.TLS == TLSStartTLS:
-		if !c.has("STARTTLS") {
-			return fail(fmt.Errorf("%s does not offer STARTTLS, which route %s requires", addr, r.Name))
-		}
-		if err := c.startTLS(r.tlsConfig, e.cfg.HeloName); err != nil {
-			return fail(fmt.Errorf("STARTTLS with %s: %w", addr, err))
-		}
-	case r.TLS == TLSOpportunistic && c.has("STARTTLS"):
-		// Opportunistic: encrypt when offered, without judging the
-		// certificate; if the handshake fails, go on in clear.
-		if err := c.startTLS(&tls.Config{ServerName: host, InsecureSkipVerify: true}, e.cfg.HeloName); err != nil {
-			c.close()
-			if c, err = dial(ctx, addr, host, nil, e.cfg.Timeouts); err != nil {
-				return nil, err
-			}
-			if err := c.hello(e.cfg.HeloName); err != nil {
-				return fail(err)
-			}
-			delete(c.ext, "STARTTLS")
-		}
+	if c, err = d.secure(ctx, c, addr, host, plan); err != nil {
+		return nil, err
 	}
 	if r.Username != "" {
 		if err := c.auth(r.Username, r.Password); err != nil {
 			return fail(fmt.Errorf("authentication to %s as %s failed (check the route's username and password): %w", addr, r.Username, err))
 		}
 	}
+	return c, nil
+}
+
+// secure does what plan asks of TLS on a session that said EHLO:
+// STARTTLS, required or when offered, the peer verified as the plan says.
+// It returns the session to go on with: a new one, in clear, when an
+// opportunistic handshake failed.
+func (d *destination) secure(ctx context.Context, c *client, addr, host string, p *tlsPlan) (*client, error) {
+	helo := d.e.cfg.HeloName
+	switch {
+	case p.policy == TLSNone || c.tls:
+		return c, nil
+	case !c.has("STARTTLS") && p.required():
+		c.close()
+		return nil, fmt.Errorf("%s does not offer STARTTLS, which %s requires", addr, p.why)
+	case !c.has("STARTTLS"):
+		return c, nil
+	}
+	cfg, by := p.config(host)
+	err := c.startTLS(cfg, helo)
+	switch {
+	case err == nil:
+		c.sec.Verified = *by
+		return c, nil
+	case p.required():
+		c.close()
+		return nil, fmt.Errorf("STARTTLS with %s, which %s requires: %w", addr, p.why, err)
+	}
+	// Opportunistic: the handshake failed, so go on in clear.
+	c.close()
+	if c, err = dial(ctx, addr, host, nil, d.e.cfg.Timeouts); err != nil {
+		return nil, err
+	}
+	c.sec = outcome.TLS{Policy: p.policy, Verified: outcome.VerifiedNone}
+	if err := c.hello(helo); err != nil {
+		c.close()
+		return nil, err
+	}
+	delete(c.ext, "STARTTLS")
 	return c, nil
 }
 

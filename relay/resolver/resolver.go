@@ -203,9 +203,18 @@ func (a *Answer) notFound(name, what string) error {
 
 // LookupMX returns name's MX records.
 func (c *Client) LookupMX(ctx context.Context, name string) ([]*net.MX, error) {
+	mxs, _, err := c.LookupAuthenticatedMX(ctx, name)
+	return mxs, err
+}
+
+// LookupAuthenticatedMX is LookupMX, and says whether the answer, or its
+// denial that name has MX records, was Authenticated: DANE trusts the
+// TLSA records of MX hosts only when the MX answer was (RFC 7672 section
+// 2.2.1).
+func (c *Client) LookupAuthenticatedMX(ctx context.Context, name string) ([]*net.MX, bool, error) {
 	a, err := c.Lookup(ctx, name, dns.TypeMX)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var out []*net.MX
 	for _, rr := range a.Records {
@@ -213,9 +222,9 @@ func (c *Client) LookupMX(ctx context.Context, name string) ([]*net.MX, error) {
 		out = append(out, &net.MX{Host: mx.Mx, Pref: mx.Preference})
 	}
 	if len(out) == 0 {
-		return nil, a.notFound(name, "MX")
+		return nil, a.Authenticated, a.notFound(name, "MX")
 	}
-	return out, nil
+	return out, a.Authenticated, nil
 }
 
 // LookupNS returns name's NS records.

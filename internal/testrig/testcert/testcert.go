@@ -21,7 +21,9 @@ import (
 // Pair is a server certificate and the pool that trusts its CA.
 type Pair struct {
 	Cert tls.Certificate
-	Pool *x509.CertPool
+	// Leaf is the server certificate, CA its authority's.
+	Leaf, CA *x509.Certificate
+	Pool     *x509.CertPool
 	// CertFile and KeyFile hold the certificate and key in PEM, CAFile the
 	// authority that signed it.
 	CertFile, KeyFile, CAFile string
@@ -99,7 +101,19 @@ func New(t testing.TB, names ...string) Pair {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Leaf, p.CA = p.Cert.Leaf, caCert
 	return p
+}
+
+// ChainConfig is ServerConfig sending the CA's certificate after the
+// server's, as a server whose clients check the chain by its authority's
+// digest (DANE-TA) must.
+func (p Pair) ChainConfig() *tls.Config {
+	c := p.ServerConfig()
+	chain := c.Certificates[0]
+	chain.Certificate = append(chain.Certificate[:1:1], p.CA.Raw)
+	c.Certificates = []tls.Certificate{chain}
+	return c
 }
 
 // ServerConfig is a TLS configuration serving the certificate.
