@@ -385,7 +385,10 @@ type Recipient struct {
 	// What the last failure says of the address: hard (a permanent refusal
 	// of the address itself: no such user, no such domain, a closed
 	// mailbox), soft (any other failure); empty when none was reported.
-	Verdict       string `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	Verdict string `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// How the session that carried the reply was secured; absent when no
+	// session opened (the relay's own verdicts).
+	Tls           *Tls `protobuf:"bytes,9,opt,name=tls,proto3" json:"tls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -476,6 +479,87 @@ func (x *Recipient) GetVerdict() string {
 	return ""
 }
 
+func (x *Recipient) GetTls() *Tls {
+	if x != nil {
+		return x.Tls
+	}
+	return nil
+}
+
+// Tls is how a session with an upstream was secured.
+type Tls struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the relay required: none, opportunistic, verify or dane for an
+	// MX host; a smarthost route's tls mode (none, opportunistic, starttls,
+	// tls) otherwise.
+	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	// "TLS 1.3" and the cipher suite; empty for a session in clear.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Cipher  string `protobuf:"bytes,3,opt,name=cipher,proto3" json:"cipher,omitempty"`
+	// What verified the peer: dane-ee, dane-ta, pkix or none.
+	Verified      string `protobuf:"bytes,4,opt,name=verified,proto3" json:"verified,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Tls) Reset() {
+	*x = Tls{}
+	mi := &file_plugins_proto_callback_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Tls) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Tls) ProtoMessage() {}
+
+func (x *Tls) ProtoReflect() protoreflect.Message {
+	mi := &file_plugins_proto_callback_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Tls.ProtoReflect.Descriptor instead.
+func (*Tls) Descriptor() ([]byte, []int) {
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Tls) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *Tls) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *Tls) GetCipher() string {
+	if x != nil {
+		return x.Cipher
+	}
+	return ""
+}
+
+func (x *Tls) GetVerified() string {
+	if x != nil {
+		return x.Verified
+	}
+	return ""
+}
+
 // Bounce is a delivery status notification (or a complaint) read from a
 // bounce mailbox.
 type Bounce struct {
@@ -495,7 +579,7 @@ type Bounce struct {
 
 func (x *Bounce) Reset() {
 	*x = Bounce{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[5]
+	mi := &file_plugins_proto_callback_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +591,7 @@ func (x *Bounce) String() string {
 func (*Bounce) ProtoMessage() {}
 
 func (x *Bounce) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[5]
+	mi := &file_plugins_proto_callback_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +604,7 @@ func (x *Bounce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bounce.ProtoReflect.Descriptor instead.
 func (*Bounce) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{5}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Bounce) GetKind() string {
@@ -588,7 +672,7 @@ type BounceRecipient struct {
 
 func (x *BounceRecipient) Reset() {
 	*x = BounceRecipient{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[6]
+	mi := &file_plugins_proto_callback_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +684,7 @@ func (x *BounceRecipient) String() string {
 func (*BounceRecipient) ProtoMessage() {}
 
 func (x *BounceRecipient) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[6]
+	mi := &file_plugins_proto_callback_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +697,7 @@ func (x *BounceRecipient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BounceRecipient.ProtoReflect.Descriptor instead.
 func (*BounceRecipient) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{6}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BounceRecipient) GetFinalRecipient() string {
@@ -714,7 +798,7 @@ type Pec struct {
 
 func (x *Pec) Reset() {
 	*x = Pec{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[7]
+	mi := &file_plugins_proto_callback_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -726,7 +810,7 @@ func (x *Pec) String() string {
 func (*Pec) ProtoMessage() {}
 
 func (x *Pec) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[7]
+	mi := &file_plugins_proto_callback_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -739,7 +823,7 @@ func (x *Pec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pec.ProtoReflect.Descriptor instead.
 func (*Pec) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{7}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pec) GetReceiptType() string {
@@ -858,7 +942,7 @@ type PecRecipient struct {
 
 func (x *PecRecipient) Reset() {
 	*x = PecRecipient{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[8]
+	mi := &file_plugins_proto_callback_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +954,7 @@ func (x *PecRecipient) String() string {
 func (*PecRecipient) ProtoMessage() {}
 
 func (x *PecRecipient) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[8]
+	mi := &file_plugins_proto_callback_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +967,7 @@ func (x *PecRecipient) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PecRecipient.ProtoReflect.Descriptor instead.
 func (*PecRecipient) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{8}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PecRecipient) GetAddress() string {
@@ -915,7 +999,7 @@ type Unsubscribe struct {
 
 func (x *Unsubscribe) Reset() {
 	*x = Unsubscribe{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[9]
+	mi := &file_plugins_proto_callback_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1011,7 @@ func (x *Unsubscribe) String() string {
 func (*Unsubscribe) ProtoMessage() {}
 
 func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[9]
+	mi := &file_plugins_proto_callback_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1024,7 @@ func (x *Unsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unsubscribe.ProtoReflect.Descriptor instead.
 func (*Unsubscribe) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{9}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Unsubscribe) GetRecipient() string {
@@ -991,7 +1075,7 @@ type BatchSuspension struct {
 
 func (x *BatchSuspension) Reset() {
 	*x = BatchSuspension{}
-	mi := &file_plugins_proto_callback_proto_msgTypes[10]
+	mi := &file_plugins_proto_callback_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1087,7 @@ func (x *BatchSuspension) String() string {
 func (*BatchSuspension) ProtoMessage() {}
 
 func (x *BatchSuspension) ProtoReflect() protoreflect.Message {
-	mi := &file_plugins_proto_callback_proto_msgTypes[10]
+	mi := &file_plugins_proto_callback_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1100,7 @@ func (x *BatchSuspension) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchSuspension.ProtoReflect.Descriptor instead.
 func (*BatchSuspension) Descriptor() ([]byte, []int) {
-	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{10}
+	return file_plugins_proto_callback_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BatchSuspension) GetBatch() string {
@@ -1109,7 +1193,7 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"\x10delivery_attempt\x18\x10 \x01(\x05R\x0fdeliveryAttempt\x12\x16\n" +
 	"\x06stream\x18\x11 \x01(\tR\x06stream\x12@\n" +
 	"\vunsubscribe\x18\x12 \x01(\v2\x1e.postino.plugin.v1.UnsubscribeR\vunsubscribe\x12M\n" +
-	"\x10batch_suspension\x18\x13 \x01(\v2\".postino.plugin.v1.BatchSuspensionR\x0fbatchSuspension\"\xc8\x01\n" +
+	"\x10batch_suspension\x18\x13 \x01(\v2\".postino.plugin.v1.BatchSuspensionR\x0fbatchSuspension\"\xf2\x01\n" +
 	"\tRecipient\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x12\x12\n" +
@@ -1118,7 +1202,13 @@ const file_plugins_proto_callback_proto_rawDesc = "" +
 	"\x04text\x18\x05 \x01(\tR\x04text\x12\x12\n" +
 	"\x04host\x18\x06 \x01(\tR\x04host\x12\x0e\n" +
 	"\x02at\x18\a \x01(\tR\x02at\x12\x18\n" +
-	"\averdict\x18\b \x01(\tR\averdict\"\xdb\x01\n" +
+	"\averdict\x18\b \x01(\tR\averdict\x12(\n" +
+	"\x03tls\x18\t \x01(\v2\x16.postino.plugin.v1.TlsR\x03tls\"k\n" +
+	"\x03Tls\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
+	"\x06cipher\x18\x03 \x01(\tR\x06cipher\x12\x1a\n" +
+	"\bverified\x18\x04 \x01(\tR\bverified\"\xdb\x01\n" +
 	"\x06Bounce\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12#\n" +
@@ -1200,37 +1290,39 @@ func file_plugins_proto_callback_proto_rawDescGZIP() []byte {
 	return file_plugins_proto_callback_proto_rawDescData
 }
 
-var file_plugins_proto_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_plugins_proto_callback_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_plugins_proto_callback_proto_goTypes = []any{
 	(*DescribeRequest)(nil),  // 0: postino.plugin.v1.DescribeRequest
 	(*DescribeResponse)(nil), // 1: postino.plugin.v1.DescribeResponse
 	(*Ack)(nil),              // 2: postino.plugin.v1.Ack
 	(*Event)(nil),            // 3: postino.plugin.v1.Event
 	(*Recipient)(nil),        // 4: postino.plugin.v1.Recipient
-	(*Bounce)(nil),           // 5: postino.plugin.v1.Bounce
-	(*BounceRecipient)(nil),  // 6: postino.plugin.v1.BounceRecipient
-	(*Pec)(nil),              // 7: postino.plugin.v1.Pec
-	(*PecRecipient)(nil),     // 8: postino.plugin.v1.PecRecipient
-	(*Unsubscribe)(nil),      // 9: postino.plugin.v1.Unsubscribe
-	(*BatchSuspension)(nil),  // 10: postino.plugin.v1.BatchSuspension
+	(*Tls)(nil),              // 5: postino.plugin.v1.Tls
+	(*Bounce)(nil),           // 6: postino.plugin.v1.Bounce
+	(*BounceRecipient)(nil),  // 7: postino.plugin.v1.BounceRecipient
+	(*Pec)(nil),              // 8: postino.plugin.v1.Pec
+	(*PecRecipient)(nil),     // 9: postino.plugin.v1.PecRecipient
+	(*Unsubscribe)(nil),      // 10: postino.plugin.v1.Unsubscribe
+	(*BatchSuspension)(nil),  // 11: postino.plugin.v1.BatchSuspension
 }
 var file_plugins_proto_callback_proto_depIdxs = []int32{
 	4,  // 0: postino.plugin.v1.Event.recipients:type_name -> postino.plugin.v1.Recipient
-	5,  // 1: postino.plugin.v1.Event.bounce:type_name -> postino.plugin.v1.Bounce
-	7,  // 2: postino.plugin.v1.Event.pec:type_name -> postino.plugin.v1.Pec
-	9,  // 3: postino.plugin.v1.Event.unsubscribe:type_name -> postino.plugin.v1.Unsubscribe
-	10, // 4: postino.plugin.v1.Event.batch_suspension:type_name -> postino.plugin.v1.BatchSuspension
-	6,  // 5: postino.plugin.v1.Bounce.recipients:type_name -> postino.plugin.v1.BounceRecipient
-	8,  // 6: postino.plugin.v1.Pec.recipients:type_name -> postino.plugin.v1.PecRecipient
-	0,  // 7: postino.plugin.v1.Callback.Describe:input_type -> postino.plugin.v1.DescribeRequest
-	3,  // 8: postino.plugin.v1.Callback.Deliver:input_type -> postino.plugin.v1.Event
-	1,  // 9: postino.plugin.v1.Callback.Describe:output_type -> postino.plugin.v1.DescribeResponse
-	2,  // 10: postino.plugin.v1.Callback.Deliver:output_type -> postino.plugin.v1.Ack
-	9,  // [9:11] is the sub-list for method output_type
-	7,  // [7:9] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	6,  // 1: postino.plugin.v1.Event.bounce:type_name -> postino.plugin.v1.Bounce
+	8,  // 2: postino.plugin.v1.Event.pec:type_name -> postino.plugin.v1.Pec
+	10, // 3: postino.plugin.v1.Event.unsubscribe:type_name -> postino.plugin.v1.Unsubscribe
+	11, // 4: postino.plugin.v1.Event.batch_suspension:type_name -> postino.plugin.v1.BatchSuspension
+	5,  // 5: postino.plugin.v1.Recipient.tls:type_name -> postino.plugin.v1.Tls
+	7,  // 6: postino.plugin.v1.Bounce.recipients:type_name -> postino.plugin.v1.BounceRecipient
+	9,  // 7: postino.plugin.v1.Pec.recipients:type_name -> postino.plugin.v1.PecRecipient
+	0,  // 8: postino.plugin.v1.Callback.Describe:input_type -> postino.plugin.v1.DescribeRequest
+	3,  // 9: postino.plugin.v1.Callback.Deliver:input_type -> postino.plugin.v1.Event
+	1,  // 10: postino.plugin.v1.Callback.Describe:output_type -> postino.plugin.v1.DescribeResponse
+	2,  // 11: postino.plugin.v1.Callback.Deliver:output_type -> postino.plugin.v1.Ack
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_plugins_proto_callback_proto_init() }
@@ -1244,7 +1336,7 @@ func file_plugins_proto_callback_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_plugins_proto_callback_proto_rawDesc), len(file_plugins_proto_callback_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -63,6 +63,8 @@ type (
 	Unsubscribe = outcome.Unsubscribe
 	// BatchSuspension is the brake's suspension of a batch.
 	BatchSuspension = outcome.BatchSuspension
+	// TLS is how a session with an upstream was secured.
+	TLS = outcome.TLS
 )
 
 // FromProto converts the wire form.
@@ -76,6 +78,9 @@ func FromProto(e *pb.Event) *Event {
 	for i, r := range e.Recipients {
 		out.Recipients[i] = Recipient{Address: r.Address, Status: r.Status, Verdict: outcome.Verdict(r.Verdict), Code: int(r.Code),
 			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: parseTime(r.At)}
+		if t := r.Tls; t != nil {
+			out.Recipients[i].TLS = &TLS{Policy: t.Policy, Version: t.Version, Cipher: t.Cipher, Verified: t.Verified}
+		}
 	}
 	if b := e.Bounce; b != nil {
 		out.Bounce = &Bounce{Kind: b.Kind, Type: b.Type, ReportingMTA: b.ReportingMta, ArrivalDate: b.ArrivalDate, MatchedBy: b.MatchedBy}
@@ -111,8 +116,12 @@ func ToProto(e *Event) *pb.Event {
 		Batch: e.Batch, Priority: int32(e.Priority), Route: e.Route, DeliveryAttempt: int32(e.DeliveryAttempt), Stream: e.Stream,
 	}
 	for _, r := range e.Recipients {
-		out.Recipients = append(out.Recipients, &pb.Recipient{Address: r.Address, Status: r.Status, Verdict: string(r.Verdict), Code: int32(r.Code),
-			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: formatTime(r.At)})
+		pr := &pb.Recipient{Address: r.Address, Status: r.Status, Verdict: string(r.Verdict), Code: int32(r.Code),
+			EnhancedCode: r.EnhancedCode, Text: r.Text, Host: r.Host, At: formatTime(r.At)}
+		if t := r.TLS; t != nil {
+			pr.Tls = &pb.Tls{Policy: t.Policy, Version: t.Version, Cipher: t.Cipher, Verified: t.Verified}
+		}
+		out.Recipients = append(out.Recipients, pr)
 	}
 	if b := e.Bounce; b != nil {
 		out.Bounce = &pb.Bounce{Kind: b.Kind, Type: b.Type, ReportingMta: b.ReportingMTA, ArrivalDate: b.ArrivalDate, MatchedBy: b.MatchedBy}
