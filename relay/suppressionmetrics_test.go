@@ -33,7 +33,7 @@ func TestSuppressionCollector(t *testing.T) {
 	if err := store.ImportSuppressions(context.Background(), entries, "test"); err != nil {
 		t.Fatal(err)
 	}
-	want := `# HELP postino_suppressions Active entries of the suppression list, by reason.
+	want := `# HELP postino_suppressions Active entries of the suppression list, by reason (read at most once a minute).
 # TYPE postino_suppressions gauge
 postino_suppressions{reason="complaint"} 0
 postino_suppressions{reason="hard_bounce"} 2
@@ -49,5 +49,38 @@ postino_suppressions{reason="unsubscribe"} 1
 	}))
 	if err := testutil.CollectAndCompare(down, strings.NewReader("")); err == nil || !strings.Contains(err.Error(), "the store is down") {
 		t.Errorf("a store that is down: %v", err)
+	}
+}
+
+// TestSuppressionCollectorReadsOncePerMinute: scrapes within countsFor
+// report the counts read at the first; a failed read is not kept.
+func TestSuppressionCollectorReadsOncePerMinute(t *testing.T) {
+	reads, fail := 0, true
+	c := newSuppressionCollector(countsFunc(func(context.Context) (map[backends.SuppressionReason]int, error) {
+		reads++
+		if fail {
+			return nil, errors.New("the store is down")
+		}
+		return map[backends.SuppressionReason]int{backends.ReasonManual: reads}, nil
+	}))
+	if err := testutil.CollectAndCompare(c, strings.NewReader("")); err == nil {
+		t.Fatal("a store that is down: no error")
+	}
+	fail = false
+	want := `# HELP postino_suppressions Active entries of the suppression list, by reason (read at most once a minute).
+# TYPE postino_suppressions gauge
+postino_suppressions{reason="complaint"} 0
+postino_suppressions{reason="hard_bounce"} 0
+postino_suppressions{reason="import"} 0
+postino_suppressions{reason="manual"} 2
+postino_suppressions{reason="unsubscribe"} 0
+`
+	for range 3 {
+		if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+			t.Error(err)
+		}
+	}
+	if reads != 2 {
+		t.Errorf("%d reads of the store, want 2 (one failed, then one for three scrapes)", reads)
 	}
 }
