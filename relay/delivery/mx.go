@@ -25,11 +25,14 @@ type Resolver interface {
 
 // dnssec is a Resolver that says whether a validating resolver found its
 // answers DNSSEC-secure: *resolver.Client, whose answers are Authenticated
-// only with delivery.dns.validating. DANE needs one; with the system's
-// resolver MX delivery never looks TLSA records up.
+// only with delivery.dns.validating. DANE needs one that validates; with
+// the system's resolver, or servers that do not validate, MX delivery
+// never looks TLSA records up: no answer of theirs could be believed, and
+// each new session would pay a question for nothing.
 type dnssec interface {
 	LookupAuthenticatedMX(ctx context.Context, name string) ([]*net.MX, bool, error)
 	Lookup(ctx context.Context, name string, qtype uint16) (*resolver.Answer, error)
+	Validating() bool
 }
 
 // lookupMX is res's answer to domain's MX question, and whether it was

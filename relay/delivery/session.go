@@ -339,7 +339,7 @@ func (d *destination) mxPlan(ctx context.Context, host string, mxSecure bool) (*
 	e := d.e
 	policy := e.cfg.TLSPolicies.of(d.domain, d.route.TLS)
 	res, ok := e.dns.res.(dnssec)
-	if policy == TLSNone || !ok || strings.HasPrefix(d.domain, "[") {
+	if policy == TLSNone || !ok || !res.Validating() || strings.HasPrefix(d.domain, "[") {
 		if policy == PolicyDANE {
 			return nil, fmt.Errorf("DANE: TLS policy dane of %s needs delivery.dns.servers that validate (delivery.dns.validating), and an MX host named by DNS", d.domain)
 		}

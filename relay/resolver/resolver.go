@@ -201,6 +201,10 @@ func (a *Answer) notFound(name, what string) error {
 	return e
 }
 
+// Validating says whether the servers validate DNSSEC
+// (Options.Validating): only then can an answer be Authenticated.
+func (c *Client) Validating() bool { return c.opts.Validating }
+
 // LookupMX returns name's MX records.
 func (c *Client) LookupMX(ctx context.Context, name string) ([]*net.MX, error) {
 	mxs, _, err := c.LookupAuthenticatedMX(ctx, name)
