@@ -440,6 +440,9 @@ func (r *Relay) close() {
 	if r.outcomes != nil {
 		r.outcomes.Close()
 	}
+	if r.policy != nil {
+		r.policy.Close()
+	}
 	if r.outbox != nil {
 		r.outbox.Close()
 	}

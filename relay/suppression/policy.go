@@ -86,8 +86,9 @@ func NewHeldCounter(reg prometheus.Registerer) *prometheus.CounterVec {
 
 // Policy applies the configuration to the outbox's list.
 type Policy struct {
-	cfg   Config
-	store Store
+	cfg     Config
+	store   Store
+	lookups *lookups
 }
 
 // New makes the policy; cfg's streams are checked by the relay's
@@ -99,8 +100,12 @@ func New(cfg Config, store Store) *Policy {
 	if _, ok := cfg.Streams[Transactional]; !ok {
 		cfg.Streams[Transactional] = Stream{Mode: ModeRecord}
 	}
-	return &Policy{cfg: cfg, store: store}
+	return &Policy{cfg: cfg, store: store, lookups: newLookups(store)}
 }
+
+// Close ends the policy's reads of the list, once those asked are
+// answered; the policy must not be used afterwards.
+func (p *Policy) Close() { p.lookups.Close() }
 
 // Known reports whether a stream is configured.
 func (p *Policy) Known(name string) bool {
@@ -173,9 +178,10 @@ func (p *Policy) Hold(ctx context.Context, stream string, results []outcome.Reci
 
 // Blocking returns the entries that hold mail of stream to addrs back at
 // now: those the list has for the stream whose reason the stream's
-// Blocks names (a hard bounce always does).
+// Blocks names (a hard bounce always does). Concurrent callers share one
+// read of the list (lookups).
 func (p *Policy) Blocking(ctx context.Context, stream string, addrs []string, now time.Time) ([]backends.Suppression, error) {
-	entries, err := p.store.Suppressed(ctx, stream, addrs, now)
+	entries, err := p.lookups.Suppressed(ctx, stream, addrs, now)
 	if err != nil {
 		return nil, fmt.Errorf("look up the suppression list: %w", err)
 	}
