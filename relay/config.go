@@ -182,6 +182,11 @@ type AdminConfig struct {
 	// TokenEnv names the variable holding the token (one of token_file and
 	// token_env).
 	TokenEnv string `yaml:"token_env"`
+	// Profiling serves Go's profiles (net/http/pprof) under /debug/pprof/,
+	// behind the token like the rest of the API: a CPU profile of a relay
+	// under load is how its cost is found. Off by default, as a profile
+	// tells much about the process and costs CPU while it runs.
+	Profiling bool `yaml:"profiling"`
 }
 
 // Token reads the admin token; empty when none is configured.

@@ -187,6 +187,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			WakeEvents: r.dispatcher.Wake,
 			Receipts:   r.bodies,
 			Token:      token,
+			Profiling:  cfg.Admin.Profiling,
 			Thresholds: cfg.Brake.adminThresholds(),
 			Policy:     r.policy,
 			Log:        log,

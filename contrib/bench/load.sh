@@ -8,7 +8,7 @@
 # and checks that every message reached the sink exactly once (by the
 # X-Genro-Mail-ID the relay adds).
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES] [-u ENTRIES]
+#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES] [-u ENTRIES] [-P FILE]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
@@ -55,6 +55,10 @@
 # cores (the comparison without -c). It needs root and the cgroup CPU
 # controller (v1 or v2).
 #
+# -P FILE writes a CPU profile of relay 1 (go tool pprof FILE) of the 15
+# seconds from the first message, through the relay's admin.profiling
+# listener: give enough messages (-m) for the load to last that long.
+#
 # smtp-source and smtp-sink come with Debian's postfix package. The relay and its data
 # live in a temporary directory under the current one, removed at the end.
 # On ext4 without a journal, creating files in the minutes after deleting
@@ -65,8 +69,8 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus= suppressions=0
-while getopts "db:S:r:s:m:l:c:u:" opt; do
+sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus= suppressions=0 profile=
+while getopts "db:S:r:s:m:l:c:u:P:" opt; do
   case $opt in
     d) deliver=1 ;;
     b) backend=$OPTARG ;;
@@ -77,7 +81,8 @@ while getopts "db:S:r:s:m:l:c:u:" opt; do
     l) length=$OPTARG ;;
     c) cpus=$OPTARG ;;
     u) suppressions=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus] [-u entries]" >&2; exit 2 ;;
+    P) profile=$OPTARG ;;
+    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus] [-u entries] [-P profile]" >&2; exit 2 ;;
   esac
 done
 
@@ -258,7 +263,7 @@ for i in $(seq "$relays"); do
     cgroups+=("$cg")
     in_cgroup=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
   fi
-  POSTINO_HOSTNAME=bench-relay-$i "${in_cgroup[@]}" "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
+  POSTINO_HOSTNAME=bench-relay-$i POSTINO_ADMIN_PROFILING=${profile:+true} "${in_cgroup[@]}" "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
     "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
   pids+=($!) smtps+=("$smtp") admins+=("$admin")
 done
@@ -306,6 +311,10 @@ server_status() {
 before=$(server_status)
 
 start=$(date +%s.%N) sources=()
+if [ -n "$profile" ]; then
+  curl -sf "http://${admins[0]}/debug/pprof/profile?seconds=15" -o "$profile" &
+  profiler=$!
+fi
 for i in $(seq "$relays"); do
   n=$((messages / relays)) s=$((sessions / relays))
   [ "$i" -le $((messages % relays)) ] && n=$((n + 1))
@@ -338,6 +347,7 @@ after=$(server_status)
 all_metrics=$(metrics)
 accepted=$(sum_metric postino_intake_accepted_total)
 
+[ -z "$profile" ] || wait "$profiler" || echo "the CPU profile failed: see relay 1's log" >&2
 echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay} suppressions=$suppressions"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then

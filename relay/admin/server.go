@@ -72,6 +72,8 @@ type Options struct {
 	MaxImportBytes int64
 	// Token, when set, is required of every call but the probes.
 	Token string
+	// Profiling serves net/http/pprof under /debug/pprof/.
+	Profiling bool
 	// Thresholds are the brake's, shown with each batch's rates.
 	Thresholds Thresholds
 	Log        *slog.Logger
@@ -122,6 +124,9 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /readyz", a.readyz)
 	if opts.Metrics != nil {
 		mux.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.Profiling {
+		profiles(mux)
 	}
 	ui := dashboard()
 	mux.Handle("GET /{$}", ui)
