@@ -99,8 +99,8 @@ func (r Response) check() error {
 // Provider names a site by the suffixes of its MX hosts: every domain
 // whose MX hosts end so is one site, whatever their exact set.
 type Provider struct {
-	Name      string     `yaml:"name"`
-	MX        []string   `yaml:"mx"`
+	Name      string   `yaml:"name"`
+	MX        []string `yaml:"mx"`
 	Limits    `yaml:",inline"`
 	Responses []Response `yaml:"responses"`
 }
@@ -168,6 +168,17 @@ func Load(operator []byte, sessions int) (*Rules, error) {
 	}
 	r := &Rules{File: f, sessions: sessions, bySuffix: map[string]*Provider{}}
 	return r, r.check()
+}
+
+// Shipped is the shipped rules alone, with sessions as Load's. The
+// shipped file is the repository's, and its test loads it: Shipped
+// panics when it is broken.
+func Shipped(sessions int) *Rules {
+	r, err := Load(nil, sessions)
+	if err != nil {
+		panic(err)
+	}
+	return r
 }
 
 // merge lays the operator's file over the shipped one.
