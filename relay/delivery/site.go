@@ -155,7 +155,7 @@ func (e *Engine) resolveSite(route *Route, domain string) {
 			j.done()
 		case err != nil:
 			e.health[route.Name].failure(domain, err)
-			j.fail(domain, verdict(451, "4.4.3", "%s", oneLine(err.Error())))
+			j.fail(domain, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
 			j.done()
 		default:
 			e.queueOf(j.f.route, s).enqueue(j)
