@@ -17,6 +17,7 @@ import (
 
 	"github.com/genropy/postino/internal/loopback"
 	"github.com/genropy/postino/relay/delivery"
+	"github.com/genropy/postino/relay/delivery/sites"
 	"github.com/genropy/postino/relay/dkim"
 	"github.com/genropy/postino/relay/intake"
 )
@@ -315,7 +316,8 @@ type DeliveryConfig struct {
 	IdleTimeout Duration `yaml:"idle_timeout"`
 	// ShutdownTimeout lets deliveries in progress finish on SIGTERM.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
-	// MXConnections bounds the sessions to one domain's MX hosts.
+	// MXConnections bounds the sessions to one site of MX delivery (the
+	// MX hosts a domain resolves to) that no rule of delivery.sites bounds.
 	MXConnections int `yaml:"mx_connections"`
 	// MXPort is where MX hosts listen: 25.
 	MXPort   int            `yaml:"mx_port"`
@@ -328,6 +330,24 @@ type DeliveryConfig struct {
 	RouteDownAfter int         `yaml:"route_down_after"`
 	DNS            DNSConfig   `yaml:"dns"`
 	TLS            MXTLSConfig `yaml:"tls"`
+	Sites          SitesConfig `yaml:"sites"`
+}
+
+// SitesConfig shapes MX delivery by site: the MX hosts a recipient domain
+// resolves to, or a provider's (docs/delivery.md). The rules that ship
+// (relay/delivery/sites/providers.yaml) give each site its limits
+// (sessions at once, messages per session, per minute and per hour, new
+// connections per minute), how they adapt (AIMD) and rules on response
+// text.
+type SitesConfig struct {
+	// File is a YAML file of the same shape as the shipped rules: its
+	// default, adapt and down settings replace theirs one by one, its
+	// providers replace those of the same name and add others, its
+	// responses are read first.
+	File string `yaml:"file"`
+	// Metrics is how many sites of no known provider the metrics name by
+	// their MX hosts (the first seen); the others are counted as other.
+	Metrics int `yaml:"metrics"`
 }
 
 // MXTLSConfig is the TLS of MX delivery beyond a route's tls mode. DANE
@@ -696,7 +716,8 @@ func DefaultConfig() Config {
 			// minutes), so that the second answer is not the first
 			// replayed from a cache; the retries' default schedule
 			// confirms at the fifth attempt.
-			DNS: DNSConfig{Timeout: Duration(5 * time.Second), ConfirmAfter: Duration(15 * time.Minute)},
+			DNS:   DNSConfig{Timeout: Duration(5 * time.Second), ConfirmAfter: Duration(15 * time.Minute)},
+			Sites: SitesConfig{Metrics: 20},
 		},
 		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: defaultRouteConnections}},
 		DKIM:      defaultDKIM(),
@@ -883,6 +904,9 @@ func (d *DeliveryConfig) check() error {
 		return err
 	}
 	if err := d.DNS.check(); err != nil {
+		return err
+	}
+	if _, err := d.Sites.rules(d.MXConnections); err != nil {
 		return err
 	}
 	for _, domain := range slices.Sorted(maps.Keys(d.TLS.Policies)) {
@@ -1127,4 +1151,23 @@ func (b ByteSize) MarshalYAML() (any, error) {
 		}
 	}
 	return int64(b), nil
+}
+
+// rules are the shipped site rules with the operator's file.
+func (s *SitesConfig) rules(sessions int) (*sites.Rules, error) {
+	var b []byte
+	if s.File != "" {
+		var err error
+		if b, err = os.ReadFile(s.File); err != nil {
+			return nil, fmt.Errorf("delivery.sites.file: %w", err)
+		}
+	}
+	r, err := sites.Load(b, sessions)
+	if err != nil {
+		return nil, fmt.Errorf("delivery.sites.file %s: %w (see docs/delivery.md for its shape)", s.File, err)
+	}
+	if s.Metrics < 0 {
+		return nil, errors.New("delivery.sites.metrics may not be negative")
+	}
+	return r, nil
 }

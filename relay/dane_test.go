@@ -25,7 +25,7 @@ import (
 // reason says why. The TLS of the session that carried a recipient is in
 // its result and the history.
 func TestDANE(t *testing.T) {
-	port := sharedPort(t, "127.0.0.2", "127.0.0.3")
+	port := smtptest.SharedPort(t, "127.0.0.2", "127.0.0.3")
 	cert := testcert.New(t, "mx1.test")
 	stranger := testcert.New(t, "mx1.test")
 	secure := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.2:%d", port), TLS: cert.ChainConfig()})

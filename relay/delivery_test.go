@@ -409,40 +409,12 @@ func waitAttempt(t *testing.T, c *admin.Client, id string) admin.Message {
 	}
 }
 
-// sharedPort finds a port free on several loopback addresses, so that MX
-// hosts on 127.0.0.2 and 127.0.0.3 listen where port 25 would be.
-func sharedPort(t *testing.T, ips ...string) int {
-	t.Helper()
-	for range 20 {
-		l, err := net.Listen("tcp", ips[0]+":0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		ok := true
-		for _, ip := range ips[1:] {
-			l2, err := net.Listen("tcp", fmt.Sprintf("%s:%d", ip, port))
-			if err != nil {
-				ok = false
-				break
-			}
-			l2.Close()
-		}
-		if ok {
-			return port
-		}
-	}
-	t.Fatal("no port free on every address")
-	return 0
-}
-
 // TestDeliveryMX: MX delivery asks the servers of delivery.dns.servers,
 // takes the MX hosts by preference, passes a host that takes no
 // connection, falls back on the domain's address without MX, fails a null
 // MX and, two servers saying it, a domain that does not exist.
 func TestDeliveryMX(t *testing.T) {
-	port := sharedPort(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
+	port := smtptest.SharedPort(t, "127.0.0.2", "127.0.0.3", "127.0.0.4")
 	cert := testcert.New(t, "mx1.test")
 	mx1 := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.2:%d", port), TLS: cert.ServerConfig()})
 	mx2 := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.3:%d", port)})

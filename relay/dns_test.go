@@ -21,7 +21,7 @@ import (
 // resolvers that fail, or deny everything, are reported (/readyz degraded
 // under dns, a WARN, postino_dns_up 0) until they answer again.
 func TestDeliveryDNS(t *testing.T) {
-	port := sharedPort(t, "127.0.0.2")
+	port := smtptest.SharedPort(t, "127.0.0.2")
 	mx := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.2:%d", port)})
 	working := dnstest.Zone{Records: []string{
 		". IN NS a.root.test.",

@@ -160,6 +160,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	specs := cfg.pluginSpecs()
 	r.dispatcher = plugins.NewDispatcher(cfg.dispatcherConfig(), r.outbox, specs, log, plugins.NewMetrics(reg))
 	dcfg := cfg.deliveryConfig()
+	if dcfg.Sites, err = cfg.Delivery.Sites.rules(cfg.Delivery.MXConnections); err != nil {
+		return nil, err
+	}
 	if dcfg.TLSPolicies, err = cfg.tlsPolicies(os.Getenv); err != nil {
 		return nil, err
 	}

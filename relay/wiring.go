@@ -244,7 +244,7 @@ func (c *Config) deliveryConfig() delivery.Config {
 			Command: d.Timeouts.Command.D(), DataInit: d.Timeouts.DataInit.D(),
 			DataBlock: d.Timeouts.DataBlock.D(), DataEnd: d.Timeouts.DataEnd.D()},
 		Retry:    delivery.Retry{Schedule: backoff.Schedule{First: d.Retry.First.D(), Max: d.Retry.Max.D(), Jitter: d.Retry.Jitter}, MaxAge: d.Retry.MaxAge.D()},
-		HeloName: c.Hostname, Owner: c.Hostname,
+		HeloName: c.Hostname, Owner: c.Hostname, SiteMetrics: d.Sites.Metrics,
 	}
 }
 

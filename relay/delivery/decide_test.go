@@ -101,6 +101,14 @@ func TestDecide(t *testing.T) {
 				results: results(full)},
 		},
 		{
+			name: "waiting for its site, past max age",
+			end: attemptEnd{results: results(full), created: now.Add(-2 * time.Hour), attempt: 2,
+				handedBack: "handed back: site x is down", forSite: true, retryIn: 3 * time.Second},
+			want: decision{to: backends.StatusFailed, addAttempt: true,
+				reason:  "expired: no recipient accepted: b@example.net: 452 4.2.2 expired: not delivered within 1h0m0s; last: mailbox full (mx.example.net)",
+				results: results(expired(full))},
+		},
+		{
 			name: "handed back while another job ran",
 			end: attemptEnd{results: results(sent, full), created: now.Add(-time.Minute), attempt: 1,
 				handedBack: shutdown, ran: true},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/genropy/postino/internal/claimloop"
 	"github.com/genropy/postino/internal/lease"
 	"github.com/genropy/postino/outcome"
+	"github.com/genropy/postino/relay/delivery/sites"
 	"github.com/genropy/postino/relay/dkim"
 )
 
@@ -80,10 +82,17 @@ type Config struct {
 	// ShutdownTimeout is how long deliveries in progress may go on once the
 	// relay is told to stop.
 	ShutdownTimeout time.Duration
-	// MXConnections bounds the sessions to one domain's MX hosts.
+	// MXConnections bounds the sessions to one site of MX delivery that
+	// no rule of Sites bounds.
 	MXConnections int
-	Timeouts      Timeouts
-	Retry         Retry
+	// Sites are the shaping rules of MX delivery (sites.Load); nil is the
+	// shipped rules alone.
+	Sites *sites.Rules
+	// SiteMetrics is how many sites of no known provider the metrics
+	// name by their MX hosts, the first seen; the others are "other".
+	SiteMetrics int
+	Timeouts    Timeouts
+	Retry       Retry
 	// DownAfter is how many connection attempts in a row to a route's
 	// upstream fail before the route is reported down (routeHealth).
 	DownAfter int
@@ -136,9 +145,18 @@ type Engine struct {
 	events Waker
 	sig    *claimloop.Signals
 
-	mu       sync.Mutex
-	dests    map[string]*destination
-	inflight int
+	// rules are cfg.Sites, or the shipped ones.
+	rules *sites.Rules
+
+	mu     sync.Mutex
+	queues map[string]*queue // by route, or route/site
+	sites  map[string]*site  // by site key
+	// domains are the sites of recipient domains, while fresh;
+	// resolving the jobs waiting for their domain's MX answer.
+	domains   map[string]knownDomain
+	resolving map[string][]*job
+	labelled  int // the sites named by their MX hosts in the metrics
+	inflight  int
 	// drained says that the last claim, with room to spare, found all
 	// that was due: until the next claim starts, a message made READY may
 	// be claimed straight away (Reserve) without passing one in line.
@@ -160,9 +178,14 @@ type Waker interface {
 // woken when an outcome adds an event for the plugins: the dispatcher.
 func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver, log *slog.Logger, m *Metrics, events Waker) *Engine {
 	abort, stop := context.WithCancel(context.Background())
+	rules := cfg.Sites
+	if rules == nil {
+		rules = sites.Shipped(cfg.MXConnections)
+	}
 	return &Engine{
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, log: log, metrics: m, events: events,
-		sig: claimloop.NewSignals(), dests: map[string]*destination{},
+		sig: claimloop.NewSignals(), rules: rules, queues: map[string]*queue{}, sites: map[string]*site{},
+		domains: map[string]knownDomain{}, resolving: map[string][]*job{},
 		abort: abort, stop: stop, health: newHealth(routes, cfg.DownAfter, log, m), dns: newResolution(res, cfg.ConfirmAfter, log, m),
 		dane: &dane{log: log, noted: map[string]time.Time{}},
 	}
@@ -270,21 +293,10 @@ func (e *Engine) shutdown() {
 	e.sessions.Wait()
 	// Jobs no session took are handed back too.
 	e.mu.Lock()
-	dests := make([]*destination, 0, len(e.dests))
-	for _, d := range e.dests {
-		dests = append(dests, d)
-	}
+	queues := slices.Collect(maps.Values(e.queues))
 	e.mu.Unlock()
-	for _, d := range dests {
-		for {
-			select {
-			case j := <-d.jobs:
-				j.interrupt()
-				continue
-			default:
-			}
-			break
-		}
+	for _, q := range queues {
+		q.interruptAll()
 	}
 	<-done
 }
@@ -335,6 +347,9 @@ type flight struct {
 	// retryIn is how long a handed-back message waits before it may be
 	// claimed again.
 	retryIn time.Duration
+	// forSite says the hand-back is its site's (down, suspended, busy):
+	// past its maximum age the message expires rather than waits on.
+	forSite bool
 	ran     bool // a job has recorded replies
 	// lost is set when the claim's lease ran out before a job could run:
 	// the message may be another claim's by now, so nothing is recorded.
@@ -429,7 +444,7 @@ func (e *Engine) launch(f *flight, fields func(rcpt string) []byte) {
 		return
 	}
 	for _, j := range jobs {
-		e.destination(f.route, j.domain).enqueue(j)
+		e.route(f.route, j)
 	}
 }
 
@@ -496,10 +511,16 @@ func (j *job) interrupt() {
 
 // handBack ends the job without sending: its recipients stay pending, the
 // message returns to READY and the attempt does not count.
-func (j *job) handBack(why string, retryIn time.Duration) {
+func (j *job) handBack(why string, retryIn time.Duration) { j.back(why, retryIn, false) }
+
+// wait hands the job back for its site, down, suspended or busy: the
+// attempt does not count, but the message's maximum age holds.
+func (j *job) wait(why string, retryIn time.Duration) { j.back(why, retryIn, true) }
+
+func (j *job) back(why string, retryIn time.Duration, forSite bool) {
 	j.f.mu.Lock()
 	if j.f.handedBack == "" {
-		j.f.handedBack, j.f.retryIn = why, retryIn
+		j.f.handedBack, j.f.retryIn, j.f.forSite = why, retryIn, forSite
 	}
 	j.f.mu.Unlock()
 	j.done()
@@ -565,7 +586,7 @@ func (f *flight) finish() {
 	now := time.Now().UTC()
 	d := decide(attemptEnd{
 		results: f.results, now: now, created: m.CreatedAt, attempt: attemptNo, route: f.route.Name,
-		handedBack: f.handedBack, retryIn: f.retryIn, ran: f.ran,
+		handedBack: f.handedBack, retryIn: f.retryIn, forSite: f.forSite, ran: f.ran,
 	}, e.cfg.Retry)
 	f.results = d.results
 	e.observe(d, f.route.Name, now.Sub(m.CreatedAt))
@@ -632,6 +653,7 @@ type attemptEnd struct {
 	// same when another job ran.
 	handedBack string
 	retryIn    time.Duration
+	forSite    bool
 	ran        bool
 }
 
@@ -654,7 +676,9 @@ type decision struct {
 // Recipients still pending past retry.MaxAge fail as expired.
 func decide(a attemptEnd, retry Retry) decision {
 	d := decision{results: slices.Clone(a.results)}
-	if a.handedBack != "" && !a.ran {
+	// A message its site hands back still expires: a site down for days
+	// must not keep it waiting past its maximum age.
+	if a.handedBack != "" && !a.ran && (!a.forSite || a.now.Sub(a.created) < retry.MaxAge) {
 		d.to, d.keepReason, d.dueAt, d.reason = backends.StatusReady, true, a.now.Add(a.retryIn), a.handedBack
 		return d
 	}

@@ -28,11 +28,12 @@ import (
 // The route is down once its last `after` attempts all failed, and up
 // again when a session opens, or one already open carries a message and
 // stays usable (a smarthost that limits our connections still delivers
-// over those it took). An MX route has many upstreams, and one domain
-// whose hosts are all down is that domain's trouble: the route is down
-// only when the failures in a row reached the hosts of two domains at
-// least, which is more likely the relay's own network (port 25 blocked,
-// DNS down) than theirs.
+// over those it took). An MX route has many upstreams, and one site
+// whose hosts are all down is that site's trouble (site.connectFailed
+// marks the site itself down): the route is down only when the failures
+// in a row reached two sites at least (a domain whose site is not known
+// yet counts as its own), which is more likely the relay's own network
+// (port 25 blocked, DNS down) than theirs.
 type routeHealth struct {
 	route *Route
 	after int
@@ -41,8 +42,8 @@ type routeHealth struct {
 
 	mu        sync.Mutex
 	failed    int    // connection attempts failed in a row
-	domain    string // MX: the domain of the first of them
-	domains   bool   // MX: they reached a second domain
+	domain    string // MX: the site (or domain) of the first of them
+	domains   bool   // MX: they reached a second site
 	last      error
 	downSince time.Time // zero while up
 }

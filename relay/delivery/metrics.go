@@ -11,6 +11,13 @@ type Metrics struct {
 	connections prometheus.Gauge
 	routeUp     *prometheus.GaugeVec
 	dnsUp       prometheus.Gauge
+	// By site: a provider's name, a site's MX hosts for the first
+	// Config.SiteMetrics others, "other" beyond.
+	siteSessions   *prometheus.GaugeVec
+	siteThrottled  *prometheus.CounterVec
+	siteHandedBack *prometheus.CounterVec
+	sitesDown      *prometheus.GaugeVec
+	sitesSuspended *prometheus.GaugeVec
 }
 
 // NewMetrics registers the delivery series with reg.
@@ -35,7 +42,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		dnsUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "postino_dns_up", Help: "1 while the resolvers of MX delivery answer; 0 while a lookup failed and they cannot answer " +
 				"the root zone's NS question either, until one is answered again."}),
+		siteSessions: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "postino_site_sessions", Help: "Open sessions to the MX hosts of a site (a provider, or the first sites seen by their MX hosts, others together as other)."}, []string{"site"}),
+		siteThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "postino_site_throttled_total", Help: "Throttling signals from a site (421, 4.7.x, a response rule, a connection refused, reset or timed out): each may cut its sessions and rate (AIMD)."}, []string{"site"}),
+		siteHandedBack: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "postino_site_handed_back_total", Help: "Messages handed back to the outbox without an attempt because their site was down, suspended, full (max_queued) or its rate would keep them waiting."}, []string{"site"}),
+		sitesDown: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "postino_sites_down", Help: "Sites down (their last delivery.route_down_after connection attempts failed), tested by one probe per interval."}, []string{"site"}),
+		sitesSuspended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "postino_sites_suspended", Help: "Sites suspended by a response rule (Yahoo's TSS04, a blocklisting)."}, []string{"site"}),
 	}
-	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp, m.dnsUp)
+	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp, m.dnsUp,
+		m.siteSessions, m.siteThrottled, m.siteHandedBack, m.sitesDown, m.sitesSuspended)
 	return m
 }

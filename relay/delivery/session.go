@@ -12,117 +12,34 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/genropy/postino/outcome"
 )
 
-// destination is where a group of jobs goes: a smarthost route, or one
-// domain of an MX route. It runs up to max sessions, each carrying job
-// after job.
+// destination is where a job goes: a smarthost route, or one recipient
+// domain of an MX route, whose TLS policy its connections follow. Its
+// queue (the route's, or its site's) runs the sessions.
 type destination struct {
-	e       *Engine
-	key     string
-	route   *Route
-	domain  string
-	jobs    chan *job
-	limiter *rate.Limiter
-	health  *routeHealth
-
-	mu     sync.Mutex
-	active int
-	idle   int
-	max    int
-}
-
-func (e *Engine) destination(route *Route, domain string) *destination {
-	key := route.Name
-	if route.MX() {
-		key += "/" + domain
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := e.dests[key]
-	if d == nil {
-		d = &destination{e: e, key: key, route: route, domain: domain,
-			jobs: make(chan *job, e.cfg.MaxInFlight), max: route.MaxConnections, health: e.health[route.Name]}
-		if route.MX() {
-			d.max = e.cfg.MXConnections
-		}
-		if route.Rate > 0 {
-			d.limiter = rate.NewLimiter(rate.Limit(route.Rate), 1)
-		}
-		e.dests[key] = d
-	}
-	return d
-}
-
-// enqueue hands a job to an idle session, or starts one if the limit allows.
-func (d *destination) enqueue(j *job) {
-	d.jobs <- j
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.idle == 0 && d.active < d.max {
-		d.active++
-		d.e.sessions.Add(1)
-		go d.run()
-	}
-}
-
-// run is one upstream session: it takes jobs until none comes for the idle
-// time, reusing its connection.
-func (d *destination) run() {
-	e := d.e
-	defer e.sessions.Done()
-	s := &session{d: d}
-	stop := context.AfterFunc(e.abort, s.abort)
-	defer stop()
-	idle := time.NewTimer(e.cfg.IdleTimeout)
-	defer idle.Stop()
-	for {
-		j, more := d.next(idle)
-		if !more {
-			s.quit()
-			return
-		}
-		if j != nil {
-			s.carry(j)
-		}
-	}
-}
-
-// next waits for a job for the idle time. It returns more false when the
-// session should end: nothing came and nothing is queued, or the relay is
-// stopping. A nil job with more true means wait again: a job came in as
-// the session was leaving.
-func (d *destination) next(idle *time.Timer) (j *job, more bool) {
-	e := d.e
-	d.mu.Lock()
-	d.idle++
-	d.mu.Unlock()
-	idle.Reset(e.cfg.IdleTimeout)
-	select {
-	case j = <-d.jobs:
-	case <-idle.C:
-	case <-e.abort.Done():
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.idle--
-	if j == nil && (len(d.jobs) == 0 || e.abort.Err() != nil) {
-		d.active--
-		return nil, false
-	}
-	return j, true
+	e      *Engine
+	q      *queue
+	key    string
+	route  *Route
+	domain string
+	health *routeHealth
 }
 
 // session is what run keeps from job to job: its connection, which the
 // shutdown closes from another goroutine.
 type session struct {
+	q *queue
+	// d is the destination of the connection, or of the last one.
 	d *destination
 	c *client // written under mu, read by run's goroutine alone
 	// used says the connection carried a message: the next needs RSET.
 	used bool
+	// carried counts the connection's messages.
+	carried int
+	// next takes a job handed to the session while it is idle.
+	next chan *job
 
 	mu     sync.Mutex
 	closed bool // by the shutdown
@@ -148,18 +65,33 @@ func (s *session) setClient(c *client) {
 	s.c = c
 }
 
+// domain is the recipient domain of the session's connection, or empty.
+func (s *session) domain() string {
+	if s.d == nil {
+		return ""
+	}
+	return s.d.domain
+}
+
 // quit ends the session's connection, if it has one.
 func (s *session) quit() {
 	if s.c != nil {
 		s.c.quit()
-		s.d.e.metrics.connections.Dec()
+		s.setClient(nil)
+		s.q.e.metrics.connections.Dec()
+		if s.q.site != nil {
+			s.q.e.metrics.siteSessions.WithLabelValues(s.q.site.label).Dec()
+		}
 	}
 }
 
 // carry delivers one job, connecting first when the session has no
-// connection, unless the relay is stopping or the job's lease is too short.
+// connection, unless the relay is stopping, the job's lease is too short,
+// or its site's rates would keep it waiting long. A connection carries one
+// domain's mail, and at most its site's messages_per_session.
 func (s *session) carry(j *job) {
-	d, e := s.d, s.d.e
+	q, e := s.q, s.q.e
+	d := q.dest(j.domain)
 	if e.abort.Err() != nil {
 		j.interrupt()
 		return
@@ -167,26 +99,69 @@ func (s *session) carry(j *job) {
 	if !d.inTime(j) {
 		return
 	}
-	if d.limiter != nil {
-		if err := d.limiter.Wait(e.abort); err != nil {
-			j.interrupt()
-			return
-		}
-	}
-	if s.c == nil && !s.connect(j) {
+	if !s.pace(j, false) {
 		return
 	}
-	d.deliver(s.c, j, s.used)
+	if s.c != nil && (s.d != d || q.site != nil && q.site.rule.Limits.MessagesPerSession > 0 && s.carried >= q.site.rule.Limits.MessagesPerSession) {
+		s.quit()
+	}
+	s.d = d
+	if s.c == nil && (!s.pace(j, true) || !s.connect(j)) {
+		return
+	}
+	start := time.Now()
+	accepted := d.deliver(s.c, j, s.used)
 	s.used = true
+	s.carried++
+	if q.site != nil && accepted {
+		q.site.accepted(time.Since(start))
+	}
 	if s.c.broken {
 		s.c.close()
 		e.metrics.connections.Dec()
+		if q.site != nil {
+			e.metrics.siteSessions.WithLabelValues(q.site.label).Dec()
+		}
 		s.setClient(nil)
 		return
 	}
 	// A session still usable after a message says the upstream works,
 	// though new connections may fail (it limits how many it takes).
 	d.health.success()
+}
+
+// pace waits for the rate of the job's way out to allow a message, or a
+// new connection (conn): a smarthost's rate, a site's messages and
+// connections per minute. A job that would wait for a site more than a
+// quarter of its lease is handed back, due when the rate allows it.
+func (s *session) pace(j *job, conn bool) bool {
+	q, e := s.q, s.q.e
+	if q.site == nil {
+		if conn || q.limiter == nil {
+			return true
+		}
+		if err := q.limiter.Wait(e.abort); err != nil {
+			j.interrupt()
+			return false
+		}
+		return true
+	}
+	wait, err := q.site.pace(e.abort, conn, e.cfg.Lease/4)
+	switch {
+	case err != nil:
+		j.interrupt()
+		return false
+	case wait > 0:
+		what := "messages"
+		if conn {
+			what = "new connections"
+		}
+		q.site.handedBack()
+		j.wait(fmt.Sprintf("handed back: site %s's rate of %s would keep it waiting %s; the attempt does not count",
+			q.site.rule.Key, what, wait.Round(time.Millisecond)), wait)
+		return false
+	}
+	return true
 }
 
 // inTime reports whether the job may still be sent within its lease; when
@@ -219,7 +194,7 @@ func (d *destination) inTime(j *job) bool {
 // ends the job: handed back at the shutdown, its recipients failed with
 // the verdict otherwise (temporary unless the destination refuses mail).
 func (s *session) connect(j *job) bool {
-	e := s.d.e
+	e, site := s.d.e, s.q.site
 	c, host, rep, err := s.d.connect()
 	switch {
 	case e.abort.Err() != nil:
@@ -234,7 +209,13 @@ func (s *session) connect(j *job) bool {
 		j.done()
 		return false
 	case err != nil:
-		s.d.health.failure(s.d.domain, err)
+		where := s.d.domain
+		if site != nil {
+			// The route is down when its failures reach two sites.
+			where = site.rule.Key
+			site.connectFailed(err)
+		}
+		s.d.health.failure(where, err)
 		j.fail(host, verdict(451, "4.4.1", "%s", oneLine(err.Error())))
 		j.done()
 		return false
@@ -242,12 +223,17 @@ func (s *session) connect(j *job) bool {
 	s.d.health.success()
 	s.setClient(c)
 	e.metrics.connections.Inc()
-	s.used = false
+	if site != nil {
+		site.connected()
+		e.metrics.siteSessions.WithLabelValues(site.label).Inc()
+	}
+	s.used, s.carried = false, 0
 	return true
 }
 
-// deliver sends one job over an open session.
-func (d *destination) deliver(c *client, j *job, reset bool) {
+// deliver sends one job over an open session, and reports whether the
+// upstream accepted the message.
+func (d *destination) deliver(c *client, j *job, reset bool) bool {
 	e := d.e
 	m := j.f.m
 	// An upstream without 8BITMIME gets the 8-bit parts re-encoded.
@@ -256,7 +242,7 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 	if fm.rep != nil {
 		j.fail(c.host, *fm.rep)
 		j.done()
-		return
+		return false
 	}
 	body, err := j.f.open(fm)
 	if err != nil {
@@ -265,7 +251,7 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 		// its maximum age, or an operator, ends it.
 		j.fail(c.host, verdict(451, "4.3.0", "%s", err))
 		j.done()
-		return
+		return false
 	}
 	defer body.Close()
 	rcpts := make([]string, len(j.rcpts))
@@ -284,10 +270,14 @@ func (d *destination) deliver(c *client, j *job, reset bool) {
 	out, err := c.send(t)
 	if err != nil && e.abort.Err() != nil {
 		j.interrupt()
-		return
+		return false
 	}
 	j.record(c.host, c.security(), out, err)
+	if d.q.site != nil && d.q.site.told(out) {
+		j.blocked()
+	}
 	j.done()
+	return err == nil && out.data.ok()
 }
 
 // connect opens a session ready for MAIL. It returns a permanent verdict for
@@ -305,6 +295,7 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 		return nil, d.domain, rep, err
 	}
 	var errs []string
+	var causes []error
 	for _, host := range hosts {
 		plan, err := d.mxPlan(ctx, host, secure)
 		if err != nil {
@@ -323,9 +314,10 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 				return c, host, nil, nil
 			}
 			errs = append(errs, fmt.Sprintf("%s[%s]: %v", host, ip.IP, err))
+			causes = append(causes, err)
 		}
 	}
-	return nil, d.domain, nil, fmt.Errorf("no MX host of %s took the connection: %s", d.domain, strings.Join(errs, "; "))
+	return nil, d.domain, nil, &hostsError{msg: fmt.Sprintf("no MX host of %s took the connection: %s", d.domain, strings.Join(errs, "; ")), causes: causes}
 }
 
 // mxPlan is the TLS plan for host, an MX host of the destination's domain:
@@ -430,6 +422,17 @@ func (d *destination) secure(ctx context.Context, c *client, addr, host string, 
 	delete(c.ext, "STARTTLS")
 	return c, nil
 }
+
+// hostsError is the failure of every MX host of a domain; it unwraps to
+// the connections' own errors, which say whether the site is unreachable
+// or refused them (site.connectFailed).
+type hostsError struct {
+	msg    string
+	causes []error
+}
+
+func (e *hostsError) Error() string   { return e.msg }
+func (e *hostsError) Unwrap() []error { return e.causes }
 
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,21 @@ type Options struct {
 	No8BITMIME bool
 	// MaxSize is the SIZE limit; 0 is none.
 	MaxSize int64
+	// MaxSessions, when set, greets the sessions beyond that many at once
+	// with "421 4.7.0" and closes them, as a provider that throttles.
+	MaxSessions int
+	// Down closes every connection as soon as it is accepted: a host that
+	// takes no session, whose connections can be counted.
+	Down bool
+}
+
+// Conn is one connection the server accepted.
+type Conn struct {
+	At time.Time
+	// Open is how many connections were open with it, itself included.
+	Open int
+	// Refused says it was greeted with 421 and closed (MaxSessions).
+	Refused bool
 }
 
 // Server is a running upstream.
@@ -76,6 +92,9 @@ type Server struct {
 	drop  bool
 	conns int
 	srv   *smtp.Server
+	// open counts the connections open; accepted lists them all.
+	open     int
+	accepted []Conn
 }
 
 // Start runs a server until the test ends.
@@ -103,6 +122,7 @@ func Start(t testing.TB, o Options) *Server {
 	if o.No8BITMIME {
 		l = no8bitListener{l}
 	}
+	l = &countingListener{Listener: l, s: s, o: o}
 	if o.Implicit {
 		l = tls.NewListener(l, o.TLS)
 	}
@@ -133,6 +153,92 @@ func (c no8bitConn) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// countingListener counts the connections, and refuses those Options
+// say to.
+type countingListener struct {
+	net.Listener
+	s *Server
+	o Options
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		s := l.s
+		s.mu.Lock()
+		s.open++
+		refused := l.o.MaxSessions > 0 && s.open > l.o.MaxSessions
+		s.accepted = append(s.accepted, Conn{At: time.Now(), Open: s.open, Refused: refused})
+		s.mu.Unlock()
+		cc := &countedConn{Conn: c, s: s}
+		switch {
+		case l.o.Down:
+			cc.Close()
+			continue
+		case refused:
+			go func() {
+				cc.Write([]byte("421 4.7.0 Too many sessions from your address, try again later\r\n"))
+				cc.Close()
+			}()
+			continue
+		}
+		return cc, nil
+	}
+}
+
+type countedConn struct {
+	net.Conn
+	s    *Server
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() {
+		c.s.mu.Lock()
+		c.s.open--
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// Accepted lists the connections accepted so far.
+func (s *Server) Accepted() []Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.accepted)
+}
+
+// SharedPort finds a port free on several loopback addresses, so that MX
+// hosts on 127.0.0.2 and 127.0.0.3 listen where port 25 would be.
+func SharedPort(t testing.TB, ips ...string) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", ips[0]+":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		ok := true
+		for _, ip := range ips[1:] {
+			l2, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				ok = false
+				break
+			}
+			l2.Close()
+		}
+		if ok {
+			return port
+		}
+	}
+	t.Fatal("no port free on every address")
+	return 0
 }
 
 type nopLogger struct{}

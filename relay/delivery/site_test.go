@@ -1,0 +1,224 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/genropy/postino/backends"
+	"github.com/genropy/postino/backends/bolt"
+	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/testrig/dnstest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/relay/bounce"
+	"github.com/genropy/postino/relay/delivery/sites"
+	"github.com/genropy/postino/relay/resolver"
+	"github.com/genropy/postino/spool"
+)
+
+// TestSites is the fleet: messages to 40 domains on 4 sites, each site's
+// MX host a real server on its own loopback address, found through a real
+// DNS server. One site throttles above 2 sessions with 421 4.7.0, one is
+// down, one is slow, one is fast. Every message is delivered exactly once
+// but the dead site's; after the first 421 the throttling site never sees
+// more sessions than its rule's plus one; the dead site gets one probe per
+// interval, not a connection per message; and the fast site is done while
+// the slow one still has mail to take, its excess handed back.
+func TestSites(t *testing.T) {
+	n := 2000
+	if s := os.Getenv("POSTINO_SITES_MESSAGES"); s != "" {
+		n, _ = strconv.Atoi(s) // 10000 for the issue's figure
+	}
+	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+	port := smtptest.SharedPort(t, ips...)
+	at := func(ip string) string { return ip + ":" + strconv.Itoa(port) }
+	throttler := smtptest.Start(t, smtptest.Options{Addr: at(ips[0]), MaxSessions: 2})
+	dead := smtptest.Start(t, smtptest.Options{Addr: at(ips[1]), Down: true})
+	slow := smtptest.Start(t, smtptest.Options{Addr: at(ips[2])})
+	slow.Hang(10 * time.Millisecond)
+	fast := smtptest.Start(t, smtptest.Options{Addr: at(ips[3])})
+	names := []string{"throttle", "dead", "slow", "fast"}
+	records := []string{". IN NS a.root.test."}
+	for k, name := range names {
+		records = append(records, fmt.Sprintf("mx.%s.test. IN A %s", name, ips[k]))
+		for i := range 10 {
+			records = append(records, fmt.Sprintf("d%d.%s.example. IN MX 10 mx.%s.test.", i, name, name))
+		}
+	}
+	dns := dnstest.Start(t, dnstest.Zone{Records: records})
+
+	const probe = 500 * time.Millisecond
+	rules, err := sites.Load([]byte(`
+default:
+  messages_per_session: 1000
+  connections_per_minute: 60000
+  max_queued: 100
+adapt:
+  cooldown: 200ms
+down:
+  probe: 500ms
+  probe_max: 500ms
+providers:
+  - name: throttler
+    mx: [mx.throttle.test]
+    sessions: 3
+  - name: slow
+    mx: [mx.slow.test]
+    sessions: 1
+`), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, store := outboxtest.Open(t)
+	addToSites(t, sp, store, n, names)
+	routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := NewEngine(Config{
+		MaxInFlight: 256, Lease: time.Minute, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
+		ShutdownTimeout: time.Second, MXConnections: 10, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
+		Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
+		HeloName: "relay.test", Owner: "test", Acknowledge: true, Sites: rules, SiteMetrics: 10,
+	}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	start := time.Now()
+	stop := runUntilStopped(e)
+	defer stop()
+
+	perSite := n / len(names)
+	waitFor(t, "the fast site's mail", func() bool { return len(fast.Messages()) >= perSite })
+	if got := len(slow.Messages()); got >= perSite {
+		t.Errorf("the slow site had all its %d messages when the fast site had all of its: it held the fast one back", got)
+	}
+	// Its excess went back to the outbox rather than hold the slots.
+	if back := testutil.ToFloat64(e.metrics.siteHandedBack.WithLabelValues("slow")); back == 0 {
+		t.Error("the slow site handed nothing back: it held every message it was given")
+	}
+	waitFor(t, "every message but the dead site's", func() bool {
+		return len(throttler.Messages())+len(slow.Messages())+len(fast.Messages()) >= 3*perSite
+	})
+	elapsed := time.Since(start)
+	stop()
+	t.Logf("%d messages to 40 domains on 4 sites: %s", n, elapsed)
+
+	seen := map[string]int{}
+	for _, up := range []*smtptest.Server{throttler, slow, fast} {
+		for _, m := range up.Messages() {
+			seen[m.Header("X-Genro-Mail-ID")]++
+		}
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s was delivered %d times", id, k)
+		}
+	}
+	if len(seen) != 3*perSite {
+		t.Errorf("%d messages delivered, want %d", len(seen), 3*perSite)
+	}
+	refused, most := 0, 0
+	for _, c := range throttler.Accepted() {
+		if refused > 0 {
+			most = max(most, c.Open)
+		}
+		if c.Refused {
+			refused++
+		}
+	}
+	if refused == 0 {
+		t.Error("the throttling site never refused a session: the test throttled nothing")
+	}
+	if most > 3+1 {
+		t.Errorf("after its first 421 the throttling site saw %d sessions at once, its rule's 3 plus one at most", most)
+	}
+	probes := len(dead.Accepted())
+	// Before it is known down, its sessions (10 at once) may all try.
+	if limit := 10 + int(elapsed/probe) + 2; probes > limit {
+		t.Errorf("the dead site got %d connections in %s: more than one probe per %s after its first sessions", probes, elapsed, probe)
+	}
+	t.Logf("throttling site: %d sessions refused, at most %d at once after the first refusal; dead site: %d connections for %d messages",
+		refused, most, probes, perSite)
+}
+
+// addToSites puts n READY messages in the outbox, each to one of ten
+// domains of each site in turn.
+func addToSites(t *testing.T, sp *spool.Spool, store *bolt.Store, n int, names []string) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				id := fmt.Sprintf("m%d", i)
+				rcpt := fmt.Sprintf("u%d@d%d.%s.example", i, i/len(names)%10, names[i%len(names)])
+				outboxtest.Add(t, sp, store, &backends.Message{ID: id, Priority: 2,
+					Envelope: backends.Envelope{Sender: "app@example.com", Recipients: []string{rcpt}}},
+					[]byte("From: app@example.com\r\nX-Genro-Mail-ID: "+id+"\r\nSubject: hi\r\n\r\nhello\r\n"))
+				for _, tr := range []backends.Transition{
+					{ID: id, From: backends.StatusAccepted, To: backends.StatusIntaking, LeaseUntil: time.Now().Add(time.Minute)},
+					{ID: id, From: backends.StatusIntaking, To: backends.StatusReady, Route: DefaultRoute},
+				} {
+					if err := store.Transition(ctx, tr); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// waitFor waits for done, generously.
+func waitFor(t *testing.T, what string, done func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for !done() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after 3 minutes", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestThrottlingReplies: 421 and 4.7.x are throttling signals, and never
+// count against the address; a block rule's reply is the site's refusal
+// of the relay (bounce's reason blocked, a soft verdict).
+func TestThrottlingReplies(t *testing.T) {
+	for _, tt := range []struct {
+		rep      Reply
+		throttle bool
+	}{
+		{Reply{Code: 421, Enhanced: "4.7.0", Text: "Try again later"}, true},
+		{Reply{Code: 421, Text: "Service not available"}, true},
+		{Reply{Code: 450, Enhanced: "4.7.28", Text: "rate limited"}, true},
+		{Reply{Code: 451, Enhanced: "4.7.1", Text: "reputation"}, true},
+		{Reply{Code: 452, Enhanced: "4.2.2", Text: "mailbox full"}, false},
+		{Reply{Code: 550, Enhanced: "5.7.1", Text: "refused"}, false},
+		{Reply{Code: 250, Text: "ok"}, false},
+	} {
+		if got := throttling(tt.rep); got != tt.throttle {
+			t.Errorf("%s: throttling %v, want %v", tt.rep, got, tt.throttle)
+		}
+		if tt.rep.Code/100 == 4 {
+			if v := tt.rep.addressVerdict(); v != "soft" {
+				t.Errorf("%s: verdict %s: a temporary refusal never counts against the address", tt.rep, v)
+			}
+		}
+	}
+	s3150 := Reply{Code: 550, Enhanced: "5.7.606", Text: "Access denied, banned sending IP [192.0.2.1]. (S3150)"}
+	v, reason := bounce.Classify(bounce.Failure{Status: s3150.Enhanced, Code: s3150.Code, Text: s3150.Text})
+	if v != "soft" || reason != bounce.ReasonBlocked {
+		t.Errorf("S3150: %s %s, want soft blocked", v, reason)
+	}
+}
