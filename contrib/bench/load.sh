@@ -242,7 +242,8 @@ settle() {
   esac
 }
 settle
-smtps=() admins=()
+smtps=() admins=() profiling=false
+[ -z "$profile" ] || profiling=true
 for i in $(seq "$relays"); do
   smtp=127.0.0.1:$(free_port)
   admin=127.0.0.1:$(free_port)
@@ -263,7 +264,7 @@ for i in $(seq "$relays"); do
     cgroups+=("$cg")
     in_cgroup=(sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' "$cg")
   fi
-  POSTINO_HOSTNAME=bench-relay-$i POSTINO_ADMIN_PROFILING=${profile:+true}${profile:-false} "${in_cgroup[@]}" "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
+  POSTINO_HOSTNAME=bench-relay-$i POSTINO_ADMIN_PROFILING=$profiling "${in_cgroup[@]}" "$work/postino" serve --data "$data" --spool-store "$spoolstore" --listen "$smtp" --admin "$admin" \
     "${upstream[@]}" "${store[@]}" 2>"$work/serve-$i.log" &
   pids+=($!) smtps+=("$smtp") admins+=("$admin")
 done
