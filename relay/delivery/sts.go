@@ -28,7 +28,7 @@ var errNoSTARTTLS = errors.New("STARTTLS not offered")
 func (p *TLSPolicies) stsPlan(ctx context.Context, policy, domain, host string) (*tlsPlan, error) {
 	if p == nil || p.sts == nil || (policy != TLSOpportunistic && policy != PolicyMTASTS) || strings.HasPrefix(domain, "[") {
 		if policy == PolicyMTASTS {
-			return nil, fmt.Errorf("MTA-STS: TLS policy mta-sts of %s (delivery.tls.policies) needs delivery.mta_sts.enabled", domain)
+			return nil, fmt.Errorf("MTA-STS: TLS policy mta-sts of %s (delivery.tls.policies) needs delivery.tls.mta_sts.enabled", domain)
 		}
 		return p.mxPlan(policy, domain, host), nil
 	}
