@@ -170,9 +170,11 @@ type tlsPlan struct {
 	// why names what requires TLS, for the errors that say it failed.
 	why string
 	// roots are the authorities PolicyMTASTSTesting checks the peer
-	// against, without refusing it; soft is what that check found.
-	roots *x509.CertPool
-	soft  error
+	// against, without refusing it; soft is what that check found, and
+	// unlisted says that the policy does not list the host.
+	roots    *x509.CertPool
+	soft     error
+	unlisted error
 	// report counts the session for the policy domain's TLS report; nil
 	// where none is kept.
 	report *tlsReport

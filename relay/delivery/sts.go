@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -64,7 +65,7 @@ func (p *TLSPolicies) stsPlan(ctx context.Context, policy, domain, host string) 
 	}
 	plan := &tlsPlan{policy: PolicyMTASTSTesting, verified: outcome.VerifiedNone, why: name, roots: p.roots, report: report}
 	if !sts.Match(host) {
-		plan.soft = fmt.Errorf("%s does not list MX host %s", name, host)
+		plan.unlisted = fmt.Errorf("%s does not list MX host %s", name, host)
 	}
 	return plan, nil
 }
@@ -126,7 +127,7 @@ func (p *tlsPlan) tally(c *client, err error) {
 		s.SendingIP, s.ReceivingIP = addrIP(c.nc.LocalAddr()), addrIP(c.nc.RemoteAddr())
 	}
 	if err == nil {
-		err = p.soft
+		err = cmp.Or(p.soft, p.unlisted)
 	}
 	if err != nil {
 		s.Result = resultOf(err)

@@ -4,6 +4,7 @@
 package webtest
 
 import (
+	"bytes"
 	"crypto/tls"
 	"io"
 	"net"
@@ -23,7 +24,7 @@ type Server struct {
 
 // Request is what the server was sent.
 type Request struct {
-	Method, Path, ContentType string
+	Method, Host, Path, ContentType string
 	Body                      []byte
 }
 
@@ -38,8 +39,9 @@ func StartTLS(t testing.TB, addr string, cfg *tls.Config, h http.Handler) *Serve
 	s := &Server{}
 	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		s.mu.Lock()
-		s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, ContentType: r.Header.Get("Content-Type"), Body: body})
+		s.requests = append(s.requests, Request{Method: r.Method, Host: r.Host, Path: r.URL.Path, ContentType: r.Header.Get("Content-Type"), Body: body})
 		s.mu.Unlock()
 		h.ServeHTTP(w, r)
 	}))
