@@ -277,7 +277,9 @@ func TestTLSReports(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		mailed()
-		got := sums(&mu, reports)
+		mu.Lock()
+		got := sums(reports)
+		mu.Unlock()
 		if got["enforce.test"] == want["enforce.test"] && got["testing.test"] == want["testing.test"] {
 			break
 		}
@@ -304,9 +306,7 @@ func TestTLSReports(t *testing.T) {
 }
 
 // sums are the reports' counts by policy domain.
-func sums(mu *sync.Mutex, reports []report) map[string]string {
-	mu.Lock()
-	defer mu.Unlock()
+func sums(reports []report) map[string]string {
 	type tally struct {
 		typ           string
 		success, fail int64
