@@ -388,3 +388,36 @@ func bundle(t *testing.T, pairs ...testcert.Pair) string {
 }
 
 
+
+// TestTLSReportsConfig: delivery.tls.reports needs who reports, and
+// delivery.tls.policies' mta-sts needs MTA-STS on.
+func TestTLSReportsConfig(t *testing.T) {
+	for _, tt := range []struct {
+		change func(*relay.Config)
+		want   string
+	}{
+		{change: func(c *relay.Config) {
+			c.Delivery.TLS.Reports = relay.TLSReportsConfig{Enabled: true, Organization: "Org", Contact: "tls@example.com",
+				Period: relay.Duration(24 * time.Hour), Delay: relay.Duration(time.Hour)}
+		}},
+		{change: func(c *relay.Config) { c.Delivery.TLS.Reports.Enabled = true }, want: "delivery.tls.reports.organization"},
+		{change: func(c *relay.Config) {
+			c.Delivery.TLS.Reports = relay.TLSReportsConfig{Enabled: true, Organization: "Org", Contact: "Org <tls@example.com>", Period: relay.Duration(24 * time.Hour)}
+		}, want: "delivery.tls.reports.contact"},
+		{change: func(c *relay.Config) {
+			c.Delivery.TLS.Reports = relay.TLSReportsConfig{Enabled: true, Organization: "Org", Contact: "tls@example.com", Period: relay.Duration(time.Hour), Delay: relay.Duration(time.Hour)}
+		}, want: "delay from 0 to less than the period"},
+		{change: func(c *relay.Config) {
+			c.Delivery.TLS.MTASTS.Enabled = false
+			c.Delivery.TLS.Policies = map[string]string{"example.com": "mta-sts"}
+		}, want: "mta-sts needs delivery.tls.mta_sts.enabled"},
+		{change: func(c *relay.Config) { c.Delivery.TLS.MTASTS.Timeout = 0 }, want: "delivery.tls.mta_sts.timeout"},
+	} {
+		cfg, _ := testConfig(t)
+		tt.change(&cfg)
+		err := cfg.Validate(func(string) string { return "" })
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%v, want %q", err, tt.want)
+		}
+	}
+}
