@@ -29,8 +29,6 @@ import (
 	"github.com/genropy/postino/relay/tlsrpt"
 )
 
-
-
 // stsRig is what the MTA-STS tests run against on loopback: MX hosts
 // (127.0.0.2 with a certificate of the test CA for mx1.test, mx2.test
 // and dane.test; 127.0.0.3 with one of another CA for mx3.test), the
@@ -386,8 +384,6 @@ func bundle(t *testing.T, pairs ...testcert.Pair) string {
 	}
 	return file
 }
-
-
 
 // TestTLSReportsConfig: delivery.tls.reports needs who reports, and
 // delivery.tls.policies' mta-sts needs MTA-STS on.

@@ -165,7 +165,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	specs := cfg.pluginSpecs()
 	r.dispatcher = plugins.NewDispatcher(cfg.dispatcherConfig(), r.outbox, specs, log, plugins.NewMetrics(reg))
 	dcfg := cfg.deliveryConfig()
-	if dcfg.TLSPolicies, err = cfg.tlsPolicies(os.Getenv); err != nil {
+	res := cfg.resolver()
+	if dcfg.TLSPolicies, err = r.mxTLS(res); err != nil {
 		return nil, err
 	}
 	// Without plugins, outcomes are acknowledged in the commit that records
@@ -174,10 +175,6 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
 	if err := r.actOnFindings(routes, reg, &icfg, &dcfg); err != nil {
-		return nil, err
-	}
-	res := cfg.resolver()
-	if err := r.useMTASTS(res, dcfg.TLSPolicies); err != nil {
 		return nil, err
 	}
 	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, res, log, dm, r.dispatcher)

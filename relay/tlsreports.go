@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/genropy/postino/relay/delivery"
@@ -16,21 +17,22 @@ import (
 // outbox; delivery.tls.reports.delay leaves the last ones time to land.
 const tlsrptFlush = time.Minute
 
-// useMTASTS makes MX delivery apply the recipient domains' MTA-STS
-// policies, kept in the outbox for every relay sharing it, unless
-// delivery.tls.mta_sts.enabled is off.
-func (r *Relay) useMTASTS(res delivery.Resolver, pol *delivery.TLSPolicies) error {
+// mxTLS are MX delivery's TLS policies: delivery.tls.policies, and the
+// recipient domains' MTA-STS policies, kept in the outbox for every relay
+// sharing it, unless delivery.tls.mta_sts.enabled is off.
+func (r *Relay) mxTLS(res delivery.Resolver) (*delivery.TLSPolicies, error) {
+	pol, err := r.cfg.tlsPolicies(os.Getenv)
 	m := r.cfg.Delivery.TLS.MTASTS
-	if !m.Enabled {
-		return nil
+	if err != nil || !m.Enabled {
+		return pol, err
 	}
 	txt, ok := res.(mtasts.Resolver)
 	if !ok {
-		return fmt.Errorf("delivery.tls.mta_sts: the resolver of MX delivery (%T) cannot answer TXT questions", res)
+		return nil, fmt.Errorf("delivery.tls.mta_sts: the resolver of MX delivery (%T) cannot answer TXT questions", res)
 	}
 	pol.UseMTASTS(mtasts.New(mtasts.Options{Roots: pol.Roots(), Port: m.Port, Timeout: m.Timeout.D(), Recheck: m.Recheck.D()},
 		txt, r.outbox, r.log))
-	return nil
+	return pol, nil
 }
 
 // tlsReports counts the MX sessions' TLS results for TLS reports, and

@@ -58,10 +58,10 @@ func TestMatch(t *testing.T) {
 func TestRecord(t *testing.T) {
 	for txt, want := range map[string]string{
 		"v=STSv1; id=20260301T000000;": "20260301T000000",
-		"v=STSv1;id=abc":                "abc",
-		"v=spf1 -all":                   "",
-		"v=STSv1; id=a-b":               "error",
-		"v=STSv1;":                      "error",
+		"v=STSv1;id=abc":               "abc",
+		"v=spf1 -all":                  "",
+		"v=STSv1; id=a-b":              "error",
+		"v=STSv1;":                     "error",
 	} {
 		id, ok, err := record(txt)
 		got := id

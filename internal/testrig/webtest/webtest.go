@@ -25,7 +25,7 @@ type Server struct {
 // Request is what the server was sent.
 type Request struct {
 	Method, Host, Path, ContentType string
-	Body                      []byte
+	Body                            []byte
 }
 
 // StartTLS serves h over TLS with cfg at addr ("127.0.0.4:0" for any
