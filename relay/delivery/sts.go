@@ -165,8 +165,8 @@ func resultOf(err error) string {
 }
 
 // verifyPKIX checks that chain's leaf chains to roots (nil: the system's),
-// valid for host.
-func verifyPKIX(host string, roots *x509.CertPool, chain []*x509.Certificate) error {
+// valid for host and usages (none: a server's).
+func verifyPKIX(host string, roots *x509.CertPool, chain []*x509.Certificate, usages ...x509.ExtKeyUsage) error {
 	if len(chain) == 0 {
 		return fmt.Errorf("%s presented no certificate", host)
 	}
@@ -174,6 +174,6 @@ func verifyPKIX(host string, roots *x509.CertPool, chain []*x509.Certificate) er
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := chain[0].Verify(x509.VerifyOptions{DNSName: host, Roots: roots, Intermediates: inter})
+	_, err := chain[0].Verify(x509.VerifyOptions{DNSName: host, Roots: roots, Intermediates: inter, KeyUsages: usages})
 	return err
 }
