@@ -12,7 +12,7 @@ import (
 )
 
 var (
-	// ErrNotFound: no message (or event, or link) has that id.
+	// ErrNotFound: no message (or event, or link, or document) has that id.
 	ErrNotFound = errors.New("message not found")
 	// ErrDuplicate: a message with that id exists already. Create returns it
 	// only once the existing row is committed.
@@ -47,6 +47,7 @@ type Outbox interface {
 	Alarms
 	Throughput
 	Suppressions
+	Documents
 	// Ping checks that the store answers.
 	Ping(ctx context.Context) error
 	Close() error

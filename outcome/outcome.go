@@ -61,9 +61,11 @@ type Recipient struct {
 // TLS is how a session with an upstream was secured.
 type TLS struct {
 	// Policy is what the relay required of it: none, opportunistic,
-	// verify or dane for an MX host (delivery.tls.policies, DANE where
-	// the host publishes authenticated TLSA records); a smarthost
-	// route's tls mode (none, opportunistic, starttls, tls) otherwise.
+	// verify, dane, mta-sts or mta-sts-testing for an MX host
+	// (delivery.tls.policies, DANE where the host publishes
+	// authenticated TLSA records, else the domain's MTA-STS policy); a
+	// smarthost route's tls mode (none, opportunistic, starttls, tls)
+	// otherwise.
 	Policy string `json:"policy"`
 	// Version and Cipher are the TLS version ("TLS 1.3") and cipher
 	// suite; both empty for a session in clear.

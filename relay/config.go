@@ -366,9 +366,80 @@ type MXTLSConfig struct {
 	// domain failing its policy waits, as for a host that does not
 	// answer. They apply to routes without a smarthost.
 	Policies map[string]string `yaml:"policies"`
-	// Roots is a file of authorities (PEM) that policy verify trusts
+	// Roots is a file of authorities (PEM) that policy verify, MTA-STS
+	// (MX hosts and policy hosts) and TLS reports' https: addresses trust
 	// beside the system's.
-	Roots string `yaml:"roots"`
+	Roots   string           `yaml:"roots"`
+	MTASTS  MTASTSConfig     `yaml:"mta_sts"`
+	Reports TLSReportsConfig `yaml:"reports"`
+}
+
+// MTASTSConfig is MTA-STS (RFC 8461) on MX delivery: where a recipient
+// domain publishes a policy (its _mta-sts TXT record, the policy at
+// https://mta-sts.DOMAIN/.well-known/mta-sts.txt), mode enforce sends
+// only to the MX hosts it lists, over TLS verified for their names, and
+// the message waits otherwise; mode testing sends as before and counts
+// what failed for the domain's TLS report. DANE wins where an MX host
+// publishes authenticated TLSA records. A policy is fetched once per
+// max_age for every relay sharing the outbox, which keeps it.
+type MTASTSConfig struct {
+	// Enabled looks policies up for domains whose TLS policy is
+	// opportunistic (the default) or mta-sts.
+	Enabled bool `yaml:"enabled"`
+	// Timeout bounds a policy's fetch.
+	Timeout Duration `yaml:"timeout"`
+	// Recheck is how often a domain's _mta-sts TXT record is asked again
+	// while its policy holds: a new id there is a new policy.
+	Recheck Duration `yaml:"recheck"`
+	// Port is the policy hosts' HTTPS port: 443.
+	Port int `yaml:"port"`
+}
+
+// TLSReportsConfig is TLS reporting (RFC 8460): the relays count each MX
+// session's TLS result by domain, for the domains with an MTA-STS policy
+// or DANE, in the outbox; once a day one of them sends each domain that
+// publishes a _smtp._tls TXT record its report (gzip'd JSON), by mail
+// through the relay (rua=mailto:) or by HTTPS (rua=https:).
+type TLSReportsConfig struct {
+	// Enabled counts the sessions and sends the reports; it needs
+	// organization and contact.
+	Enabled bool `yaml:"enabled"`
+	// Organization names the reporter in the reports (organization-name).
+	Organization string `yaml:"organization"`
+	// Contact is the reporter's address (contact-info), and the sender of
+	// the mailed reports.
+	Contact string `yaml:"contact"`
+	// Period is a report's window: a day, as RFC 8460 asks (UTC days).
+	Period Duration `yaml:"period"`
+	// Delay is how long after a window's end its reports go out: every
+	// relay writes its counts each minute.
+	Delay Duration `yaml:"delay"`
+}
+
+func (t *MXTLSConfig) check() error {
+	m := t.MTASTS
+	if m.Enabled && (m.Timeout <= 0 || m.Recheck <= 0 || m.Port <= 0) {
+		return errors.New("delivery.tls.mta_sts.timeout, recheck and port must be positive")
+	}
+	for _, domain := range slices.Sorted(maps.Keys(t.Policies)) {
+		if t.Policies[domain] == delivery.PolicyMTASTS && !m.Enabled {
+			return fmt.Errorf("delivery.tls.policies: %s: mta-sts needs delivery.tls.mta_sts.enabled", domain)
+		}
+	}
+	r := t.Reports
+	if !r.Enabled {
+		return nil
+	}
+	if r.Organization == "" {
+		return errors.New("delivery.tls.reports.organization: name the organization the reports come from")
+	}
+	if a, err := mail.ParseAddress(r.Contact); err != nil || a.Name != "" {
+		return fmt.Errorf("delivery.tls.reports.contact %q: give the address that sends the reports, and that their readers may write to (tls-reports@example.com)", r.Contact)
+	}
+	if r.Period < Duration(time.Second) || time.Duration(r.Period)%time.Second != 0 || r.Delay < 0 || r.Delay >= r.Period {
+		return errors.New("delivery.tls.reports.period must be whole seconds (24h, as RFC 8460 asks), and delay from 0 to less than the period")
+	}
+	return nil
 }
 
 // DNSConfig is how MX delivery asks DNS, and how far it believes it.
@@ -718,6 +789,8 @@ func DefaultConfig() Config {
 			// confirms at the fifth attempt.
 			DNS:   DNSConfig{Timeout: Duration(5 * time.Second), ConfirmAfter: Duration(15 * time.Minute)},
 			Sites: SitesConfig{Metrics: 20},
+			TLS: MXTLSConfig{MTASTS: MTASTSConfig{Enabled: true, Timeout: Duration(30 * time.Second), Recheck: Duration(time.Hour), Port: 443},
+				Reports: TLSReportsConfig{Period: Duration(24 * time.Hour), Delay: Duration(time.Hour)}},
 		},
 		Routes:    RoutesConfig{Default: RouteConfig{MaxConnections: defaultRouteConnections}},
 		DKIM:      defaultDKIM(),
@@ -907,6 +980,9 @@ func (d *DeliveryConfig) check() error {
 		return err
 	}
 	if _, err := d.Sites.rules(d.MXConnections); err != nil {
+		return err
+	}
+	if err := d.TLS.check(); err != nil {
 		return err
 	}
 	for _, domain := range slices.Sorted(maps.Keys(d.TLS.Policies)) {

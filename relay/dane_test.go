@@ -149,7 +149,7 @@ func TestDANE(t *testing.T) {
 }
 
 // TestTLSPolicyConfig: delivery.tls.policies takes the policies there
-// are, refuses mta-sts for now, and dane without validating resolvers.
+// are, and refuses dane without validating resolvers.
 func TestTLSPolicyConfig(t *testing.T) {
 	for _, tt := range []struct {
 		policies   map[string]string
@@ -159,8 +159,8 @@ func TestTLSPolicyConfig(t *testing.T) {
 		{policies: map[string]string{"example.com": "verify", ".example.net": "none"}},
 		{policies: map[string]string{"example.com": "dane"}, validating: true},
 		{policies: map[string]string{"example.com": "dane"}, want: "dane needs delivery.dns.servers that validate DNSSEC"},
-		{policies: map[string]string{"example.com": "mta-sts"}, want: "mta-sts is not available yet"},
-		{policies: map[string]string{"example.com": "strict"}, want: `policy "strict": use none, opportunistic, verify, dane`},
+		{policies: map[string]string{"example.com": "mta-sts"}},
+		{policies: map[string]string{"example.com": "strict"}, want: `policy "strict": use none, opportunistic, verify, dane, mta-sts`},
 		{policies: map[string]string{".": "none"}, want: "names no domain"},
 	} {
 		cfg, _ := testConfig(t)

@@ -32,6 +32,7 @@ import (
 	"github.com/genropy/postino/relay/pec"
 	"github.com/genropy/postino/relay/submissions"
 	"github.com/genropy/postino/relay/suppression"
+	"github.com/genropy/postino/relay/tlsrpt"
 	"github.com/genropy/postino/spool"
 )
 
@@ -73,6 +74,10 @@ type Relay struct {
 	unsub        *http.Server
 	unsubLn      net.Listener
 	brake        *brake.Brake
+	// tally counts the MX sessions' TLS results, and reporter sends the
+	// TLS reports (nil without delivery.tls.reports).
+	tally    *tlsrpt.Tally
+	reporter *tlsrpt.Reporter
 	// pecRecorder is nil when no PEC account is configured.
 	pecRecorder *pec.Recorder
 	admin       *http.Server
@@ -163,7 +168,8 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if dcfg.Sites, err = cfg.Delivery.Sites.rules(cfg.Delivery.MXConnections); err != nil {
 		return nil, err
 	}
-	if dcfg.TLSPolicies, err = cfg.tlsPolicies(os.Getenv); err != nil {
+	res := cfg.resolver()
+	if dcfg.TLSPolicies, err = r.mxTLS(res); err != nil {
 		return nil, err
 	}
 	// Without plugins, outcomes are acknowledged in the commit that records
@@ -174,7 +180,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err := r.actOnFindings(routes, reg, &icfg, &dcfg); err != nil {
 		return nil, err
 	}
-	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, cfg.resolver(), log, dm, r.dispatcher)
+	r.engine = delivery.NewEngine(dcfg, r.outbox, r.bodies, routes, res, log, dm, r.dispatcher)
 	r.worker = intake.NewWorker(cfg.workerConfig(r.engine, r.policy, r.brake), r.outbox, r.bodies, routes.Choose, log)
 	r.intake = intake.NewServer(icfg, r.outbox, r.spool, log, im, r.worker)
 	if r.submissions, err = cfg.openSubmissions(r.intake, submissions.NewMetrics(reg), os.Getenv, log); err != nil {
@@ -200,6 +206,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	if err := r.listen(); err != nil {
 		return nil, err
 	}
+	r.tlsReports(res, dcfg.TLSPolicies)
 	// Last: the mailbox leases name the relay by its SMTP address.
 	mm := mailbox.NewMetrics(reg)
 	if err := r.bounceMailboxes(bm, mm, r.dispatcher.Wake); err != nil {
@@ -375,6 +382,10 @@ func (r *Relay) Run(ctx context.Context) error {
 	brakeCtx, stopBrake := context.WithCancel(context.Background())
 	var braking sync.WaitGroup
 	braking.Go(func() { r.brake.Run(brakeCtx, time.Second) })
+	if r.tally != nil {
+		braking.Go(func() { r.tally.Run(brakeCtx, tlsrptFlush) })
+		wg.Go(func() { r.reporter.Run(workCtx, r.cfg.Delivery.TLS.Reports.reportCheck()) })
+	}
 	wg.Go(func() { r.sweep(workCtx) })
 	if r.pecRecorder != nil {
 		wg.Go(func() { r.watchOverdue(workCtx) })

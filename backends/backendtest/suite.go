@@ -33,6 +33,7 @@ func Run(t *testing.T, open Opener) {
 	group(t, "Alarms", alarmTests, func(t *testing.T) alarmStore { return open(t) })
 	group(t, "Throughput", throughputTests, func(t *testing.T) throughputStore { return open(t) })
 	group(t, "Suppressions", suppressionTests, func(t *testing.T) suppressionStore { return open(t) })
+	group(t, "Documents", documentTests, func(t *testing.T) backends.Documents { return open(t) })
 }
 
 // What each group of tests needs of a store: its part of the contract, and

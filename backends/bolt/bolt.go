@@ -89,7 +89,7 @@ func Open(path string, opts Options) (*Store, error) {
 	err = db.Update(func(tx *bbolt.Tx) error {
 		for _, name := range append([][]byte{bucketMessages, bucketHistory, bucketQueue, bucketHeld, bucketLeases,
 			bucketMsgIDs, bucketCreated, bucketBatches, bucketBatchMsgs, bucketCounts, bucketActivity, bucketMeta, bucketCursors, bucketLinks, bucketMsgLinks,
-			bucketAlarms, bucketMsgAlarms, bucketTallies}, append(eventBuckets(), suppressionBuckets()...)...) {
+			bucketAlarms, bucketMsgAlarms, bucketTallies, bucketDocuments, bucketDocExpiry}, append(eventBuckets(), suppressionBuckets()...)...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}

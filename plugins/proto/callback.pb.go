@@ -489,9 +489,9 @@ func (x *Recipient) GetTls() *Tls {
 // Tls is how a session with an upstream was secured.
 type Tls struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// What the relay required: none, opportunistic, verify or dane for an
-	// MX host; a smarthost route's tls mode (none, opportunistic, starttls,
-	// tls) otherwise.
+	// What the relay required: none, opportunistic, verify, dane, mta-sts
+	// or mta-sts-testing for an MX host; a smarthost route's tls mode
+	// (none, opportunistic, starttls, tls) otherwise.
 	Policy string `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	// "TLS 1.3" and the cipher suite; empty for a session in clear.
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`

@@ -181,17 +181,12 @@ func anchors(r *dns.TLSA, chain []*x509.Certificate) []*x509.Certificate {
 	return out
 }
 
-// verifyChain checks that chain's leaf chains to ta, valid for host.
+// verifyChain checks that chain's leaf chains to ta, valid for host: the
+// records, not the authorities, say what the certificate is for.
 func verifyChain(host string, ta *x509.Certificate, chain []*x509.Certificate) error {
-	roots, inter := x509.NewCertPool(), x509.NewCertPool()
+	roots := x509.NewCertPool()
 	roots.AddCert(ta)
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
-	}
-	_, err := chain[0].Verify(x509.VerifyOptions{DNSName: host, Roots: roots, Intermediates: inter,
-		// The records, not the authorities, say what the certificate is for.
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return err
+	return verifyPKIX(host, roots, chain, x509.ExtKeyUsageAny)
 }
 
 // brief is a TLSA record as errors name it: "3 1 1 a1b2c3d4…".

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/genropy/postino/outcome"
+	"github.com/genropy/postino/relay/mtasts"
+	"github.com/genropy/postino/relay/tlsrpt"
 )
 
 // TLS policies of MX delivery, by recipient domain (TLSPolicies): none and
@@ -22,13 +25,20 @@ const (
 	// PolicyDANE is DANE required: STARTTLS, and a certificate that
 	// matches the MX host's DNSSEC-authenticated TLSA records (RFC 7672).
 	PolicyDANE = "dane"
-	// policyMTASTS is MTA-STS (RFC 8461), which is not there yet.
-	policyMTASTS = "mta-sts"
+	// PolicyMTASTS is MTA-STS (RFC 8461) enforced: the MX host listed by
+	// the domain's policy, STARTTLS, and a certificate verified for its
+	// name. Given as a local policy, it requires the domain to publish a
+	// policy, and enforces it whatever its mode.
+	PolicyMTASTS = "mta-sts"
+	// PolicyMTASTSTesting is an MTA-STS policy in mode testing: TLS as
+	// opportunistic, what enforce would refuse counted for the domain's
+	// TLS report. Only an outcome's TLS says it; it is no local policy.
+	PolicyMTASTSTesting = "mta-sts-testing"
 )
 
 // Policies are the TLS policies a recipient domain may be given.
 func Policies() []string {
-	return []string{TLSNone, TLSOpportunistic, PolicyVerify, PolicyDANE}
+	return []string{TLSNone, TLSOpportunistic, PolicyVerify, PolicyDANE, PolicyMTASTS}
 }
 
 // TLSPolicies are the TLS policies of MX delivery for some recipient
@@ -36,11 +46,44 @@ func Policies() []string {
 // trusts. A domain without one takes its route's TLS mode (opportunistic
 // unless the route says none), and DANE wherever its MX hosts publish
 // authenticated TLSA records: they say what the host's TLS is, where a
-// local policy can only guess.
+// local policy can only guess; else MTA-STS wherever the domain publishes
+// a policy, for a domain whose policy is opportunistic or mta-sts.
 type TLSPolicies struct {
 	exact  map[string]string // by domain, lower case
 	suffix map[string]string // by ".domain": its subdomains
 	roots  *x509.CertPool    // nil: the system's
+	// sts gives the domains' MTA-STS policies; nil: none is looked up.
+	sts STSPolicies
+	// reports counts the sessions for TLS reports; nil: none is counted.
+	reports TLSReports
+}
+
+// STSPolicies gives a domain's MTA-STS policy (*mtasts.Cache): nil when
+// it publishes none, a *mtasts.FetchError when it announces one that
+// cannot be had.
+type STSPolicies interface {
+	Policy(ctx context.Context, domain string) (*mtasts.Policy, error)
+}
+
+// TLSReports counts the TLS result of MX sessions for TLS reports
+// (*tlsrpt.Tally).
+type TLSReports interface {
+	Count(s tlsrpt.Session)
+}
+
+// UseMTASTS makes MX delivery apply the domains' MTA-STS policies.
+func (p *TLSPolicies) UseMTASTS(s STSPolicies) { p.sts = s }
+
+// ReportTo makes MX delivery count its sessions' TLS results into r.
+func (p *TLSPolicies) ReportTo(r TLSReports) { p.reports = r }
+
+// Roots are the authorities policy verify and MTA-STS trust beyond the
+// system's (delivery.tls.roots); nil for the system's alone.
+func (p *TLSPolicies) Roots() *x509.CertPool {
+	if p == nil {
+		return nil
+	}
+	return p.roots
 }
 
 // NewTLSPolicies reads the policies, each by a recipient domain
@@ -51,9 +94,7 @@ func NewTLSPolicies(domains map[string]string, rootsFile string) (*TLSPolicies, 
 	for d, policy := range domains {
 		key := strings.TrimSuffix(strings.ToLower(strings.TrimSpace(d)), ".")
 		switch policy {
-		case TLSNone, TLSOpportunistic, PolicyVerify, PolicyDANE:
-		case policyMTASTS:
-			return nil, fmt.Errorf("delivery.tls.policies: %s: %s is not available yet: use %s", d, policy, strings.Join(Policies(), ", "))
+		case TLSNone, TLSOpportunistic, PolicyVerify, PolicyDANE, PolicyMTASTS:
 		default:
 			return nil, fmt.Errorf("delivery.tls.policies: %s: policy %q: use %s", d, policy, strings.Join(Policies(), ", "))
 		}
@@ -115,8 +156,9 @@ func rootPool(file string) (*x509.CertPool, error) {
 
 // tlsPlan is what a session must do about TLS with one upstream host.
 type tlsPlan struct {
-	// policy is the one applied: TLSNone, TLSOpportunistic, PolicyVerify
-	// or PolicyDANE for an MX host; a smarthost route's TLS mode.
+	// policy is the one applied: TLSNone, TLSOpportunistic, PolicyVerify,
+	// PolicyDANE, PolicyMTASTS or PolicyMTASTSTesting for an MX host; a
+	// smarthost route's TLS mode.
 	policy string
 	// cfg verifies the peer (PolicyVerify, a smarthost's starttls and
 	// tls), and verified says by what.
@@ -127,11 +169,20 @@ type tlsPlan struct {
 	tlsa []*dns.TLSA
 	// why names what requires TLS, for the errors that say it failed.
 	why string
+	// roots are the authorities PolicyMTASTSTesting checks the peer
+	// against, without refusing it; soft is what that check found, and
+	// unlisted says that the policy does not list the host.
+	roots    *x509.CertPool
+	soft     error
+	unlisted error
+	// report counts the session for the policy domain's TLS report; nil
+	// where none is kept.
+	report *tlsReport
 }
 
 // required reports whether the session may not go on in clear.
 func (p *tlsPlan) required() bool {
-	return p.policy != TLSNone && p.policy != TLSOpportunistic
+	return p.policy != TLSNone && p.policy != TLSOpportunistic && p.policy != PolicyMTASTSTesting
 }
 
 // config is the handshake's configuration for host, and where it notes
@@ -148,6 +199,17 @@ func (p *tlsPlan) config(host string) (*tls.Config, *string) {
 				*by, err = daneVerify(host, p.tlsa, cs.PeerCertificates)
 				return err
 			}}, by
+	case PolicyMTASTSTesting:
+		// Opportunistic, the certificate judged for the report only.
+		return &tls.Config{ServerName: host, InsecureSkipVerify: true,
+			VerifyConnection: func(cs tls.ConnectionState) error {
+				p.soft = verifyPKIX(host, p.roots, cs.PeerCertificates)
+				*by = outcome.VerifiedNone
+				if p.soft == nil {
+					*by = outcome.VerifiedPKIX
+				}
+				return nil
+			}}, by
 	case TLSOpportunistic:
 		// Encrypt when offered, without judging the certificate.
 		*by = outcome.VerifiedNone
@@ -161,11 +223,7 @@ func (p *tlsPlan) config(host string) (*tls.Config, *string) {
 func (p *TLSPolicies) mxPlan(policy, domain, host string) *tlsPlan {
 	plan := &tlsPlan{policy: policy, verified: outcome.VerifiedNone}
 	if policy == PolicyVerify {
-		var roots *x509.CertPool
-		if p != nil {
-			roots = p.roots
-		}
-		plan.cfg = &tls.Config{ServerName: host, RootCAs: roots, MinVersion: tls.VersionTLS12}
+		plan.cfg = &tls.Config{ServerName: host, RootCAs: p.Roots(), MinVersion: tls.VersionTLS12}
 		plan.verified = outcome.VerifiedPKIX
 		plan.why = fmt.Sprintf("TLS policy %s of %s (delivery.tls.policies)", policy, domain)
 	}

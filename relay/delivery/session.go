@@ -322,32 +322,37 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 
 // mxPlan is the TLS plan for host, an MX host of the destination's domain:
 // the domain's policy (delivery.tls.policies, else the route's TLS mode),
-// and DANE where host publishes usable TLSA records that DNSSEC
-// authenticated, whatever the policy but none. mxSecure says whether the
-// MX answer that named host was authenticated. The error is a temporary
-// failure for host: policy dane without such records, or a TLSA
-// question that failed on a signed zone.
+// DANE where host publishes usable TLSA records that DNSSEC
+// authenticated, whatever the policy but none, and else MTA-STS where the
+// domain publishes a policy (TLSPolicies.stsPlan): DANE wins, as RFC 8461
+// section 2 says. mxSecure says whether the MX answer that named host was
+// authenticated. The error is a temporary failure for host: policy dane
+// without such records, a TLSA question that failed on a signed zone, an
+// MTA-STS policy that refuses host.
 func (d *destination) mxPlan(ctx context.Context, host string, mxSecure bool) (*tlsPlan, error) {
 	e := d.e
-	policy := e.cfg.TLSPolicies.of(d.domain, d.route.TLS)
+	pol := e.cfg.TLSPolicies
+	policy := pol.of(d.domain, d.route.TLS)
 	res, ok := e.dns.res.(dnssec)
 	if policy == TLSNone || !ok || !res.Validating() || strings.HasPrefix(d.domain, "[") {
 		if policy == PolicyDANE {
 			return nil, fmt.Errorf("DANE: TLS policy dane of %s needs delivery.dns.servers that validate (delivery.dns.validating), and an MX host named by DNS", d.domain)
 		}
-		return e.cfg.TLSPolicies.mxPlan(policy, d.domain, host), nil
+		return pol.stsPlan(ctx, policy, d.domain, host)
 	}
 	recs, err := e.dane.lookup(ctx, res, host, d.route.MXPort, mxSecure)
 	switch {
 	case err != nil:
+		pol.tlsaInvalid(d.domain, host)
 		return nil, err
 	case len(recs.usable) > 0:
-		return &tlsPlan{policy: PolicyDANE, tlsa: recs.usable, why: "DANE (its TLSA records)"}, nil
+		return &tlsPlan{policy: PolicyDANE, tlsa: recs.usable, why: "DANE (its TLSA records)",
+			report: pol.tlsaReport(d.domain, host, recs.usable)}, nil
 	case policy == PolicyDANE:
 		return nil, fmt.Errorf("DANE: TLS policy dane of %s (delivery.tls.policies) needs usable, DNSSEC-authenticated TLSA records of %s, and %s",
 			d.domain, host, recs.none)
 	}
-	return e.cfg.TLSPolicies.mxPlan(policy, d.domain, host), nil
+	return pol.stsPlan(ctx, policy, d.domain, host)
 }
 
 // open connects to one address and goes through EHLO, TLS as plan says,
@@ -394,13 +399,16 @@ func (d *destination) secure(ctx context.Context, c *client, addr, host string, 
 	case p.policy == TLSNone || c.tls:
 		return c, nil
 	case !c.has("STARTTLS") && p.required():
+		p.tally(c, errNoSTARTTLS)
 		c.close()
 		return nil, fmt.Errorf("%s does not offer STARTTLS, which %s requires", addr, p.why)
 	case !c.has("STARTTLS"):
+		p.tally(c, errNoSTARTTLS)
 		return c, nil
 	}
 	cfg, by := p.config(host)
 	err := c.startTLS(cfg, helo)
+	p.tally(c, err)
 	switch {
 	case err == nil:
 		c.sec.Verified = *by

@@ -247,6 +247,24 @@ func (c *Client) LookupNS(ctx context.Context, name string) ([]*net.NS, error) {
 	return out, nil
 }
 
+// LookupTXT returns name's TXT records, each record's strings joined as
+// net.Resolver joins them (RFC 7208 section 3.3): MTA-STS and TLS-RPT
+// read their records so.
+func (c *Client) LookupTXT(ctx context.Context, name string) ([]string, error) {
+	a, err := c.Lookup(ctx, name, dns.TypeTXT)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, rr := range a.Records {
+		out = append(out, strings.Join(rr.(*dns.TXT).Txt, ""))
+	}
+	if len(out) == 0 {
+		return nil, a.notFound(name, "TXT")
+	}
+	return out, nil
+}
+
 // LookupIPAddr returns host's addresses, IPv4 first: receivers judge mail
 // over IPv6 more strictly (its sender's PTR record), and a host often has
 // IPv6 addresses without a route to use them. Its A and AAAA records are

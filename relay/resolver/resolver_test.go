@@ -220,3 +220,24 @@ func TestAuthenticated(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupTXT: a record's strings are joined, as net.Resolver joins
+// them; a name without TXT records is not found.
+func TestLookupTXT(t *testing.T) {
+	srv := dnstest.Start(t, dnstest.Zone{Records: []string{
+		`_mta-sts.example. IN TXT "v=STSv1; " "id=2026a"`,
+		`_smtp._tls.example. IN TXT "v=TLSRPTv1; rua=mailto:tls@example"`,
+		"example. IN A 192.0.2.1",
+	}})
+	c := client(srv.Addr)
+	got, err := c.LookupTXT(context.Background(), "_mta-sts.example")
+	if err != nil || strings.Join(got, "|") != "v=STSv1; id=2026a" {
+		t.Errorf("_mta-sts.example: %q %v", got, err)
+	}
+	var de *net.DNSError
+	for _, name := range []string{"example", "nx.example"} {
+		if _, err := c.LookupTXT(context.Background(), name); !errors.As(err, &de) || !de.IsNotFound {
+			t.Errorf("%s: %v, want a not-found *net.DNSError", name, err)
+		}
+	}
+}

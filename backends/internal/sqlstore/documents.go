@@ -1,0 +1,67 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/genropy/postino/backends"
+)
+
+// DocumentStmts are a store's statements of the documents, each with its
+// arguments in the order given. The key column has a binary collation, so
+// that the listing is in byte order, as the other stores list.
+type DocumentStmts struct {
+	// Put writes a document, replacing the one under its key: key,
+	// value, expires_at.
+	Put string
+	// Get reads key, value and expires_at of a document that has not
+	// expired: key, now.
+	Get string
+	// List reads key, value and expires_at of the documents that have not
+	// expired under a LIKE pattern, in key order: pattern, now.
+	List string
+	// Sweep deletes some expired documents, a hundred at most: now.
+	Sweep string
+}
+
+// PutDocument is Documents.PutDocument: the put, then a sweep of expired
+// documents, so that no housekeeping is needed for them.
+func (s Store) PutDocument(ctx context.Context, st DocumentStmts, d backends.Document) error {
+	if err := backends.CheckDocument(d); err != nil {
+		return err
+	}
+	value := d.Value
+	if value == nil {
+		value = []byte{}
+	}
+	if _, err := s.DB.Exec(ctx, st.Put, d.Key, value, s.Time(d.Expires)); err != nil {
+		return fmt.Errorf("document %s: %w", d.Key, err)
+	}
+	if _, err := s.DB.Exec(ctx, st.Sweep, s.Time(time.Now())); err != nil {
+		return fmt.Errorf("delete expired documents: %w", err)
+	}
+	return nil
+}
+
+// GetDocument is Documents.GetDocument.
+func (s Store) GetDocument(ctx context.Context, st DocumentStmts, key string) (backends.Document, error) {
+	var d backends.Document
+	err := queryRow(ctx, s.DB, Stmt{Query: st.Get, Args: []any{key, s.Time(time.Now())}}, &d.Key, &d.Value, &d.Expires)
+	if errors.Is(err, errNoRow) {
+		return d, fmt.Errorf("document %s: %w", key, backends.ErrNotFound)
+	}
+	d.Expires = d.Expires.UTC()
+	return d, err
+}
+
+// ListDocuments is Documents.ListDocuments.
+func (s Store) ListDocuments(ctx context.Context, st DocumentStmts, prefix string) ([]backends.Document, error) {
+	return QueryAll(ctx, s.DB, func(r Scanner) (backends.Document, error) {
+		var d backends.Document
+		err := r.Scan(&d.Key, &d.Value, &d.Expires)
+		d.Expires = d.Expires.UTC()
+		return d, err
+	}, Stmt{Query: st.List, Args: []any{likePrefix(prefix), s.Time(time.Now())}})
+}
