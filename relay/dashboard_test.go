@@ -406,7 +406,7 @@ func waitMessage(t *testing.T, c *admin.Client, id string, ok func(admin.Message
 			return m
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s after %d attempts (%v)", id, m.Status, m.Attempts, err)
+			t.Fatalf("%s: %s after %d attempts (%v): %s", id, m.Status, m.Attempts, err, m.Reason)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
