@@ -6,9 +6,17 @@
 # delivers to Postfix's smtp-sink as its smarthost, and the script also
 # prints end-to-end messages per second, first accepted to last delivered,
 # and checks that every message reached the sink exactly once (by the
-# X-Genro-Mail-ID the relay adds).
+# X-Genro-Mail-ID the relay adds). With -x the relay delivers the same
+# way but by MX, to one fast site: the load's recipient domain, example.net,
+# has its MX host on 127.0.0.2, where smtp-sink listens, in the zone of a
+# DNS server on loopback (contrib/bench/mxrig dns) that the relay asks
+# (delivery.dns.servers); delivery.mx_port is the sink's port. The site's
+# rule (delivery.sites.file) lifts the careful default's limits (100
+# messages a session, 60 new connections a minute, 200 waiting) and gives
+# it the smarthost's 20 sessions: -d against -x is what the site layer
+# (the MX lookup, the site's queue) costs on the way out.
 #
-#   contrib/bench/load.sh [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES] [-u ENTRIES] [-P FILE]
+#   contrib/bench/load.sh [-d|-x] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r RELAYS] [-s SESSIONS] [-m MESSAGES] [-l BYTES] [-u ENTRIES] [-P FILE]
 #
 # -b mysql uses a fresh database on the server of TEST_POSTINO_MYSQL_DSN
 # (root@tcp(127.0.0.1:3306)/ by default), and prints the server's work per
@@ -69,10 +77,11 @@
 # the filesystem puts a new top-level directory in another block group.
 set -euo pipefail
 
-sessions=20 messages=10000 length=4096 deliver= backend=bolt relays=1 spoolstore=local cpus= suppressions=0 profile=
-while getopts "db:S:r:s:m:l:c:u:P:" opt; do
+sessions=20 messages=10000 length=4096 deliver= mx= backend=bolt relays=1 spoolstore=local cpus= suppressions=0 profile=
+while getopts "dxb:S:r:s:m:l:c:u:P:" opt; do
   case $opt in
     d) deliver=1 ;;
+    x) deliver=1 mx=1 ;;
     b) backend=$OPTARG ;;
     S) spoolstore=$OPTARG ;;
     r) relays=$OPTARG ;;
@@ -82,7 +91,7 @@ while getopts "db:S:r:s:m:l:c:u:P:" opt; do
     c) cpus=$OPTARG ;;
     u) suppressions=$OPTARG ;;
     P) profile=$OPTARG ;;
-    *) echo "usage: $0 [-d] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus] [-u entries] [-P profile]" >&2; exit 2 ;;
+    *) echo "usage: $0 [-d|-x] [-b bolt|mysql|postgres|dynamodb] [-S local|shared|outbox] [-r relays] [-s sessions] [-m messages] [-l bytes] [-c cpus] [-u entries] [-P profile]" >&2; exit 2 ;;
   esac
 done
 
@@ -118,8 +127,8 @@ sink_bin=$(tool smtp-sink)
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d "$PWD/postino-bench.XXXXXX")
-pids=() sink= proxy= cleanup= cgroups=()
-trap 'kill ${pids[*]} $sink $proxy 2>/dev/null || true; wait ${pids[*]} $sink $proxy 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"; [ ${#cgroups[@]} -eq 0 ] || rmdir "${cgroups[@]}"' EXIT
+pids=() sink= proxy= dns= cleanup= cgroups=()
+trap 'kill ${pids[*]} $sink $proxy $dns 2>/dev/null || true; wait ${pids[*]} $sink $proxy $dns 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"; [ ${#cgroups[@]} -eq 0 ] || rmdir "${cgroups[@]}"' EXIT
 
 # cpu_cgroup NAME makes a cgroup whose processes share $cpus cores at most
 # ($quota), and prints its directory.
@@ -141,7 +150,8 @@ cpu_cgroup() {
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino)
 [ "$suppressions" = 0 ] || (cd "$root" && go build -o "$work/suppress" ./contrib/bench/suppress)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# free_port [IP] prints a TCP port free on IP (127.0.0.1 by default).
+free_port() { python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"; }
 # wait_for CMD... runs CMD until it succeeds, for at most ten minutes.
 wait_for() {
   local deadline=$((SECONDS + 600))
@@ -155,7 +165,10 @@ wait_for() {
 }
 upstream=()
 if [ -n "$deliver" ]; then
-  sinkaddr=127.0.0.1:$(free_port)
+  sinkip=127.0.0.1
+  # By MX, the sink is the MX host of example.net on an address of its own.
+  [ -z "$mx" ] || sinkip=127.0.0.2
+  sinkaddr=$sinkip:$(free_port $sinkip)
   # Each message is dumped to its own file, for the exactly-once check.
   # smtp-sink drops to the postfix user, who must reach the directory.
   chmod 711 "$work"
@@ -168,7 +181,33 @@ if [ -n "$deliver" ]; then
   fi
   "$sink_bin" -u postfix -d "$work/sink/%H%M/%S." "$sinkaddr" 1024 &
   sink=$!
-  upstream=(--smarthost "$sinkaddr")
+  if [ -z "$mx" ]; then
+    upstream=(--smarthost "$sinkaddr")
+  else
+    (cd "$root" && go build -o "$work/mxrig" ./contrib/bench/mxrig)
+    cat >"$work/zone" <<ZONE
+; The root zone's NS: the relay asks it when a lookup fails.
+. 300 IN NS a.root-servers.net.
+example.net. 300 IN MX 10 mx.example.net.
+mx.example.net. 300 IN A $sinkip
+ZONE
+    "$work/mxrig" dns -zone "$work/zone" >"$work/dns.addr" &
+    dns=$!
+    dns_up() { kill -0 "$dns" || { echo "mxrig dns exited" >&2; exit 1; }; [ -s "$work/dns.addr" ]; }
+    wait_for dns_up
+    # A fast site: the smarthost's sessions, and limits the load never
+    # reaches (a rule's 0 takes the shipped default's figure, not none).
+    cat >"$work/sites.yaml" <<SITES
+providers:
+  - name: bench
+    mx: [mx.example.net]
+    sessions: 20
+    messages_per_session: 1000000
+    connections_per_minute: 1000000
+    max_queued: 1000000
+SITES
+    export POSTINO_DELIVERY_DNS_SERVERS=$(cat "$work/dns.addr") POSTINO_DELIVERY_MX_PORT=${sinkaddr##*:} POSTINO_DELIVERY_SITES_FILE=$work/sites.yaml
+  fi
 else
   # Accept only: delivery is paused, messages wait in READY.
   export POSTINO_DELIVERY_PAUSED=true
@@ -349,7 +388,7 @@ all_metrics=$(metrics)
 accepted=$(sum_metric postino_intake_accepted_total)
 
 [ -z "$profile" ] || wait "$profiler" || echo "the CPU profile failed: see relay 1's log" >&2
-echo "store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay} suppressions=$suppressions"
+echo "${mx:+route=mx }store=$backend spool.store=$spoolstore relays=$relays sessions=$sessions messages=$messages size=${length}B${cpus:+ cpus=$cpus per relay} suppressions=$suppressions"
 awk -v n="$accepted" -v s="$start" -v e="$end" 'BEGIN { printf "accepted: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
 if [ -n "$deliver" ]; then
   awk -v n="$messages" -v s="$start" -v e="$last" 'BEGIN { printf "delivered end to end: %d in %.2f s = %.0f msg/s\n", n, e - s, n / (e - s) }'
@@ -361,6 +400,9 @@ if [ -n "$deliver" ]; then
       printf "at the sink: %d distinct messages, %d duplicate deliveries (want %d and 0): %s\n", ids, dup, want,
         (ids == want && dup == 0) ? "exactly once" : "NOT exactly once"
     }'
+fi
+if [ -n "$mx" ]; then
+  echo "$all_metrics" | awk '$1 ~ /^postino_site_handed_back_total/ { n += $2 } END { printf "handed back by the site: %d (want 0: its limits leave it room)\n", n }'
 fi
 if [ "$suppressions" != 0 ]; then
   echo "$all_metrics" | awk '$1 ~ /^postino_recipients_suppressed_total/ { n += $2 } END { printf "recipients held back by the suppression list: %d (want 0)\n", n }'
