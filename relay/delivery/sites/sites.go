@@ -21,7 +21,8 @@ import (
 //go:embed providers.yaml
 var shipped []byte
 
-// Limits bound a site's mail; 0 is no bound.
+// Limits bound a site's mail. In a file, 0 is no bound and unset is the
+// default's; once read, a figure of 0 or less (none) is no bound.
 type Limits struct {
 	// Sessions is how many sessions to the site may be open at once.
 	Sessions int `yaml:"sessions"`
@@ -52,13 +53,6 @@ func (l Limits) or(d Limits) Limits {
 	}
 }
 
-func (l Limits) check() error {
-	if l.Sessions < 0 || l.MessagesPerSession < 0 || l.MessagesPerMinute < 0 || l.MessagesPerHour < 0 ||
-		l.ConnectionsPerMinute < 0 || l.MaxQueued < 0 {
-		return errors.New("limits may not be negative (0 is no limit)")
-	}
-	return nil
-}
 
 // Action is what a response rule does.
 type Action string
@@ -139,7 +133,68 @@ func parse(b []byte) (File, error) {
 	if err := dec.Decode(&f); err != nil {
 		return File{}, err
 	}
+	// A limit written 0 is no limit, where unset takes the default's:
+	// the decoded figures cannot tell the two apart, the written ones can.
+	var written struct {
+		Default   writtenLimits   `yaml:"default"`
+		Providers []writtenLimits `yaml:"providers"`
+	}
+	if err := yaml.Unmarshal(b, &written); err != nil {
+		return File{}, err
+	}
+	if err := written.Default.unbound(&f.Default); err != nil {
+		return File{}, fmt.Errorf("default: %w", err)
+	}
+	for i := range f.Providers {
+		if err := written.Providers[i].unbound(&f.Providers[i].Limits); err != nil {
+			return File{}, fmt.Errorf("provider %s: %w", f.Providers[i].Name, err)
+		}
+	}
 	return f, nil
+}
+
+// none is a limit written 0: no limit, kept over a default's figure.
+const none = -1
+
+// writtenLimits are the limits a file writes, unset ones nil.
+type writtenLimits struct {
+	Sessions             *int     `yaml:"sessions"`
+	MessagesPerSession   *int     `yaml:"messages_per_session"`
+	MessagesPerMinute    *float64 `yaml:"messages_per_minute"`
+	MessagesPerHour      *float64 `yaml:"messages_per_hour"`
+	ConnectionsPerMinute *float64 `yaml:"connections_per_minute"`
+	MaxQueued            *int     `yaml:"max_queued"`
+}
+
+// unbound marks the limits w writes 0 as none in l, and refuses negative
+// ones.
+func (w writtenLimits) unbound(l *Limits) error {
+	negative := func(v *int) bool { return v != nil && *v < 0 }
+	negativef := func(v *float64) bool { return v != nil && *v < 0 }
+	if negative(w.Sessions) || negative(w.MessagesPerSession) || negativef(w.MessagesPerMinute) || negativef(w.MessagesPerHour) ||
+		negativef(w.ConnectionsPerMinute) || negative(w.MaxQueued) {
+		return errors.New("limits may not be negative (0 is no limit)")
+	}
+	if w.Sessions != nil && *w.Sessions == 0 {
+		return errors.New("sessions 0: a site needs at least one session (leave it unset for delivery.mx_connections)")
+	}
+	zero := func(v *int) bool { return v != nil && *v == 0 }
+	zerof := func(v *float64) bool { return v != nil && *v == 0 }
+	for _, f := range []struct {
+		written bool
+		set     func()
+	}{
+		{zero(w.MessagesPerSession), func() { l.MessagesPerSession = none }},
+		{zerof(w.MessagesPerMinute), func() { l.MessagesPerMinute = none }},
+		{zerof(w.MessagesPerHour), func() { l.MessagesPerHour = none }},
+		{zerof(w.ConnectionsPerMinute), func() { l.ConnectionsPerMinute = none }},
+		{zero(w.MaxQueued), func() { l.MaxQueued = none }},
+	} {
+		if f.written {
+			f.set()
+		}
+	}
+	return nil
 }
 
 // Rules are the shipped rules with the operator's.
@@ -213,9 +268,6 @@ func (r *Rules) check() error {
 	case r.Down.Probe <= 0 || r.Down.ProbeMax < r.Down.Probe:
 		return fmt.Errorf("down.probe %s and probe_max %s: both positive, probe_max at least probe", r.Down.Probe, r.Down.ProbeMax)
 	}
-	if err := r.Default.check(); err != nil {
-		return fmt.Errorf("default: %w", err)
-	}
 	for _, rr := range r.Responses {
 		if err := rr.check(); err != nil {
 			return err
@@ -233,9 +285,6 @@ func (r *Rules) check() error {
 func (r *Rules) addProvider(p *Provider) error {
 	if p.Name == "" || len(p.MX) == 0 {
 		return errors.New("a provider needs a name and MX host suffixes")
-	}
-	if err := p.Limits.check(); err != nil {
-		return err
 	}
 	for _, rr := range p.Responses {
 		if err := rr.check(); err != nil {

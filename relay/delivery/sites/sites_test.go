@@ -54,6 +54,31 @@ providers:
 	}
 }
 
+// TestNoLimit: a limit written 0 lifts the default's, where one left
+// unset takes it.
+func TestNoLimit(t *testing.T) {
+	r, err := Load([]byte(`
+default:
+  connections_per_minute: 0
+providers:
+  - name: partner
+    mx: [mx.partner.example]
+    max_queued: 0
+    messages_per_session: 0
+`), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := r.Of([]string{"mx.example.net"}).Limits
+	if other.ConnectionsPerMinute > 0 || other.MaxQueued != 200 || other.MessagesPerSession != 100 {
+		t.Errorf("default: %+v, want no connection rate, the shipped max_queued and messages_per_session", other)
+	}
+	partner := r.Of([]string{"mx.partner.example"}).Limits
+	if partner.MaxQueued > 0 || partner.MessagesPerSession > 0 || partner.ConnectionsPerMinute > 0 || partner.Sessions != 10 {
+		t.Errorf("partner: %+v, want no bound on queued, per session and connections, and mx_connections sessions", partner)
+	}
+}
+
 func TestLoadRefuses(t *testing.T) {
 	for _, tt := range []struct{ file, want string }{
 		{"adapt:\n  decrease: 1.5\n", "adapt.decrease"},
@@ -63,6 +88,8 @@ func TestLoadRefuses(t *testing.T) {
 		{"responses:\n  - match: x\n    action: pause\n", `action "pause"`},
 		{"responses:\n  - match: x\n    action: suspend\n", "suspend needs a positive for"},
 		{"default:\n  sessions: -1\n", "negative"},
+		{"providers:\n  - name: x\n    mx: [x.example]\n    messages_per_minute: -0.5\n", "negative"},
+		{"default:\n  sessions: 0\n", "at least one session"},
 		{"defaults:\n  sessions: 1\n", "field defaults not found"},
 	} {
 		if _, err := Load([]byte(tt.file), 10); err == nil || !strings.Contains(err.Error(), tt.want) {
