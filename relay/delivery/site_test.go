@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
@@ -152,7 +151,7 @@ providers:
 
 // addToSites puts n READY messages in the outbox, each to one of ten
 // domains of each site in turn.
-func addToSites(t *testing.T, sp *spool.Spool, store *bolt.Store, n int, names []string) {
+func addToSites(t *testing.T, sp *spool.Spool, store readyStore, n int, names []string) {
 	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -177,6 +176,12 @@ func addToSites(t *testing.T, sp *spool.Spool, store *bolt.Store, n int, names [
 		})
 	}
 	wg.Wait()
+}
+
+// readyStore is the part of an outbox that addToSites needs.
+type readyStore interface {
+	outboxtest.Creator
+	Transition(ctx context.Context, t backends.Transition) error
 }
 
 // waitFor waits for done, generously.

@@ -1,0 +1,158 @@
+package delivery
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/genropy/postino/backends/mysql"
+	"github.com/genropy/postino/internal/backoff"
+	"github.com/genropy/postino/internal/testrig/dnstest"
+	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/smtptest"
+	"github.com/genropy/postino/internal/testrig/sqltest"
+	"github.com/genropy/postino/relay/delivery/sites"
+	"github.com/genropy/postino/relay/resolver"
+	"github.com/genropy/postino/spool"
+)
+
+// openMySQL is an outbox of the test's own on the MySQL server.
+func openMySQL(t *testing.T) *mysql.Store {
+	t.Helper()
+	ctx := context.Background()
+	dsn := sqltest.Database(t, "mysql")
+	db, err := mysql.Connect(ctx, dsn, mysql.Options{MaxConns: 2}) // Migrate holds one connection and reads with another
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mysql.Migrate(ctx, db)
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := mysql.Open(ctx, dsn, mysql.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store
+}
+
+// TestFleetSessions: two relays on one MySQL outbox deliver to a site
+// whose rule allows 4 sessions at once; the site's MX host, a real server
+// that keeps each message a moment, never sees more than 4 at once, and
+// every message arrives once.
+func TestFleetSessions(t *testing.T) {
+	store := openMySQL(t)
+	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	port := smtptest.SharedPort(t, "127.0.0.2")
+	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
+	mx.Hang(20 * time.Millisecond)
+	records := []string{". IN NS a.root.test.", "mx.fleet.test. IN A 127.0.0.2"}
+	for i := range 10 {
+		records = append(records, fmt.Sprintf("d%d.fleet.example. IN MX 10 mx.fleet.test.", i))
+	}
+	dns := dnstest.Start(t, dnstest.Zone{Records: records})
+	rules, err := sites.Load([]byte(`
+default:
+  messages_per_session: 1000
+  connections_per_minute: 60000
+  max_queued: 100
+providers:
+  - name: fleet
+    mx: [mx.fleet.test]
+    sessions: 4
+`), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 600
+	addToSites(t, sp, store, n, []string{"fleet"})
+	for _, owner := range []string{"relay-a", "relay-b"} {
+		routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := NewEngine(Config{
+			MaxInFlight: 64, Lease: 20 * time.Second, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
+			ShutdownTimeout: time.Second, MXConnections: 10, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
+			Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
+			HeloName: "relay.test", Owner: owner, Acknowledge: true, Sites: rules, SiteMetrics: 10,
+			Leases: store, Fleet: true,
+		}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
+			slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+		defer runUntilStopped(e)()
+	}
+	waitFor(t, "every message", func() bool { return len(mx.Messages()) >= n })
+	seen := map[string]int{}
+	for _, m := range mx.Messages() {
+		seen[m.Header("X-Genro-Mail-ID")]++
+	}
+	for id, k := range seen {
+		if k != 1 {
+			t.Errorf("%s was delivered %d times", id, k)
+		}
+	}
+	most := 0
+	for _, c := range mx.Accepted() {
+		most = max(most, c.Open)
+	}
+	if most > 4 {
+		t.Errorf("the site saw %d sessions at once from the two relays; its rule allows 4", most)
+	}
+	t.Logf("%d messages from two relays: %d connections, at most %d at once", len(seen), len(mx.Accepted()), most)
+}
+
+// TestFleetDeadRelay: a relay holds a site's slots while it renews them;
+// once it dies (its renewals stop, nothing released) another relay takes
+// them within their lease.
+func TestFleetDeadRelay(t *testing.T) {
+	store := outboxtest.Store(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	const lease = 300 * time.Millisecond
+	a, b := newFleet(store, "relay-a", lease, log), newFleet(store, "relay-b", lease, log)
+	ctx, die := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.run(ctx); close(done) }()
+	for range 4 {
+		if i, err := a.take(ctx, "site", 4); err != nil || i < 0 {
+			t.Fatalf("relay a takes a slot: %d %v", i, err)
+		}
+	}
+	// Over several leases, relay a's renewals keep every slot its own.
+	deadline := time.Now().Add(4 * lease)
+	for time.Now().Before(deadline) {
+		if i, err := b.take(context.Background(), "site", 4); err != nil || i >= 0 {
+			t.Fatalf("relay b took slot %d (%v) while relay a held them all", i, err)
+		}
+		time.Sleep(lease / 4)
+	}
+	die()
+	<-done
+	died := time.Now()
+	waitFor(t, "relay a's slots", func() bool {
+		i, err := b.take(context.Background(), "site", 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i >= 0 && b.holds("site") == 4
+	})
+	t.Logf("relay b held relay a's 4 slots %s after it died (lease %s)", time.Since(died).Round(time.Millisecond), lease)
+	// Released, a slot is free at once.
+	b.give(context.Background(), "site", 0)
+	c := newFleet(store, "relay-c", lease, log)
+	if i, err := c.take(context.Background(), "site", 4); err != nil || i != 0 {
+		t.Errorf("the slot relay b released: %d %v", i, err)
+	}
+}
