@@ -196,6 +196,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Profiling:  cfg.Admin.Profiling,
 			Thresholds: cfg.Brake.adminThresholds(),
 			Policy:     r.policy,
+			Sites:      r.engine,
 			Log:        log,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

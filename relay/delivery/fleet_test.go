@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,5 +155,74 @@ func TestFleetDeadRelay(t *testing.T) {
 	c := newFleet(store, "relay-c", lease, log)
 	if i, err := c.take(context.Background(), "site", 4); err != nil || i != 0 {
 		t.Errorf("the slot relay b released: %d %v", i, err)
+	}
+}
+
+// TestSuspendAcrossFleet: an operator's suspension of a site, made on one
+// relay, holds on another relay of the store, which sends the site
+// nothing; it ends by itself when its time is up, and resume ends it at
+// once.
+func TestSuspendAcrossFleet(t *testing.T) {
+	sp, store := outboxtest.Open(t)
+	port := smtptest.SharedPort(t, "127.0.0.2")
+	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
+	dns := dnstest.Start(t, dnstest.Zone{Records: []string{". IN NS a.root.test.", "mx.fleet.test. IN A 127.0.0.2",
+		"d0.fleet.example. IN MX 10 mx.fleet.test."}})
+	engine := func(owner string) *Engine {
+		routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewEngine(Config{
+			MaxInFlight: 16, Lease: 20 * time.Second, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
+			ShutdownTimeout: time.Second, MXConnections: 4, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
+			Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
+			HeloName: "relay.test", Owner: owner, Acknowledge: true, Leases: store, Fleet: true,
+		}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
+			slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	}
+	a, b := engine("relay-a"), engine("relay-b")
+	ctx := context.Background()
+	if err := a.Suspend(ctx, "mx.fleet.test", "operator ann", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	defer runUntilStopped(b)()
+	addToSites(t, sp, store, 3, []string{"fleet"})
+	waitFor(t, "relay b's site", func() bool {
+		v, ok := b.SiteByKey("mx.fleet.test")
+		return ok && v.State == SiteSuspended && v.Queued == 0
+	})
+	v, _ := b.SiteByKey("mx.fleet.test")
+	if !strings.Contains(v.Why, "suspended by operator ann") {
+		t.Errorf("relay b's site: %+v", v)
+	}
+	if n := len(mx.Messages()); n != 0 {
+		t.Errorf("the suspended site got %d messages from relay b", n)
+	}
+	// A suspension ends by itself.
+	if err := a.Suspend(ctx, "mx.fleet.test", "operator bob", time.Now().Add(300*time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	c := engine("relay-c")
+	c.siteOf(sites.Site{Key: "mx.fleet.test", Limits: sites.Limits{Sessions: 4}})
+	if v, _ := c.SiteByKey("mx.fleet.test"); v.State != SiteSuspended || !strings.Contains(v.Why, "operator bob") {
+		t.Errorf("relay c's site, suspended again: %+v", v)
+	}
+	waitFor(t, "the suspension's end", func() bool {
+		v, _ := c.SiteByKey("mx.fleet.test")
+		return v.State == SiteUp
+	})
+	// Resume ends a suspension at once, on the relay told, and for a
+	// site that another relay sees first.
+	if err := a.Suspend(ctx, "mx.fleet.test", "operator ann", time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resume(ctx, "mx.fleet.test"); err != nil {
+		t.Fatal(err)
+	}
+	d := engine("relay-d")
+	d.siteOf(sites.Site{Key: "mx.fleet.test", Limits: sites.Limits{Sessions: 4}})
+	if v, _ := d.SiteByKey("mx.fleet.test"); v.State != SiteUp {
+		t.Errorf("a resumed site: %+v", v)
 	}
 }

@@ -64,7 +64,7 @@ type site struct {
 	reading bool
 	// replies are its last replies and connection failures, the latest
 	// last.
-	replies []siteReply
+	replies []SiteReply
 }
 
 func perMinute(n float64) *rate.Limiter {

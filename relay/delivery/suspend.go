@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -29,12 +30,12 @@ var ErrNoSuspensions = errors.New("site suspensions need the outbox's lease rows
 
 // Suspend suspends the site of key (a provider's name is its site's key)
 // until the given time, for every relay sharing the store: its mail is
-// handed back without a try. by names the operator.
+// handed back without a try. by names the operator ("operator ann").
 func (e *Engine) Suspend(ctx context.Context, key, by string, until time.Time) error {
 	if !until.After(time.Now()) {
 		return fmt.Errorf("a suspension of site %s must end in the future, not at %s", key, until.UTC().Format(time.RFC3339))
 	}
-	return e.setHeld(ctx, key, "operator "+by, until)
+	return e.setHeld(ctx, key, cmp.Or(by, "operator"), until)
 }
 
 // Resume ends an operator's suspension of the site of key, and on this
@@ -138,8 +139,8 @@ func (s *site) readHeld(now time.Time, wait bool) {
 	go read()
 }
 
-// siteReply is one of a site's last replies, or a connection failure.
-type siteReply struct {
+// SiteReply is one of a site's last replies, or a connection failure.
+type SiteReply struct {
 	At    time.Time `json:"at"`
 	Reply string    `json:"reply"`
 	// Times counts it in a row.
@@ -160,7 +161,7 @@ func (s *site) heard(what string) {
 	if len(s.replies) == keptReplies {
 		s.replies = slices.Delete(s.replies, 0, 1)
 	}
-	s.replies = append(s.replies, siteReply{At: now, Reply: what, Times: 1})
+	s.replies = append(s.replies, SiteReply{At: now, Reply: what, Times: 1})
 }
 
 // Site states.
@@ -198,7 +199,7 @@ type SiteView struct {
 	FleetSlots *int       `json:"fleet_slots,omitempty"`
 	// Rule says where the limits come from.
 	Rule    string      `json:"rule"`
-	Replies []siteReply `json:"replies"`
+	Replies []SiteReply `json:"replies"`
 }
 
 // SiteLimits are a site's limits; 0 is none.
