@@ -11,16 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/genropy/postino/backends/mysql"
-	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/internal/testrig/sqltest"
 	"github.com/genropy/postino/relay/delivery/sites"
-	"github.com/genropy/postino/relay/resolver"
 	"github.com/genropy/postino/spool"
 )
 
@@ -81,18 +77,8 @@ providers:
 	const n = 600
 	addToSites(t, sp, store, n, []string{"fleet"})
 	for _, owner := range []string{"relay-a", "relay-b"} {
-		routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := NewEngine(Config{
-			MaxInFlight: 64, Lease: 20 * time.Second, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
-			ShutdownTimeout: time.Second, MXConnections: 10, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
-			Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
-			HeloName: "relay.test", Owner: owner, Acknowledge: true, Sites: rules, SiteMetrics: 10,
-			Leases: store, Fleet: true,
-		}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
-			slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+		e := mxEngine(t, Config{MaxInFlight: 64, MXConnections: 10, Lease: 20 * time.Second, Owner: owner, Sites: rules, Leases: store, Fleet: true},
+			store, sp, port, dns)
 		defer runUntilStopped(e)()
 	}
 	waitFor(t, "every message", func() bool { return len(mx.Messages()) >= n })
@@ -169,17 +155,7 @@ func TestSuspendAcrossFleet(t *testing.T) {
 	dns := dnstest.Start(t, dnstest.Zone{Records: []string{". IN NS a.root.test.", "mx.fleet.test. IN A 127.0.0.2",
 		"d0.fleet.example. IN MX 10 mx.fleet.test."}})
 	engine := func(owner string) *Engine {
-		routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return NewEngine(Config{
-			MaxInFlight: 16, Lease: 20 * time.Second, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
-			ShutdownTimeout: time.Second, MXConnections: 4, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
-			Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
-			HeloName: "relay.test", Owner: owner, Acknowledge: true, Leases: store, Fleet: true,
-		}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
-			slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+		return mxEngine(t, Config{MaxInFlight: 16, MXConnections: 4, Lease: 20 * time.Second, Owner: owner, Leases: store, Fleet: true}, store, sp, port, dns)
 	}
 	a, b := engine("relay-a"), engine("relay-b")
 	ctx := context.Background()

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/genropy/postino/relay/delivery/sites"
 )
 
 const (
@@ -193,23 +195,13 @@ type SiteView struct {
 	// Limits are the rule's; Now are those that apply now: the rule's
 	// scaled by Share (AIMD) and, in a fleet, by this relay's part of
 	// the site's slots (FleetSlots of Limits.Sessions).
-	Limits     SiteLimits `json:"limits"`
-	Now        SiteLimits `json:"now"`
-	Share      float64    `json:"share"`
-	FleetSlots *int       `json:"fleet_slots,omitempty"`
+	Limits     sites.Limits `json:"limits"`
+	Now        sites.Limits `json:"now"`
+	Share      float64      `json:"share"`
+	FleetSlots *int         `json:"fleet_slots,omitempty"`
 	// Rule says where the limits come from.
 	Rule    string      `json:"rule"`
 	Replies []SiteReply `json:"replies"`
-}
-
-// SiteLimits are a site's limits; 0 is none.
-type SiteLimits struct {
-	Sessions             int     `json:"sessions"`
-	MessagesPerSession   int     `json:"messages_per_session"`
-	MessagesPerMinute    float64 `json:"messages_per_minute"`
-	MessagesPerHour      float64 `json:"messages_per_hour"`
-	ConnectionsPerMinute float64 `json:"connections_per_minute"`
-	MaxQueued            int     `json:"max_queued"`
 }
 
 // Sites are the sites this relay has seen, by key.
@@ -271,10 +263,7 @@ func (s *site) view(now time.Time) SiteView {
 	l := s.rule.Limits
 	part := s.fleetPart()
 	v := SiteView{Key: s.rule.Key, Provider: s.rule.Provider, Share: s.share.Of(), Replies: slices.Clone(s.replies),
-		Limits: SiteLimits{Sessions: l.Sessions, MessagesPerSession: l.MessagesPerSession, MessagesPerMinute: l.MessagesPerMinute,
-			MessagesPerHour: l.MessagesPerHour, ConnectionsPerMinute: l.ConnectionsPerMinute, MaxQueued: l.MaxQueued},
-		Rule: "default (providers.yaml's, or delivery.sites.file's)",
-	}
+		Limits: l, Rule: "default (providers.yaml's, or delivery.sites.file's)"}
 	if s.rule.Provider != "" {
 		v.Rule = "provider " + s.rule.Provider
 	}
