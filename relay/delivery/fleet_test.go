@@ -42,6 +42,16 @@ func openMySQL(t *testing.T) *mysql.Store {
 	return store
 }
 
+// fleetDNS answers for the domains d0.fleet.example to d9.fleet.example
+// (addToSites), whose MX host is mx.fleet.test, 127.0.0.2.
+func fleetDNS(t *testing.T) *dnstest.Server {
+	records := []string{". IN NS a.root.test.", "mx.fleet.test. IN A 127.0.0.2"}
+	for i := range 10 {
+		records = append(records, fmt.Sprintf("d%d.fleet.example. IN MX 10 mx.fleet.test.", i))
+	}
+	return dnstest.Start(t, dnstest.Zone{Records: records})
+}
+
 // TestFleetSessions: two relays on one MySQL outbox deliver to a site
 // whose rule allows 4 sessions at once; the site's MX host, a real server
 // that keeps each message a moment, never sees more than 4 at once, and
@@ -56,11 +66,7 @@ func TestFleetSessions(t *testing.T) {
 	port := smtptest.SharedPort(t, "127.0.0.2")
 	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
 	mx.Hang(20 * time.Millisecond)
-	records := []string{". IN NS a.root.test.", "mx.fleet.test. IN A 127.0.0.2"}
-	for i := range 10 {
-		records = append(records, fmt.Sprintf("d%d.fleet.example. IN MX 10 mx.fleet.test.", i))
-	}
-	dns := dnstest.Start(t, dnstest.Zone{Records: records})
+	dns := fleetDNS(t)
 	rules, err := sites.Load([]byte(`
 default:
   messages_per_session: 1000
@@ -99,6 +105,50 @@ providers:
 		t.Errorf("the site saw %d sessions at once from the two relays; its rule allows 4", most)
 	}
 	t.Logf("%d messages from two relays: %d connections, at most %d at once", len(seen), len(mx.Accepted()), most)
+}
+
+// TestFleetRate: three relays on one MySQL outbox share a site's rate of
+// 2,400 messages a minute, each sending the part of it its session slots
+// are of the site's sessions: together they stay within 10 % of it.
+func TestFleetRate(t *testing.T) {
+	store := openMySQL(t)
+	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	port := smtptest.SharedPort(t, "127.0.0.2")
+	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
+	dns := fleetDNS(t)
+	rules, err := sites.Load([]byte(`
+default:
+  messages_per_session: 1000
+  connections_per_minute: 60000
+  max_queued: 100
+providers:
+  - name: fleet
+    mx: [mx.fleet.test]
+    sessions: 4
+    messages_per_minute: 2400
+`), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, perSecond = 400, 40.0
+	addToSites(t, sp, store, n, []string{"fleet"})
+	for _, owner := range []string{"relay-a", "relay-b", "relay-c"} {
+		e := mxEngine(t, Config{MaxInFlight: 64, MXConnections: 10, Lease: 20 * time.Second, Owner: owner, Sites: rules, Leases: store, Fleet: true},
+			store, sp, port, dns)
+		defer runUntilStopped(e)()
+	}
+	waitFor(t, "the site's messages", func() bool { return len(mx.Messages()) >= n })
+	got := mx.Messages()[:n]
+	took := got[n-1].Received.Sub(got[0].Received)
+	rate := float64(n-1) / took.Seconds()
+	if rate > 1.1*perSecond {
+		t.Errorf("three relays sent the site %.1f messages a second; its rule allows %.0f (+10 %%)", rate, perSecond)
+	}
+	t.Logf("three relays: %d messages to a site of %.0f a second in %s: %.1f a second", n, perSecond, took.Round(time.Millisecond), rate)
 }
 
 // TestFleetDeadRelay: a relay holds a site's slots while it renews them;
