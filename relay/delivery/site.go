@@ -265,14 +265,17 @@ func (s *site) reopensIn(now time.Time) time.Duration {
 }
 
 func (s *site) reopensLocked(now time.Time) time.Duration {
+	// A suspension may be resumed, on any relay, before it ends: its
+	// mail, handed back, is claimed again within maxRoom to see.
 	until := s.suspended
 	if s.held.After(until) {
 		until = s.held
 	}
-	if !s.downSince.IsZero() && s.probeAt.After(until) {
-		until = s.probeAt
+	wait := min(until.Sub(now), maxRoom)
+	if !s.downSince.IsZero() {
+		wait = max(wait, s.probeAt.Sub(now))
 	}
-	return max(until.Sub(now), time.Second)
+	return max(wait, time.Second)
 }
 
 // roomLocked is about when a site holding queued jobs will have room: as
