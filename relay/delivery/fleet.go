@@ -38,10 +38,11 @@ type fleet struct {
 
 	mu   sync.Mutex
 	held map[string]map[int]bool // by site key, the slots held
+	next map[string]int          // by site key, where the next take starts
 }
 
 func newFleet(store Leases, owner string, lease time.Duration, log *slog.Logger) *fleet {
-	return &fleet{store: store, owner: owner, lease: lease, log: log, held: map[string]map[int]bool{}}
+	return &fleet{store: store, owner: owner, lease: lease, log: log, held: map[string]map[int]bool{}, next: map[string]int{}}
 }
 
 // leaseName is a lease row's name for a site: the site's key, or, for a
@@ -56,19 +57,35 @@ func leaseName(kind, key string) string {
 
 func slotName(key string, i int) string { return fmt.Sprintf("%s#%d", leaseName("slot", key), i) }
 
-// take claims one of the site's first n slots, starting from one of its
-// own (the owner's hash) so that relays do not all try the same first.
-// It returns the slot, or -1 when all n are held by other relays.
+// slotProbes bounds the slots one take asks the store for: a site of
+// many sessions, all held, costs a few claims per try, not one per slot.
+const slotProbes = 8
+
+// take claims one of the site's first n slots, asking for at most
+// slotProbes of them, from where its last take for the site stopped (at
+// first, a place of the owner's hash, so that relays do not all try the
+// same first). It returns the slot, or -1 when those it asked for are
+// held by other relays.
 func (f *fleet) take(ctx context.Context, key string, n int) (int, error) {
-	h := fnv.New32a()
-	h.Write([]byte(f.owner))
-	start := int(h.Sum32() % uint32(max(n, 1)))
+	if n <= 0 {
+		return -1, nil
+	}
+	f.mu.Lock()
+	start, ok := f.next[key]
+	if !ok {
+		h := fnv.New32a()
+		h.Write([]byte(f.owner))
+		start = int(h.Sum32() % uint32(n))
+	}
+	f.mu.Unlock()
 	until := time.Now().Add(f.lease)
-	for k := range n {
+	asked := 0
+	for k := 0; k < n && asked < slotProbes; k++ {
 		i := (start + k) % n
+		f.mu.Lock()
+		f.next[key] = i + 1
 		// Marked held before it is claimed: two sessions of this relay
 		// must not both claim it (a claim by its owner succeeds).
-		f.mu.Lock()
 		mine := f.held[key][i]
 		if !mine {
 			if f.held[key] == nil {
@@ -80,6 +97,7 @@ func (f *fleet) take(ctx context.Context, key string, n int) (int, error) {
 		if mine {
 			continue
 		}
+		asked++
 		_, err := f.store.ClaimCursor(ctx, slotName(key, i), f.owner, until)
 		if err == nil {
 			return i, nil

@@ -176,7 +176,15 @@ func (s *session) hold(j *job) bool {
 	e := s.q.e
 	var waited time.Duration
 	for wait := slotRetry; ; wait = min(2*wait, slotRetryMax) {
-		i, err := e.fleet.take(e.abort, site.rule.Key, s.q.limit())
+		// While another session of the site found none lately, this one
+		// waits without asking the store.
+		i, err := -1, error(nil)
+		if site.mayAskSlots(time.Now()) {
+			i, err = e.fleet.take(e.abort, site.rule.Key, s.q.limit())
+			if i < 0 && err == nil {
+				site.noSlotsFor(wait)
+			}
+		}
 		switch {
 		case e.abort.Err() != nil:
 			j.interrupt()

@@ -65,6 +65,9 @@ type site struct {
 	// replies are its last replies and connection failures, the latest
 	// last.
 	replies []SiteReply
+	// noSlots is until when its sessions wait for a fleet slot without
+	// asking the store: a take found none.
+	noSlots time.Time
 }
 
 func perMinute(n float64) *rate.Limiter {
@@ -476,6 +479,21 @@ func (s *site) fleetPart() float64 {
 		return 1
 	}
 	return min(float64(max(f.holds(s.rule.Key), 1))/float64(n), 1)
+}
+
+// mayAskSlots says whether a session may ask the store for a slot now.
+func (s *site) mayAskSlots(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !now.Before(s.noSlots)
+}
+
+// noSlotsFor notes that a take found no slot: the site's sessions wait d
+// before they ask again.
+func (s *site) noSlotsFor(d time.Duration) {
+	s.mu.Lock()
+	s.noSlots = time.Now().Add(d)
+	s.mu.Unlock()
 }
 
 // rescale sets the rates again once the slots this relay holds changed.
