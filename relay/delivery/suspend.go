@@ -281,11 +281,15 @@ func (s *site) view(now time.Time) SiteView {
 		v.State, v.Why = SiteBackingOff, fmt.Sprintf("throttling signals cut its share to %.2f (AIMD); each message accepted grows it back", s.share.Of())
 	}
 	if why := s.closedLocked(now); why != "" {
+		// Until the suspension ends, or the next probe of a site down.
 		v.State, v.Why = SiteDown, strings.TrimPrefix(why, "handed back: ")
+		until := s.probeAt
 		if now.Before(s.held) || now.Before(s.suspended) {
-			v.State = SiteSuspended
+			v.State, until = SiteSuspended, s.held
+			if s.suspended.After(until) {
+				until = s.suspended
+			}
 		}
-		until := now.Add(s.reopensLocked(now))
 		v.Until = &until
 	}
 	return v
