@@ -52,21 +52,19 @@ func fleetDNS(t *testing.T) *dnstest.Server {
 	return dnstest.Start(t, dnstest.Zone{Records: records})
 }
 
-// TestFleetSessions: two relays on one MySQL outbox deliver to a site
-// whose rule allows 4 sessions at once; the site's MX host, a real server
-// that keeps each message a moment, never sees more than 4 at once, and
-// every message arrives once.
-func TestFleetSessions(t *testing.T) {
+// fleetRig is the fleet tests' world: a MySQL outbox and a spool, the
+// MX host of the site fleet on 127.0.0.2, DNS for its ten domains, and
+// the site's rule (4 sessions at once, and the lines of more).
+func fleetRig(t *testing.T, more string) (*mysql.Store, *spool.Spool, int, *smtptest.Server, *dnstest.Server, *sites.Rules) {
+	t.Helper()
 	store := openMySQL(t)
 	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sp.Close()
+	t.Cleanup(func() { sp.Close() })
 	port := smtptest.SharedPort(t, "127.0.0.2")
 	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
-	mx.Hang(20 * time.Millisecond)
-	dns := fleetDNS(t)
 	rules, err := sites.Load([]byte(`
 default:
   messages_per_session: 1000
@@ -76,10 +74,20 @@ providers:
   - name: fleet
     mx: [mx.fleet.test]
     sessions: 4
-`), 10)
+`+more), 10)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return store, sp, port, mx, fleetDNS(t), rules
+}
+
+// TestFleetSessions: two relays on one MySQL outbox deliver to a site
+// whose rule allows 4 sessions at once; the site's MX host, a real server
+// that keeps each message a moment, never sees more than 4 at once, and
+// every message arrives once.
+func TestFleetSessions(t *testing.T) {
+	store, sp, port, mx, dns, rules := fleetRig(t, "")
+	mx.Hang(20 * time.Millisecond)
 	const n = 600
 	addToSites(t, sp, store, n, []string{"fleet"})
 	for _, owner := range []string{"relay-a", "relay-b"} {
@@ -111,29 +119,7 @@ providers:
 // 2,400 messages a minute, each sending the part of it its session slots
 // are of the site's sessions: together they stay within 10 % of it.
 func TestFleetRate(t *testing.T) {
-	store := openMySQL(t)
-	sp, err := spool.Open(filepath.Join(t.TempDir(), "spool"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	port := smtptest.SharedPort(t, "127.0.0.2")
-	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
-	dns := fleetDNS(t)
-	rules, err := sites.Load([]byte(`
-default:
-  messages_per_session: 1000
-  connections_per_minute: 60000
-  max_queued: 100
-providers:
-  - name: fleet
-    mx: [mx.fleet.test]
-    sessions: 4
-    messages_per_minute: 2400
-`), 10)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, sp, port, mx, dns, rules := fleetRig(t, "    messages_per_minute: 2400\n")
 	const n, perSecond = 400, 40.0
 	addToSites(t, sp, store, n, []string{"fleet"})
 	for _, owner := range []string{"relay-a", "relay-b", "relay-c"} {
