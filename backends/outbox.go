@@ -125,7 +125,9 @@ type Batches interface {
 }
 
 // Cursors holds how far each mailbox poller has read, under a lease, so
-// that relays sharing a store take turns on each mailbox.
+// that relays sharing a store take turns on each mailbox. Delivery uses
+// the same leases for what relays share of a site: its session slots and
+// its suspension.
 type Cursors interface {
 	// ClaimCursor takes, for owner and until the given time, the lease on
 	// the cursor of a mailbox poller, as Cursor.Claim rules, and returns
@@ -133,6 +135,10 @@ type Cursors interface {
 	ClaimCursor(ctx context.Context, name, owner string, until time.Time) (Cursor, error)
 	// SaveCursor stores how far owner has read, as Cursor.Save rules.
 	SaveCursor(ctx context.Context, name, owner string, c Cursor) error
+	// ReadCursor returns a cursor as it is, without claiming it (zero
+	// when it was never claimed): delivery reads through it the site
+	// suspensions an operator made on any relay.
+	ReadCursor(ctx context.Context, name string) (Cursor, error)
 }
 
 // Links holds other names of messages (a PEC provider's identificativo,

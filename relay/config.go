@@ -307,7 +307,8 @@ type DeliveryConfig struct {
 	// the relay renews it every third of it while a delivery lasts, and a
 	// dead relay's messages go to another within it. A message with less
 	// than half of it left when a session takes it (renewals failed) is
-	// handed back instead of sent.
+	// handed back instead of sent. Relays sharing an outbox hold a site's
+	// session slots under the same lease: a dead relay's are free within it.
 	Lease Duration `yaml:"lease"`
 	// Poll is how often READY messages are looked for when nothing wakes the
 	// engine.

@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/emersion/go-smtp"
 
+	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay"
 	"github.com/genropy/postino/relay/admin"
@@ -283,6 +284,39 @@ func TestDashboard(t *testing.T) {
 		}
 		p.checkReadable()
 		p.shot("campaigns")
+		p.checkConsole()
+	})
+
+	t.Run("Destinations", func(t *testing.T) {
+		port := smtptest.SharedPort(t, "127.0.0.2")
+		mx := smtptest.Start(t, smtptest.Options{Addr: fmt.Sprintf("127.0.0.2:%d", port)})
+		zone := dnstest.Zone{Records: []string{". IN NS a.root.test.", "example.test. IN MX 10 mx.site.test.", "mx.site.test. IN A 127.0.0.2"}}
+		cfg, _ := testConfig(t)
+		cfg.Routes.Default.Smarthost = ""
+		cfg.Delivery.MXPort = port
+		cfg.Delivery.DNS.Servers = []string{dnstest.Start(t, zone).Addr}
+		rl := start(t, cfg)
+		waitStatus(t, rl.client, sendTo(t, rl.r.SMTPAddr().String(), []string{"ann@example.test"}, "", "hello\r\n"), "SENT-ACKNOWLEDGED")
+		if len(mx.Messages()) != 1 {
+			t.Fatalf("the MX host got %d messages", len(mx.Messages()))
+		}
+		p := chrome.tab(t, rl)
+		const row = `#site-list tr[data-site="mx.site.test"]`
+		// Suspend it from its row (a second click confirms), then resume.
+		p.do(chromedp.WaitVisible(chromedp.CSS(row+`[data-state="up"]`)),
+			chromedp.Click(chromedp.CSS(row+` button[data-action=site-suspend]`)),
+			chromedp.Click(chromedp.CSS(row+` button[data-action=site-suspend]`)),
+			chromedp.WaitVisible(chromedp.CSS(row+`[data-state="suspended"]`)))
+		if v, err := rl.client.Site(context.Background(), "mx.site.test"); err != nil || v.State != "suspended" || !strings.Contains(v.Why, "by operator") {
+			t.Errorf("the site suspended from the page: %+v %v", v, err)
+		}
+		if got := p.text(`#site-list`); !strings.Contains(got, "suspended by operator") {
+			t.Errorf("the sites read %q", got)
+		}
+		p.checkReadable()
+		p.shot("destinations")
+		p.do(chromedp.Click(chromedp.CSS(row+` button[data-action=site-resume]`)),
+			chromedp.WaitVisible(chromedp.CSS(row+`[data-state="up"]`)))
 		p.checkConsole()
 	})
 

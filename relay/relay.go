@@ -177,6 +177,9 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	dcfg.Acknowledge = len(specs) == 0
 	dcfg.Signer = r.signer
 	dcfg.Outcomes = r.outcomes
+	// Operators' site suspensions are kept in the outbox; its other
+	// relays, when it can have any, share each site's sessions and rates.
+	dcfg.Leases, dcfg.Fleet = r.outbox, !r.exclusive
 	if err := r.actOnFindings(routes, reg, &icfg, &dcfg); err != nil {
 		return nil, err
 	}
@@ -199,6 +202,7 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 			Profiling:  cfg.Admin.Profiling,
 			Thresholds: cfg.Brake.adminThresholds(),
 			Policy:     r.policy,
+			Sites:      r.engine,
 			Log:        log,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,

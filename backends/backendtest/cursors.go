@@ -16,6 +16,7 @@ var cursorTests = []test[backends.Cursors]{
 	{"Cursor", testCursor},
 	{"CursorTakeover", testCursorTakeover},
 	{"ConcurrentCursorClaims", testConcurrentCursorClaims},
+	{"ReadCursor", testReadCursor},
 }
 
 const inbox = "imap://bounces@mail.example.com/INBOX"
@@ -98,5 +99,27 @@ func testConcurrentCursorClaims(t *testing.T, s backends.Cursors) {
 	wg.Wait()
 	if won.Load() != 1 {
 		t.Errorf("%d relays hold the cursor, want 1", won.Load())
+	}
+}
+
+// testReadCursor: a cursor is read as it is, its lease left alone.
+func testReadCursor(t *testing.T, s backends.Cursors) {
+	ctx := context.Background()
+	if c, err := s.ReadCursor(ctx, "never-claimed"); err != nil || c != (backends.Cursor{}) {
+		t.Fatalf("a cursor never claimed: %+v %v", c, err)
+	}
+	until := time.Now().UTC().Add(time.Hour)
+	claimCursor(t, s, "relay-a", until)
+	if err := saveCursor(t, s, "relay-a", 9); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		c, err := s.ReadCursor(ctx, inbox)
+		if err != nil || c.Owner != "relay-a" || c.LastUID != 9 || c.LeaseUntil.Sub(until).Abs() > time.Millisecond {
+			t.Fatalf("read: %+v %v", c, err)
+		}
+	}
+	if _, err := s.ClaimCursor(ctx, inbox, "relay-b", time.Now().Add(time.Minute)); !errors.Is(err, backends.ErrLockNotAcquired) {
+		t.Errorf("a read took the lease: %v", err)
 	}
 }

@@ -65,3 +65,12 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 		return putCursor(tx, name, cur)
 	})
 }
+
+func (s *Store) ReadCursor(ctx context.Context, name string) (backends.Cursor, error) {
+	var c backends.Cursor
+	err := s.db.View(func(tx *bbolt.Tx) (err error) {
+		c, err = getCursor(tx, name)
+		return err
+	})
+	return c, err
+}

@@ -92,6 +92,11 @@ func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.C
 	return cursorErr(err)
 }
 
+func (s *Store) ReadCursor(ctx context.Context, name string) (backends.Cursor, error) {
+	c, _, err := s.getCursor(ctx, name)
+	return c, err
+}
+
 // getCursor reads a cursor; found is false when it was never claimed.
 func (s *Store) getCursor(ctx context.Context, name string) (c backends.Cursor, found bool, err error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.table), Key: cursorKey(name), ConsistentRead: aws.Bool(true)})

@@ -14,6 +14,7 @@ var cursorStmts = sqlstore.CursorStmts{
 	Lock:   "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ? FOR UPDATE",
 	Claim:  "UPDATE mailbox_cursors SET owner = ?, lease_until = ?, updated_at = ? WHERE name = ?",
 	Save:   "UPDATE mailbox_cursors SET uid_validity = ?, last_uid = ?, updated_at = ? WHERE name = ?",
+	Read:   "SELECT uid_validity, last_uid, owner, lease_until FROM mailbox_cursors WHERE name = ?",
 }
 
 func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.Time) (backends.Cursor, error) {
@@ -22,4 +23,8 @@ func (s *Store) ClaimCursor(ctx context.Context, name, owner string, until time.
 
 func (s *Store) SaveCursor(ctx context.Context, name, owner string, c backends.Cursor) error {
 	return s.sql.SaveCursor(ctx, cursorStmts, name, owner, c)
+}
+
+func (s *Store) ReadCursor(ctx context.Context, name string) (backends.Cursor, error) {
+	return s.sql.ReadCursor(ctx, cursorStmts, name)
 }

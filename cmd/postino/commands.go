@@ -49,6 +49,13 @@ func commands() []command {
 		{"batch cancel", "CODE --reason TEXT [--json]" + clientFlags, "end a batch's waiting messages (FAILED, the plugins told why) and hold the rest", batchCancel},
 		{"batch suspend", "CODE" + clientFlags, "hold the messages of a batch", batchSuspend},
 		{"batch activate", "CODE" + clientFlags, "let the messages of a held batch go on, and start the brake's counts again", batchActivate},
+		{"destinations list", "[--json]" + clientFlags,
+			"list the sites of MX delivery the relay has mail for: state, domains, queued, in flight, limits now", destinationsList},
+		{"destinations show", "SITE [--json]" + clientFlags,
+			"show a site: its domains, limits now and why (rule, AIMD share, the fleet's slots), last replies and state", destinationsShow},
+		{"destinations suspend", "SITE --for DURATION [--json]" + clientFlags,
+			"hold a site's mail (a provider's name is its site) on every relay of the outbox until the time ends", destinationsSuspend},
+		{"destinations resume", "SITE" + clientFlags, "end a site's suspension", destinationsResume},
 		{"events list", "[--state failing|pending|calling|acked|parked] [--limit N] [--json]" + clientFlags,
 			"list the events told to plugins: by default the failing ones, with their tries", eventsList},
 		{"events replay", "ID [--json]" + clientFlags, "send a parked event to the plugins again", eventsReplay},
@@ -391,7 +398,7 @@ func usageText(all []command) string {
 	return "postino: an SMTP relay with an outbox spool\n\nUsage:\n" + indent(all, "  ") + `
 
 'postino COMMAND --help' describes a command and its flags, which may also stand before the
-command's name (postino --admin ADDR queue list). The queue, batch, events, suppression and
+command's name (postino --admin ADDR queue list). The queue, batch, destinations, events, suppression and
 health commands talk to a running relay's admin API: --admin ADDR, else the relay's own
 admin.listen (from --config or POSTINO_CONFIG, or POSTINO_ADMIN), 127.0.0.1:8525 by default,
 with the token the relay reads (admin.token_file or admin.token_env, or

@@ -74,6 +74,8 @@ type Options struct {
 	Token string
 	// Profiling serves net/http/pprof under /debug/pprof/.
 	Profiling bool
+	// Sites are MX delivery's sites, for /v1/destinations.
+	Sites Sites
 	// Thresholds are the brake's, shown with each batch's rates.
 	Thresholds Thresholds
 	Log        *slog.Logger
@@ -118,6 +120,7 @@ func NewHandler(store Store, opts Options) http.Handler {
 	mux.HandleFunc("GET /v1/stats/recent", a.recentStats)
 	mux.HandleFunc("GET /v1/search", a.search)
 	a.suppressionRoutes(mux)
+	a.siteRoutes(mux)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -330,9 +330,19 @@ func contains(list []string, s string) bool {
 // quit ends the session politely and closes it.
 func (c *client) quit() {
 	if !c.broken {
-		c.cmd(c.timeouts.Command, "QUIT")
+		if rep, err := c.cmd(c.timeouts.Command, "QUIT"); err == nil && rep.Code == 221 {
+			// The server closes the connection after its 221: waiting
+			// for that, briefly, ends the session on its side too before
+			// the next opens, as a site counts sessions by connections
+			// (a site's sessions at once, shared by a fleet).
+			c.nc.SetReadDeadline(time.Now().Add(quitClose))
+			io.Copy(io.Discard, c.r.R)
+		}
 	}
 	c.nc.Close()
 }
+
+// quitClose is how long quit waits for the server to close after its 221.
+const quitClose = time.Second
 
 func (c *client) close() { c.nc.Close() }

@@ -2,6 +2,7 @@ package delivery
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -124,6 +125,14 @@ type Config struct {
 	// TLSPolicies, when set, are MX delivery's TLS policies by recipient
 	// domain, and the authorities policy verify trusts.
 	TLSPolicies *TLSPolicies
+	// Leases, when set, are the store's lease rows: operators' site
+	// suspensions are kept there (suspend.go), so that they hold on
+	// every relay of the store and across restarts.
+	Leases Leases
+	// Fleet says that other relays may share the store: each site's
+	// sessions at once, and so its rates, are shared through Leases
+	// (fleet.go).
+	Fleet bool
 }
 
 // Engine delivers READY messages.
@@ -147,6 +156,9 @@ type Engine struct {
 
 	// rules are cfg.Sites, or the shipped ones.
 	rules *sites.Rules
+	// fleet shares the sites' sessions with the other relays of the
+	// store; nil for a relay alone.
+	fleet *fleet
 
 	mu     sync.Mutex
 	queues map[string]*queue // by route, or route/site
@@ -182,7 +194,13 @@ func NewEngine(cfg Config, store Store, sp Bodies, routes *Routes, res Resolver,
 	if rules == nil {
 		rules = sites.Shipped(cfg.MXConnections)
 	}
-	return &Engine{
+	var fl *fleet
+	if cfg.Fleet && cfg.Leases != nil {
+		// The relay's name and its run's: a relay restarted does not take
+		// for its own the slots its previous run left to run out.
+		fl = newFleet(cfg.Leases, cfg.Owner+" "+rand.Text()[:8], cfg.Lease, log)
+	}
+	return &Engine{fleet: fl,
 		cfg: cfg, store: store, leases: lease.New(store, backends.StatusProcessing, cfg.Lease, log), spool: sp, routes: routes, log: log, metrics: m, events: events,
 		sig: claimloop.NewSignals(), rules: rules, queues: map[string]*queue{}, sites: map[string]*site{},
 		domains: map[string]knownDomain{}, resolving: map[string][]*job{},
@@ -216,6 +234,9 @@ func (e *Engine) Run(ctx context.Context) {
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	var renewer sync.WaitGroup
 	renewer.Go(func() { e.leases.Run(renewCtx) })
+	if e.fleet != nil {
+		renewer.Go(func() { e.fleet.run(renewCtx) })
+	}
 	defer renewer.Wait()
 	defer stopRenewing()
 	claimloop.Run(ctx, e.sig, claimloop.Stage[struct{}]{

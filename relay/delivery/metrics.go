@@ -18,6 +18,7 @@ type Metrics struct {
 	siteHandedBack *prometheus.CounterVec
 	sitesDown      *prometheus.GaugeVec
 	sitesSuspended *prometheus.GaugeVec
+	siteSlots      *prometheus.GaugeVec
 }
 
 // NewMetrics registers the delivery series with reg.
@@ -52,8 +53,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "postino_sites_down", Help: "Sites down (their last delivery.route_down_after connection attempts failed), tested by one probe per interval."}, []string{"site"}),
 		sitesSuspended: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "postino_sites_suspended", Help: "Sites suspended by a response rule (Yahoo's TSS04, a blocklisting)."}, []string{"site"}),
+		siteSlots: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "postino_site_slots", Help: "Session slots of a site this relay holds, of those the relays sharing the outbox share (its sessions at once): its part of the site's rates follows them."}, []string{"site"}),
 	}
 	reg.MustRegister(m.delivered, m.deferred, m.failed, m.latency, m.connections, m.routeUp, m.dnsUp,
-		m.siteSessions, m.siteThrottled, m.siteHandedBack, m.sitesDown, m.sitesSuspended)
+		m.siteSessions, m.siteThrottled, m.siteHandedBack, m.sitesDown, m.sitesSuspended, m.siteSlots)
 	return m
 }

@@ -162,7 +162,7 @@ func (q *queue) drain() []*job {
 func (q *queue) run() {
 	e := q.e
 	defer e.sessions.Done()
-	s := &session{q: q, next: make(chan *job, 1)}
+	s := &session{q: q, next: make(chan *job, 1), slot: -1}
 	stop := context.AfterFunc(e.abort, s.abort)
 	defer stop()
 	idle := time.NewTimer(e.cfg.IdleTimeout)
@@ -171,6 +171,7 @@ func (q *queue) run() {
 		j := q.take(s, idle)
 		if j == nil {
 			s.quit()
+			s.release()
 			return
 		}
 		s.carry(j)

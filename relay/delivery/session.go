@@ -40,6 +40,9 @@ type session struct {
 	carried int
 	// next takes a job handed to the session while it is idle.
 	next chan *job
+	// slot is the site's session slot the session holds in the fleet
+	// (fleet.go), or -1.
+	slot int
 
 	mu     sync.Mutex
 	closed bool // by the shutdown
@@ -102,11 +105,12 @@ func (s *session) carry(j *job) {
 	if !s.pace(j, false) {
 		return
 	}
-	if s.c != nil && (s.d != d || q.site != nil && q.site.rule.Limits.MessagesPerSession > 0 && s.carried >= q.site.rule.Limits.MessagesPerSession) {
+	if s.c != nil && (s.d != d || q.site != nil && q.site.rule.Limits.MessagesPerSession > 0 && s.carried >= q.site.rule.Limits.MessagesPerSession ||
+		!s.slotHeld()) {
 		s.quit()
 	}
 	s.d = d
-	if s.c == nil && (!s.pace(j, true) || !s.connect(j)) {
+	if s.c == nil && (!s.pace(j, true) || !s.hold(j) || !s.connect(j)) {
 		return
 	}
 	start := time.Now()
@@ -128,6 +132,103 @@ func (s *session) carry(j *job) {
 	// A session still usable after a message says the upstream works,
 	// though new connections may fail (it limits how many it takes).
 	d.health.success()
+}
+
+// slotRetry is how long a session first waits to try again for a slot
+// of its site when other relays hold them all; it doubles up to
+// slotRetryMax.
+const (
+	slotRetry    = 100 * time.Millisecond
+	slotRetryMax = 2 * time.Second
+)
+
+// fleetSite is the site whose sessions the fleet shares, or nil: a
+// smarthost's queue, a relay alone on its store, a site of no session
+// limit.
+func (s *session) fleetSite() *site {
+	if s.q.e.fleet == nil || s.q.site == nil || s.q.site.rule.Limits.Sessions == 0 {
+		return nil
+	}
+	return s.q.site
+}
+
+// slotHeld reports whether the session may keep its connection: it
+// holds its slot still (another relay took it over after the renewals
+// failed for a lease).
+func (s *session) slotHeld() bool {
+	site := s.fleetSite()
+	if site == nil || s.slot < 0 || s.q.e.fleet.mine(site.rule.Key, s.slot) {
+		return true
+	}
+	s.release()
+	return false
+}
+
+// hold takes one of the site's session slots in the fleet before the
+// session's connection opens, waiting while other relays hold them all.
+// A job that would wait over a quarter of its lease is handed back, as
+// for a rate.
+func (s *session) hold(j *job) bool {
+	site := s.fleetSite()
+	if site == nil || s.slot >= 0 {
+		return true
+	}
+	e := s.q.e
+	var waited time.Duration
+	for wait := slotRetry; ; wait = min(2*wait, slotRetryMax) {
+		// While another session of the site found none lately, this one
+		// waits without asking the store.
+		i, err := -1, error(nil)
+		if site.mayAskSlots(time.Now()) {
+			i, err = e.fleet.take(e.abort, site.rule.Key, s.q.limit())
+			if i < 0 && err == nil {
+				site.noSlotsFor(wait)
+			}
+		}
+		switch {
+		case e.abort.Err() != nil:
+			j.interrupt()
+			return false
+		case err != nil:
+			site.handedBack()
+			j.wait(fmt.Sprintf("handed back: site %s's sessions are shared by the relays through the outbox, which failed: %s; the attempt does not count",
+				site.rule.Key, oneLine(err.Error())), e.cfg.Poll)
+			return false
+		case i >= 0:
+			s.slot = i
+			e.metrics.siteSlots.WithLabelValues(site.label).Inc()
+			site.rescale()
+			return true
+		case waited+wait > e.cfg.Lease/4:
+			site.handedBack()
+			j.wait(fmt.Sprintf("handed back: site %s's %d sessions at once are all open on other relays sharing the outbox; the attempt does not count",
+				site.rule.Key, s.q.limit()), waited)
+			return false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-e.abort.Done():
+		}
+		t.Stop()
+		waited += wait
+	}
+}
+
+// release gives the session's slot back to the fleet.
+func (s *session) release() {
+	site := s.fleetSite()
+	if site == nil || s.slot < 0 {
+		return
+	}
+	e := s.q.e
+	// At the shutdown too: what is released now need not run out.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.abort), e.cfg.Timeouts.Command)
+	defer cancel()
+	e.fleet.give(ctx, site.rule.Key, s.slot)
+	s.slot = -1
+	e.metrics.siteSlots.WithLabelValues(site.label).Dec()
+	site.rescale()
 }
 
 // pace waits for the rate of the job's way out to allow a message, or a

@@ -55,6 +55,19 @@ type site struct {
 	suspended time.Time     // until when, by a response rule
 	why       string        // the reply that suspended it
 	jobTime   time.Duration // how long a job takes, on average
+	// held is until when an operator suspended it, on any relay of the
+	// fleet (suspend.go), and by whom; read is when the store was last
+	// read for it, reading while a read is on its way.
+	held    time.Time
+	heldBy  string
+	read    time.Time
+	reading bool
+	// replies are its last replies and connection failures, the latest
+	// last.
+	replies []SiteReply
+	// noSlots is until when its sessions wait for a fleet slot without
+	// asking the store: a take found none.
+	noSlots time.Time
 }
 
 func perMinute(n float64) *rate.Limiter {
@@ -64,11 +77,18 @@ func perMinute(n float64) *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(n/60), 1)
 }
 
-// siteOf is the site of a rule, one per key.
-func (e *Engine) siteOf(rule sites.Site) *site {
+// siteOf is the site of a rule, one per key. A site new to the relay
+// is read for an operator's suspension before its first job.
+func (e *Engine) siteOf(rule sites.Site) (s *site) {
+	created := false
+	defer func() {
+		if created {
+			s.readHeld(time.Now(), true)
+		}
+	}()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	s := e.sites[rule.Key]
+	s = e.sites[rule.Key]
 	if s == nil {
 		s = &site{e: e, rule: rule, label: e.siteLabel(rule), msgs: perMinute(rule.Limits.MessagesPerMinute),
 			conns: perMinute(rule.Limits.ConnectionsPerMinute), probe: e.rules.Down.Probe}
@@ -76,7 +96,9 @@ func (e *Engine) siteOf(rule sites.Site) *site {
 			// An hour's messages spread over it, a minute's worth at once.
 			s.hourly = rate.NewLimiter(rate.Limit(n/3600), max(1, int(n/60)))
 		}
+		s.setRates()
 		e.sites[rule.Key] = s
+		created = true
 	}
 	return s
 }
@@ -197,10 +219,11 @@ func (s *site) sessions() int {
 // already: when not, why, and how long until it may. A site that is down
 // takes one job per probe interval, the probe.
 func (s *site) admit(queued int, now time.Time) (string, time.Duration) {
+	s.readHeld(now, false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if why := s.closedLocked(now); why != "" {
-		if !s.downSince.IsZero() && !now.Before(s.probeAt) && now.After(s.suspended) {
+		if !s.downSince.IsZero() && !now.Before(s.probeAt) && now.After(s.suspended) && now.After(s.held) {
 			s.probeAt = now.Add(s.probe)
 			return "", 0
 		}
@@ -224,6 +247,9 @@ func (s *site) closed(now time.Time) string {
 
 func (s *site) closedLocked(now time.Time) string {
 	switch {
+	case now.Before(s.held):
+		return fmt.Sprintf("handed back: site %s is suspended by %s until %s; the attempt does not count",
+			s.rule.Key, s.heldBy, s.held.UTC().Format(time.RFC3339))
 	case now.Before(s.suspended):
 		return fmt.Sprintf("handed back: site %s is suspended until %s after it replied %q; the attempt does not count",
 			s.rule.Key, s.suspended.UTC().Format(time.RFC3339), s.why)
@@ -242,11 +268,17 @@ func (s *site) reopensIn(now time.Time) time.Duration {
 }
 
 func (s *site) reopensLocked(now time.Time) time.Duration {
+	// A suspension may be resumed, on any relay, before it ends: its
+	// mail, handed back, is claimed again within maxRoom to see.
 	until := s.suspended
-	if !s.downSince.IsZero() && s.probeAt.After(until) {
-		until = s.probeAt
+	if s.held.After(until) {
+		until = s.held
 	}
-	return max(until.Sub(now), time.Second)
+	wait := min(until.Sub(now), maxRoom)
+	if !s.downSince.IsZero() {
+		wait = max(wait, s.probeAt.Sub(now))
+	}
+	return max(wait, time.Second)
 }
 
 // roomLocked is about when a site holding queued jobs will have room: as
@@ -322,9 +354,11 @@ func (s *site) connected() {
 func (s *site) connectFailed(err error) {
 	var re *replyError
 	if errors.As(err, &re) {
+		s.heard(re.Reply.String())
 		s.replied(re.Reply)
 		return
 	}
+	s.heard(oneLine(err.Error()))
 	if !unreachable(err) {
 		return
 	}
@@ -417,11 +451,56 @@ func (s *site) throttle() {
 	}
 }
 
-// setRates sets the limiters to the share; s.mu is held.
+// setRates sets the limiters to the share, and, in a fleet, to this
+// relay's part of the site's rates (fleetPart); s.mu is held.
 func (s *site) setRates() {
+	part := s.fleetPart()
+	l := s.rule.Limits
 	if s.msgs != nil {
-		s.msgs.SetLimit(rate.Limit(s.share.Rate(s.rule.Limits.MessagesPerMinute) / 60))
+		s.msgs.SetLimit(rate.Limit(part * s.share.Rate(l.MessagesPerMinute) / 60))
 	}
+	if s.hourly != nil {
+		s.hourly.SetLimit(rate.Limit(part * l.MessagesPerHour / 3600))
+	}
+	if s.conns != nil {
+		s.conns.SetLimit(rate.Limit(part * l.ConnectionsPerMinute / 60))
+	}
+}
+
+// fleetPart is this relay's part of the site's rates when relays share
+// the store: the part of the site's sessions at once it holds the slots
+// of (one at least, the one it is opening). The relays' parts add up to
+// one at most, and a relay with more of the site's mail opens more
+// sessions, and so takes more of its rates. Alone, 1; s.mu is held.
+func (s *site) fleetPart() float64 {
+	f := s.e.fleet
+	n := s.share.Sessions(s.rule.Limits.Sessions)
+	if f == nil || n == 0 {
+		return 1
+	}
+	return min(float64(max(f.holds(s.rule.Key), 1))/float64(n), 1)
+}
+
+// mayAskSlots says whether a session may ask the store for a slot now.
+func (s *site) mayAskSlots(now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !now.Before(s.noSlots)
+}
+
+// noSlotsFor notes that a take found no slot: the site's sessions wait d
+// before they ask again.
+func (s *site) noSlotsFor(d time.Duration) {
+	s.mu.Lock()
+	s.noSlots = time.Now().Add(d)
+	s.mu.Unlock()
+}
+
+// rescale sets the rates again once the slots this relay holds changed.
+func (s *site) rescale() {
+	s.mu.Lock()
+	s.setRates()
+	s.mu.Unlock()
 }
 
 // suspend stops the site's mail for d after reply r.
@@ -453,6 +532,7 @@ func (s *site) told(out replies) (blocked bool) {
 			continue
 		}
 		seen[r.String()] = true
+		s.heard(r.String())
 		if s.replied(r) {
 			blocked = true
 		}

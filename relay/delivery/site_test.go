@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/bolt"
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
@@ -81,17 +80,7 @@ providers:
 	}
 	sp, store := outboxtest.Open(t)
 	addToSites(t, sp, store, n, names)
-	routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := NewEngine(Config{
-		MaxInFlight: 256, Lease: time.Minute, Poll: 50 * time.Millisecond, IdleTimeout: time.Second,
-		ShutdownTimeout: time.Second, MXConnections: 10, Timeouts: DefaultTimeouts(), DownAfter: 3, ConfirmAfter: time.Minute,
-		Retry:    Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour},
-		HeloName: "relay.test", Owner: "test", Acknowledge: true, Sites: rules, SiteMetrics: 10,
-	}, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
-		slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+	e := mxEngine(t, Config{MaxInFlight: 256, MXConnections: 10, Lease: time.Minute, Owner: "test", Sites: rules}, store, sp, port, dns)
 	start := time.Now()
 	stop := runUntilStopped(e)
 	defer stop()
@@ -152,7 +141,7 @@ providers:
 
 // addToSites puts n READY messages in the outbox, each to one of ten
 // domains of each site in turn.
-func addToSites(t *testing.T, sp *spool.Spool, store *bolt.Store, n int, names []string) {
+func addToSites(t *testing.T, sp *spool.Spool, store readyStore, n int, names []string) {
 	t.Helper()
 	ctx := context.Background()
 	var wg sync.WaitGroup
@@ -177,6 +166,27 @@ func addToSites(t *testing.T, sp *spool.Spool, store *bolt.Store, n int, names [
 		})
 	}
 	wg.Wait()
+}
+
+// mxEngine is an engine of MX delivery to MX hosts on port, found
+// through the DNS server dns, with cfg's settings over the tests'.
+func mxEngine(t *testing.T, cfg Config, store Store, sp *spool.Spool, port int, dns *dnstest.Server) *Engine {
+	t.Helper()
+	routes, err := NewRoutes([]Route{{Name: DefaultRoute, MaxConnections: 1, MXPort: port, TLS: TLSNone}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Poll, cfg.IdleTimeout, cfg.ShutdownTimeout, cfg.Timeouts = 50*time.Millisecond, time.Second, time.Second, DefaultTimeouts()
+	cfg.DownAfter, cfg.ConfirmAfter, cfg.HeloName, cfg.Acknowledge, cfg.SiteMetrics = 3, time.Minute, "relay.test", true, 10
+	cfg.Retry = Retry{Schedule: backoff.Schedule{First: 200 * time.Millisecond, Max: time.Second}, MaxAge: time.Hour}
+	return NewEngine(cfg, store, sp, routes, resolver.New([]string{dns.Addr}, resolver.Options{Timeout: 5 * time.Second}),
+		slog.New(slog.NewTextHandler(io.Discard, nil)), NewMetrics(prometheus.NewRegistry()), nil)
+}
+
+// readyStore is the part of an outbox that addToSites needs.
+type readyStore interface {
+	outboxtest.Creator
+	Transition(ctx context.Context, t backends.Transition) error
 }
 
 // waitFor waits for done, generously.

@@ -22,6 +22,8 @@ type CursorStmts struct {
 	// Save sets how far the holder read: uid_validity, last_uid,
 	// updated_at, name.
 	Save string
+	// Read reads a cursor's row as Lock does, without locking it: name.
+	Read string
 }
 
 // ClaimCursor is Cursors.ClaimCursor, in a transaction.
@@ -67,6 +69,15 @@ func (s Store) SaveCursor(ctx context.Context, c CursorStmts, name, owner string
 		_, err = tx.Exec(ctx, c.Save, int64(held.UIDValidity), int64(held.LastUID), s.Time(time.Now()), name)
 		return err
 	})
+}
+
+// ReadCursor is Cursors.ReadCursor.
+func (s Store) ReadCursor(ctx context.Context, c CursorStmts, name string) (backends.Cursor, error) {
+	cur, err := lockCursor(ctx, s.DB, CursorStmts{Lock: c.Read}, name)
+	if errors.Is(err, errNoRow) {
+		return backends.Cursor{}, nil
+	}
+	return cur, err
 }
 
 // lockCursor reads a cursor, locking its row until the commit.

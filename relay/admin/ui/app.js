@@ -189,6 +189,7 @@ async function refresh() {
     drawCharts();
     drawRecent(recent);
     await drawSupCounts();
+    await drawSites();
     // A batch's progress reads its messages: every sixth refresh, after
     // an action, and when a batch was suspended or activated.
     if (campaignTick++ % 6 === 0) await drawCampaigns();
@@ -291,6 +292,41 @@ async function drawCampaigns() {
           ...(b.tripped ? [el('tr', {class: 'waiting note'}, el('td', {colspan: 10}, b.tripped))] : []),
         ];
       }).flat()));
+  });
+}
+
+// SITE_KIND is the badge colour of a site's state.
+const SITE_KIND = {up: 'good', 'backing off': 'warn', down: 'bad', suspended: 'bad'};
+
+// localTimes shows the UTC times a text of the relay's holds (RFC 3339)
+// in the browser's zone, as the page shows every time.
+const localTimes = t => t.replace(/\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z/g, fmtTime);
+
+// drawSites lists the sites of MX delivery: their state (why, until
+// when), domains, mail queued and in flight, sessions and rate now
+// against the rule's; each with Suspend for the chosen time, or Resume.
+async function drawSites() {
+  const res = await api('/v1/destinations');
+  redraw($('#site-list'), res, r => {
+    const sites = r.sites || [];
+    if (!sites.length) return el('p', {class: 'empty'}, 'No mail went to an MX host lately.');
+    const rate = n => n ? n.toFixed(n < 10 ? 1 : 0) : '–';
+    return el('table', {class: 'campaigns sites'},
+      el('thead', {}, el('tr', {}, ...['site', 'domains', 'queued', 'in flight', 'sessions', 'per minute', '']
+        .map(h => el('th', {}, h)))),
+      el('tbody', {}, sites.map(s => [
+        el('tr', {dataset: {site: s.key, state: s.state}},
+          el('th', {}, el('code', {}, s.key), ' ', el('span', {class: 'badge ' + (SITE_KIND[s.state] || 'neutral')}, s.state)),
+          el('td', {class: 'count', title: (s.domains || []).join(' ')}, (s.domains || []).length),
+          el('td', {class: 'count'}, s.queued),
+          el('td', {class: 'count'}, s.in_flight),
+          el('td', {class: 'count', title: `the rule allows ${s.limits.sessions}; share ${s.share.toFixed(2)}`}, `${s.sessions} / ${s.now.sessions}`),
+          el('td', {class: 'count'}, rate(s.now.messages_per_minute)),
+          el('td', {}, s.state === 'suspended'
+            ? el('button', {type: 'button', class: 'secondary', dataset: {action: 'site-resume', site: s.key}}, 'Resume')
+            : el('button', {type: 'button', class: 'secondary', dataset: {action: 'site-suspend', site: s.key}}, 'Suspend'))),
+        ...(s.why ? [el('tr', {class: 'waiting note'}, el('td', {colspan: 7}, localTimes(s.why)))] : []),
+      ]).flat()));
   });
 }
 
@@ -741,6 +777,16 @@ async function onClick(ev) {
         notify(`Batch ${r.batch} is ${r.suspended ? 'suspended' : 'active'}.`);
         break;
       }
+      case 'site-suspend':
+      case 'site-resume': {
+        const site = b.dataset.site || $('#site').value.trim();
+        if (!site) return notify('Write a site, or a provider\'s name, first.', true);
+        if (action === 'site-suspend' && !armed(b, 'Click again to suspend')) return;
+        const d = $('#site-for').value;
+        const r = await api(`/v1/destinations/${enc(site)}/${action === 'site-suspend' ? `suspend?for=${enc(d)}` : 'resume'}`, {method: 'POST'});
+        notify(r.until ? `Site ${r.site} is suspended until ${fmtTime(r.until)}, on every relay.` : `Site ${r.site} is resumed.`);
+        break;
+      }
       case 'sup-more':
         return await loadSuppressions(true);
       case 'unsuppress':
@@ -804,6 +850,7 @@ function init() {
   $('#search-form').addEventListener('submit', onSearch);
   $('#token-form').addEventListener('submit', onToken);
   $('#batch-form').addEventListener('submit', ev => ev.preventDefault());
+  $('#site-form').addEventListener('submit', ev => ev.preventDefault());
   $('#sup-form').addEventListener('submit', onSupSearch);
   $('#sup-reason').addEventListener('change', () => onSupSearch());
   $('#show-empty').addEventListener('change', drawQueue);

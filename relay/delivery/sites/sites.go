@@ -25,20 +25,20 @@ var shipped []byte
 // default's; once read, a figure of 0 or less (none) is no bound.
 type Limits struct {
 	// Sessions is how many sessions to the site may be open at once.
-	Sessions int `yaml:"sessions"`
+	Sessions int `yaml:"sessions" json:"sessions"`
 	// MessagesPerSession is how many messages one session carries before
 	// it quits and another opens.
-	MessagesPerSession int `yaml:"messages_per_session"`
+	MessagesPerSession int `yaml:"messages_per_session" json:"messages_per_session"`
 	// MessagesPerMinute and MessagesPerHour bound the messages sent.
-	MessagesPerMinute float64 `yaml:"messages_per_minute"`
-	MessagesPerHour   float64 `yaml:"messages_per_hour"`
+	MessagesPerMinute float64 `yaml:"messages_per_minute" json:"messages_per_minute"`
+	MessagesPerHour   float64 `yaml:"messages_per_hour" json:"messages_per_hour"`
 	// ConnectionsPerMinute bounds the new connections.
-	ConnectionsPerMinute float64 `yaml:"connections_per_minute"`
+	ConnectionsPerMinute float64 `yaml:"connections_per_minute" json:"connections_per_minute"`
 	// MaxQueued is how many messages may wait in memory for the site;
 	// those beyond are handed back to the outbox, to be claimed when the
 	// site has room, so that a slow site holds none of the delivery slots
 	// other sites need.
-	MaxQueued int `yaml:"max_queued"`
+	MaxQueued int `yaml:"max_queued" json:"max_queued"`
 }
 
 // or fills the limits l leaves unset from d.
