@@ -164,22 +164,11 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 	logKeys(log, ring)
 	specs := cfg.pluginSpecs()
 	r.dispatcher = plugins.NewDispatcher(cfg.dispatcherConfig(), r.outbox, specs, log, plugins.NewMetrics(reg))
-	dcfg := cfg.deliveryConfig()
-	if dcfg.Sites, err = cfg.Delivery.Sites.rules(cfg.Delivery.MXConnections); err != nil {
-		return nil, err
-	}
 	res := cfg.resolver()
-	if dcfg.TLSPolicies, err = r.mxTLS(res); err != nil {
+	dcfg, err := r.deliveryConfig(res, len(specs) > 0)
+	if err != nil {
 		return nil, err
 	}
-	// Without plugins, outcomes are acknowledged in the commit that records
-	// them: nobody is waiting to be told.
-	dcfg.Acknowledge = len(specs) == 0
-	dcfg.Signer = r.signer
-	dcfg.Outcomes = r.outcomes
-	// Operators' site suspensions are kept in the outbox; its other
-	// relays, when it can have any, share each site's sessions and rates.
-	dcfg.Leases, dcfg.Fleet = r.outbox, !r.exclusive
 	if err := r.actOnFindings(routes, reg, &icfg, &dcfg); err != nil {
 		return nil, err
 	}
@@ -220,6 +209,30 @@ func New(cfg Config, log *slog.Logger) (_ *Relay, err error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// deliveryConfig is the delivery engine's settings, with what the relay
+// has opened for it: the signer, the outcome journal, the outbox's lease
+// rows, the TLS policies over the resolver res.
+func (r *Relay) deliveryConfig(res delivery.Resolver, hasPlugins bool) (delivery.Config, error) {
+	cfg := r.cfg
+	dcfg := cfg.deliveryConfig()
+	var err error
+	if dcfg.Sites, err = cfg.Delivery.Sites.rules(cfg.Delivery.MXConnections); err != nil {
+		return dcfg, err
+	}
+	if dcfg.TLSPolicies, err = r.mxTLS(res); err != nil {
+		return dcfg, err
+	}
+	// Without plugins, outcomes are acknowledged in the commit that records
+	// them: nobody is waiting to be told.
+	dcfg.Acknowledge = !hasPlugins
+	dcfg.Signer = r.signer
+	dcfg.Outcomes = r.outcomes
+	// Operators' site suspensions are kept in the outbox; its other
+	// relays, when it can have any, share each site's sessions and rates.
+	dcfg.Leases, dcfg.Fleet = r.outbox, !r.exclusive
+	return dcfg, nil
 }
 
 // replayOutcomes opens the outcome journal and writes what the previous

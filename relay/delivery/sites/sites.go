@@ -53,7 +53,6 @@ func (l Limits) or(d Limits) Limits {
 	}
 }
 
-
 // Action is what a response rule does.
 type Action string
 
