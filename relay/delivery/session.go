@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,8 +91,9 @@ func (s *session) quit() {
 
 // carry delivers one job, connecting first when the session has no
 // connection, unless the relay is stopping, the job's lease is too short,
-// or its site's rates would keep it waiting long. A connection carries one
-// domain's mail, and at most its site's messages_per_session.
+// or its site's rates would keep it waiting long. A connection carries at
+// most its site's messages_per_session, for the domains it may serve
+// (mayReuse).
 func (s *session) carry(j *job) {
 	q, e := s.q, s.q.e
 	d := q.dest(j.domain)
@@ -105,7 +107,7 @@ func (s *session) carry(j *job) {
 	if !s.pace(j, false) {
 		return
 	}
-	if s.c != nil && (s.d != d || q.site != nil && q.site.rule.Limits.MessagesPerSession > 0 && s.carried >= q.site.rule.Limits.MessagesPerSession ||
+	if s.c != nil && (s.d != d && !d.mayReuse(s.c) || q.site != nil && q.site.rule.Limits.MessagesPerSession > 0 && s.carried >= q.site.rule.Limits.MessagesPerSession ||
 		!s.slotHeld()) {
 		s.quit()
 	}
@@ -419,6 +421,27 @@ func (d *destination) connect() (*client, string, *Reply, error) {
 		}
 	}
 	return nil, d.domain, nil, &hostsError{msg: fmt.Sprintf("no MX host of %s took the connection: %s", d.domain, strings.Join(errs, "; ")), causes: causes}
+}
+
+// mayReuse reports whether c, a session opened for another domain of the
+// destination's site, may carry the destination's mail too, as one
+// session to a provider carries mail for many of its domains: c's host is
+// one of the domain's MX hosts, and the domain's TLS plan for it is c's,
+// opportunistic or none. A plan that verifies the peer (verify, DANE,
+// MTA-STS) or counts for a TLS report belongs to its domain: its session
+// carries that domain's mail alone.
+func (d *destination) mayReuse(c *client) bool {
+	if !d.route.MX() || c.sec.Policy != TLSOpportunistic && c.sec.Policy != TLSNone {
+		return false
+	}
+	ctx, cancel := context.WithCancel(d.e.abort)
+	defer cancel()
+	hosts, secure, rep, err := d.e.dns.hosts(ctx, d.domain)
+	if rep != nil || err != nil || !slices.Contains(hosts, c.host) {
+		return false
+	}
+	plan, err := d.mxPlan(ctx, c.host, secure)
+	return err == nil && plan.policy == c.sec.Policy && plan.report == nil
 }
 
 // mxPlan is the TLS plan for host, an MX host of the destination's domain:

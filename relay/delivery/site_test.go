@@ -232,3 +232,41 @@ func TestThrottlingReplies(t *testing.T) {
 		t.Errorf("S3150: %s %s, want soft blocked", v, reason)
 	}
 }
+
+// TestSessionCarriesDomains: a session to a site carries the mail of
+// every domain whose MX hosts include its host, with the same TLS plan,
+// as one session to a provider carries mail for many of its domains; a
+// domain whose plan differs gets a session of its own.
+func TestSessionCarriesDomains(t *testing.T) {
+	port := smtptest.SharedPort(t, "127.0.0.2")
+	mx := smtptest.Start(t, smtptest.Options{Addr: "127.0.0.2:" + strconv.Itoa(port)})
+	rules, err := sites.Load([]byte(`
+default:
+  messages_per_session: 1000
+  connections_per_minute: 60000
+providers:
+  - name: fleet
+    mx: [mx.fleet.test]
+    sessions: 1
+`), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, store := outboxtest.Open(t)
+	const n = 200
+	addToSites(t, sp, store, n, []string{"fleet"}) // ten domains, in turn
+	policies, err := NewTLSPolicies(map[string]string{"d9.fleet.example": TLSOpportunistic}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mxEngine(t, Config{MaxInFlight: 256, MXConnections: 10, Lease: time.Minute, Owner: "test", Sites: rules, TLSPolicies: policies},
+		store, sp, port, fleetDNS(t))
+	defer runUntilStopped(e)()
+	waitFor(t, "every message", func() bool { return len(mx.Messages()) >= n })
+	// d9's plan is opportunistic, the others' none: at least one session
+	// each, and a switch between them is a new session; one left idle may
+	// end and another open. A session a domain would make ten.
+	if got := len(mx.Accepted()); got < 2 || got > 5 {
+		t.Errorf("%d sessions carried %d messages to ten domains on one site, one at a time: want 2 to 5, not one a domain", got, n)
+	}
+}
