@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/genropy/postino/internal/backoff"
 	"github.com/genropy/postino/internal/testrig/dnstest"
 	"github.com/genropy/postino/internal/testrig/outboxtest"
+	"github.com/genropy/postino/internal/testrig/postfixtest"
 	"github.com/genropy/postino/internal/testrig/smtptest"
 	"github.com/genropy/postino/relay/bounce"
 	"github.com/genropy/postino/relay/delivery/sites"
@@ -268,5 +270,39 @@ providers:
 	// end and another open. A session a domain would make ten.
 	if got := len(mx.Accepted()); got < 2 || got > 5 {
 		t.Errorf("%d sessions carried %d messages to ten domains on one site, one at a time: want 2 to 5, not one a domain", got, n)
+	}
+}
+
+// TestSitePostfix: a private Postfix is the MX host of a site's ten
+// domains, on 127.0.0.6, found through DNS: it takes every message.
+func TestSitePostfix(t *testing.T) {
+	port := smtptest.SharedPort(t, "127.0.0.6")
+	var local []string
+	records := []string{". IN NS a.root.test.", "mx.pf.test. IN A 127.0.0.6"}
+	for i := range 10 {
+		local = append(local, fmt.Sprintf("d%d.pf.example", i))
+		records = append(records, fmt.Sprintf("d%d.pf.example. IN MX 10 mx.pf.test.", i))
+	}
+	pf := postfixtest.Start(t, postfixtest.Options{Addr: "127.0.0.6:" + strconv.Itoa(port), Local: strings.Join(local, ", ")})
+	sp, store := outboxtest.Open(t)
+	const n = 30
+	addToSites(t, sp, store, n, []string{"pf"})
+	e := mxEngine(t, Config{MaxInFlight: 64, MXConnections: 4, Lease: time.Minute, Owner: "test", Sites: sites.Shipped(4)},
+		store, sp, port, dnstest.Start(t, dnstest.Zone{Records: records}))
+	defer runUntilStopped(e)()
+	waitFor(t, "every message sent", func() bool {
+		for i := range n {
+			m, err := store.Get(context.Background(), fmt.Sprintf("m%d", i))
+			if err != nil || m.Status != backends.StatusSentAcknowledged {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range n {
+		// local(8) bounces the users it has no account for: taken first.
+		if rcpt := fmt.Sprintf("u%d@d%d.pf.example", i, i%10); len(pf.Deliveries(rcpt)) == 0 {
+			t.Errorf("Postfix never took %s:\n%s", rcpt, pf.Log())
+		}
 	}
 }

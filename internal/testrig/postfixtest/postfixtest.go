@@ -47,6 +47,10 @@ type Options struct {
 	// LMTP maps domains to the LMTP servers (host:port) their mail is
 	// delivered to: the bounces' mailbox, say.
 	LMTP map[string]string
+	// Addr is where smtpd listens, a loopback host:port (127.0.0.3:2525,
+	// an MX host among others on one port); a free port of 127.0.0.1 when
+	// empty.
+	Addr string
 }
 
 // Start runs Postfix and returns once its smtpd greets. It is stopped at
@@ -91,9 +95,12 @@ func Start(t testing.TB, o Options) *Server {
 	// moment later; another process may take it in between, so a start
 	// that fails on a taken port is retried with another.
 	for range 5 {
-		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+		s.Addr = o.Addr
+		if s.Addr == "" {
+			s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
+		}
 		s.writeConfig(t, o)
-		if err = s.start(); err == nil || !strings.Contains(err.Error(), "Address already in use") {
+		if err = s.start(); o.Addr != "" || err == nil || !strings.Contains(err.Error(), "Address already in use") {
 			break
 		}
 	}
@@ -153,7 +160,7 @@ func freePort(t testing.TB) int {
 }
 
 type config struct {
-	Dir, Addr, Local, Transports string
+	Dir, Addr, Host, Local, Transports string
 }
 
 // mainTemplate is a complete main.cf: nothing is read from /etc/postfix,
@@ -167,7 +174,7 @@ myhostname = mx.postfix.test
 mydomain = postfix.test
 myorigin = $myhostname
 mydestination = {{.Local}}
-inet_interfaces = 127.0.0.1
+inet_interfaces = {{.Host}}
 inet_protocols = ipv4
 mynetworks = 127.0.0.0/8
 smtpd_relay_restrictions = permit_mynetworks, reject_unauth_destination
@@ -218,7 +225,14 @@ func (s *Server) writeConfig(t testing.TB, o Options) {
 	for domain, addr := range o.LMTP {
 		transports = append(transports, domain+"=lmtp:inet:"+addr)
 	}
-	c := config{Dir: s.Dir, Addr: s.Addr, Local: o.Local, Transports: strings.Join(transports, ", ")}
+	// Postfix binds only addresses an interface has (inet_interfaces):
+	// the rest of 127/8 reaches lo without being one of its addresses, so
+	// it is allowed all, and master.cf binds Addr alone.
+	host, _, _ := net.SplitHostPort(s.Addr)
+	if host != "127.0.0.1" {
+		host = "all"
+	}
+	c := config{Dir: s.Dir, Addr: s.Addr, Host: host, Local: o.Local, Transports: strings.Join(transports, ", ")}
 	for name, tmpl := range map[string]*template.Template{"main.cf": mainTemplate, "master.cf": masterTemplate} {
 		f, err := os.Create(filepath.Join(s.Dir, name))
 		if err != nil {
