@@ -205,8 +205,9 @@ func TestDashboard(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("timeline statuses %q, want the history %q", got, want)
 		}
+		// Each recipient's result says how its session was secured.
 		rcpt := p.text(`#timeline [data-testid=recipients]`)
-		for _, s := range []string{"nobody@example.net", "550", "5.1.1", "no such user"} {
+		for _, s := range []string{"nobody@example.net", "550", "5.1.1", "no such user", "tls", "policy", "verified"} {
 			if !strings.Contains(rcpt, s) {
 				t.Errorf("recipient results %q lack %q", rcpt, s)
 			}
