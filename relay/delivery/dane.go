@@ -51,14 +51,53 @@ type tlsaRecords struct {
 	// usable are the authenticated records DANE applies: DANE-TA(2) and
 	// DANE-EE(3), of known selectors and matching types.
 	usable []*dns.TLSA
+	// alias is the host's CNAME-expanded name when the records are that
+	// name's (RFC 7672 section 2.2.2); empty when they are the host's.
+	alias string
 	// none says why there are none usable, when policy dane needs them.
 	none string
 }
 
-// lookup asks res for host's TLSA records at port; mxSecure says whether
-// the MX answer that named host was authenticated. The error is a failure
-// that must not fall back to clear: the question failed on a signed zone.
+// maxAliases bounds the CNAME chain followed from an MX host's name.
+const maxAliases = 8
+
+// lookup asks res for host's TLSA records at port: first those of its
+// CNAME-expanded name, where an authenticated chain of CNAMEs makes host
+// an alias, then, without usable ones there, host's own (RFC 7672
+// section 2.2.2). mxSecure says whether the MX answer that named host was
+// authenticated. The error is a failure that must not fall back to clear:
+// the question failed on a signed zone.
 func (d *dane) lookup(ctx context.Context, res dnssec, host string, port int, mxSecure bool) (tlsaRecords, error) {
+	if alias := d.expand(ctx, res, host); alias != "" {
+		r, err := d.lookupAt(ctx, res, alias, port, mxSecure)
+		if err != nil || len(r.usable) > 0 {
+			r.alias = alias
+			return r, err
+		}
+	}
+	return d.lookupAt(ctx, res, host, port, mxSecure)
+}
+
+// expand is host's CNAME-expanded name when DNSSEC authenticated every
+// CNAME of the chain; empty when host is no alias, or its chain is not
+// authenticated (its target's records could be a forger's).
+func (d *dane) expand(ctx context.Context, res dnssec, host string) string {
+	name := dns.Fqdn(host)
+	for range maxAliases {
+		a, err := res.Lookup(ctx, name, dns.TypeCNAME)
+		if err != nil || len(a.Records) == 0 || !a.Authenticated {
+			break
+		}
+		name = a.Records[0].(*dns.CNAME).Target
+	}
+	if strings.EqualFold(name, dns.Fqdn(host)) {
+		return ""
+	}
+	return strings.TrimSuffix(name, ".")
+}
+
+// lookupAt is lookup's question for one name, host's or its alias.
+func (d *dane) lookupAt(ctx context.Context, res dnssec, host string, port int, mxSecure bool) (tlsaRecords, error) {
 	name := "_" + strconv.Itoa(port) + "._tcp." + dns.Fqdn(host)
 	a, err := res.Lookup(ctx, name, dns.TypeTLSA)
 	if err != nil {
@@ -128,9 +167,10 @@ func usable(t *dns.TLSA) bool {
 // daneVerify judges the chain host presented by its usable TLSA records:
 // a DANE-EE record matches the leaf, its name and dates unchecked (RFC
 // 7672 section 3.1.1); a DANE-TA record matches a certificate of the
-// chain, or is one (2 0 0), and the leaf chains to it, valid for host
-// (section 3.2.2). It says which verified the peer.
-func daneVerify(host string, recs []*dns.TLSA, chain []*x509.Certificate) (string, error) {
+// chain, or is one (2 0 0), and the leaf chains to it, valid for host or
+// for alias, host's CNAME-expanded name whose records they are, when not
+// empty (sections 3.2.2 and 2.2.2). It says which verified the peer.
+func daneVerify(host, alias string, recs []*dns.TLSA, chain []*x509.Certificate) (string, error) {
 	if len(chain) == 0 {
 		return "", fmt.Errorf("DANE: %s presented no certificate", host)
 	}
@@ -146,6 +186,9 @@ func daneVerify(host string, recs []*dns.TLSA, chain []*x509.Certificate) (strin
 		}
 		for _, ta := range anchors(r, chain[1:]) {
 			err := verifyChain(host, ta, chain)
+			if err != nil && alias != "" && verifyChain(alias, ta, chain) == nil {
+				err = nil
+			}
 			if err == nil {
 				return outcome.VerifiedDANETA, nil
 			}

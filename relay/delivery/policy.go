@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -165,8 +166,10 @@ type tlsPlan struct {
 	cfg      *tls.Config
 	verified string
 	// tlsa are the host's usable, authenticated TLSA records
-	// (PolicyDANE).
-	tlsa []*dns.TLSA
+	// (PolicyDANE), alias's when it is not empty: the host's
+	// CNAME-expanded name, which the records are of.
+	tlsa  []*dns.TLSA
+	alias string
 	// why names what requires TLS, for the errors that say it failed.
 	why string
 	// roots are the authorities PolicyMTASTSTesting checks the peer
@@ -191,12 +194,13 @@ func (p *tlsPlan) config(host string) (*tls.Config, *string) {
 	by := new(string)
 	switch p.policy {
 	case PolicyDANE:
-		return &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12,
+		// SNI names the records' base domain (RFC 7672 section 8.1).
+		return &tls.Config{ServerName: cmp.Or(p.alias, host), MinVersion: tls.VersionTLS12,
 			// The TLSA records judge the peer, not the authorities.
 			InsecureSkipVerify: true,
 			VerifyConnection: func(cs tls.ConnectionState) error {
 				var err error
-				*by, err = daneVerify(host, p.tlsa, cs.PeerCertificates)
+				*by, err = daneVerify(host, p.alias, p.tlsa, cs.PeerCertificates)
 				return err
 			}}, by
 	case PolicyMTASTSTesting:

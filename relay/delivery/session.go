@@ -470,7 +470,7 @@ func (d *destination) mxPlan(ctx context.Context, host string, mxSecure bool) (*
 		pol.tlsaInvalid(d.domain, host)
 		return nil, err
 	case len(recs.usable) > 0:
-		return &tlsPlan{policy: PolicyDANE, tlsa: recs.usable, why: "DANE (its TLSA records)",
+		return &tlsPlan{policy: PolicyDANE, tlsa: recs.usable, alias: recs.alias, why: "DANE (its TLSA records)",
 			report: pol.tlsaReport(d.domain, host, recs.usable)}, nil
 	case policy == PolicyDANE:
 		return nil, fmt.Errorf("DANE: TLS policy dane of %s (delivery.tls.policies) needs usable, DNSSEC-authenticated TLSA records of %s, and %s",
