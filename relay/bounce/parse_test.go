@@ -317,11 +317,10 @@ func TestParseGarbage(t *testing.T) {
 	}
 	for name, in := range inputs {
 		t.Run(name, func(t *testing.T) {
-			start := time.Now()
+			// No time bound: on a busy machine under -race a fixed one
+			// fails good code; a parse that never ends meets the test's
+			// timeout, and BenchmarkParseBig measures the parser's speed.
 			rep, err := Parse(bytes.NewReader(in), Options{BounceAddresses: []string{"bounces+{id}@example.com"}})
-			if elapsed := time.Since(start); elapsed > 5*time.Second {
-				t.Errorf("took %v", elapsed)
-			}
 			if err == nil && rep == nil {
 				t.Error("nil report without error")
 			}
@@ -372,5 +371,18 @@ func TestParseLeadingBlankLines(t *testing.T) {
 				t.Errorf("got %s %+v, want the bounce of alice@example.org", rep.Kind, rep.Recipients)
 			}
 		})
+	}
+}
+
+// BenchmarkParseBig parses a 10 MB bounce whose body is one refusal line
+// after another: the parser's cost grows with the input, not faster.
+func BenchmarkParseBig(b *testing.B) {
+	big := []byte("From: MAILER-DAEMON@example.com\r\nSubject: Undelivered Mail Returned to Sender\r\n\r\n" +
+		strings.Repeat("<x@example.com>: 550 5.1.1 user unknown "+strings.Repeat("y", 60)+"\r\n", 10<<20/100))
+	b.SetBytes(int64(len(big)))
+	for b.Loop() {
+		if _, err := Parse(bytes.NewReader(big), Options{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
