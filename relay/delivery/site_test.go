@@ -37,7 +37,7 @@ import (
 // the slow one still has mail to take, its excess handed back.
 func TestSites(t *testing.T) {
 	n := 2000
-	if s := os.Getenv("POSTINO_SITES_MESSAGES"); s != "" {
+	if s := os.Getenv("TEST_POSTINO_SITES_MESSAGES"); s != "" {
 		n, _ = strconv.Atoi(s) // 10000 for the figure
 	}
 	ips := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
