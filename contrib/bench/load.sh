@@ -126,6 +126,7 @@ source_bin=$(tool smtp-source)
 sink_bin=$(tool smtp-sink)
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/contrib/bench/lib.sh"
 work=$(mktemp -d "$PWD/postino-bench.XXXXXX")
 pids=() sink= proxy= dns= cleanup= cgroups=()
 trap 'kill ${pids[*]} $sink $proxy $dns 2>/dev/null || true; wait ${pids[*]} $sink $proxy $dns 2>/dev/null || true; eval "$cleanup"; rm -rf "$work"; [ ${#cgroups[@]} -eq 0 ] || rmdir "${cgroups[@]}"' EXIT
@@ -150,19 +151,6 @@ cpu_cgroup() {
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino)
 [ "$suppressions" = 0 ] || (cd "$root" && go build -o "$work/suppress" ./contrib/bench/suppress)
-# free_port [IP] prints a TCP port free on IP (127.0.0.1 by default).
-free_port() { python3 -c 'import socket, sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' "${1:-127.0.0.1}"; }
-# wait_for CMD... runs CMD until it succeeds, for at most ten minutes.
-wait_for() {
-  local deadline=$((SECONDS + 600))
-  until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "gave up after ten minutes waiting for: $*" >&2
-      exit 1
-    fi
-    sleep 0.05
-  done
-}
 upstream=()
 if [ -n "$deliver" ]; then
   sinkip=127.0.0.1

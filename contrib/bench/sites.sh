@@ -50,23 +50,12 @@ if [ "$sites" -lt 1 ] || [ "$sites" -gt 254 ] || [ "$domains" -lt "$sites" ]; th
 fi
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
+. "$root/contrib/bench/lib.sh"
 work=$(mktemp -d "$PWD/postino-sites.XXXXXX")
 relay= sink= dns=
 trap 'kill $relay $sink $dns 2>/dev/null || true; wait $relay $sink $dns 2>/dev/null || true; rm -rf "$work"' EXIT
 
 (cd "$root" && go build -o "$work/postino" ./cmd/postino && go build -o "$work/mxrig" ./contrib/bench/mxrig)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-# wait_for CMD... runs CMD until it succeeds, for at most ten minutes.
-wait_for() {
-  local deadline=$((SECONDS + 600))
-  until "$@"; do
-    if [ $SECONDS -ge $deadline ]; then
-      echo "gave up after ten minutes waiting for: $*" >&2
-      exit 1
-    fi
-    sleep 0.05
-  done
-}
 # started PID FILE NAME says whether the process wrote its first line to
 # FILE, and stops the script when it has exited.
 started() {
