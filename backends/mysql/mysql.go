@@ -50,6 +50,8 @@ type Store struct {
 	// Suppressions is the suppression list, its statements of values
 	// within bodyBudget.
 	sqlstore.Suppressions
+	// Documents are the keyed documents relays share (backends.Documents).
+	sqlstore.Documents
 	// Batches are the suspended batches and the brake's tallies.
 	sqlstore.Batches
 	// bodyBudget bounds the message bytes of one statement, so that it
@@ -193,6 +195,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	st.sql = sqlstore.Store{DB: sqlDB{db}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
 		InTx: st.inTx, Fault: fault, Time: clamp}
 	st.Suppressions = sqlstore.NewSuppressions(st.sql, suppressionStmts{}, st.bodyBudget)
+	st.Documents = sqlstore.NewDocuments(st.sql, documentStmts)
 	st.Batches = sqlstore.NewBatches(st.sql, batchStmts{})
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil

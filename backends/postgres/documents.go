@@ -1,11 +1,6 @@
 package postgres
 
-import (
-	"context"
-
-	"github.com/genropy/postino/backends"
-	"github.com/genropy/postino/backends/internal/sqlstore"
-)
+import "github.com/genropy/postino/backends/internal/sqlstore"
 
 // documentStmts are the statements of the documents.
 var documentStmts = sqlstore.DocumentStmts{
@@ -13,16 +8,4 @@ var documentStmts = sqlstore.DocumentStmts{
 	Get:   "SELECT doc_key, value, expires_at FROM documents WHERE doc_key = $1 AND expires_at > $2",
 	List:  "SELECT doc_key, value, expires_at FROM documents WHERE doc_key LIKE $1 AND expires_at > $2 ORDER BY doc_key",
 	Sweep: "DELETE FROM documents WHERE doc_key IN (SELECT doc_key FROM documents WHERE expires_at <= $1 ORDER BY expires_at LIMIT 100)",
-}
-
-func (s *Store) PutDocument(ctx context.Context, d backends.Document) error {
-	return s.sql.PutDocument(ctx, documentStmts, d)
-}
-
-func (s *Store) GetDocument(ctx context.Context, key string) (backends.Document, error) {
-	return s.sql.GetDocument(ctx, documentStmts, key)
-}
-
-func (s *Store) ListDocuments(ctx context.Context, prefix string) ([]backends.Document, error) {
-	return s.sql.ListDocuments(ctx, documentStmts, prefix)
 }

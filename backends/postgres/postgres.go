@@ -45,6 +45,8 @@ type Store struct {
 	// within bodyBudget (arrays: one parameter a column, the bound of
 	// 65,535 never near).
 	sqlstore.Suppressions
+	// Documents are the keyed documents relays share (backends.Documents).
+	sqlstore.Documents
 	// Batches are the suspended batches and the brake's tallies.
 	sqlstore.Batches
 	// bodyBudget bounds the message bytes of one statement.
@@ -135,6 +137,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	st.sql = sqlstore.Store{DB: pgDB{pool}, Scan: scanMessage, ScanEvent: scanEvent, ScanID: scanID, ByID: byIDStmt,
 		InTx: st.inTx, Fault: fault, Time: ts}
 	st.Suppressions = sqlstore.NewSuppressions(st.sql, suppressionStmts{}, st.bodyBudget)
+	st.Documents = sqlstore.NewDocuments(st.sql, documentStmts)
 	st.Batches = sqlstore.NewBatches(st.sql, batchStmts{})
 	st.commits = sqlstore.NewGroupCommit(commitConfig, st.commit, func(w sqlstore.Write) *op { return &op{Write: w} })
 	return st, nil

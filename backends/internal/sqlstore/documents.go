@@ -26,9 +26,20 @@ type DocumentStmts struct {
 	Sweep string
 }
 
+// Documents is backends.Documents over a store's statements; the MySQL and
+// PostgreSQL stores embed it.
+type Documents struct {
+	s  Store
+	st DocumentStmts
+}
+
+// NewDocuments serves the documents of s with its statements st.
+func NewDocuments(s Store, st DocumentStmts) Documents { return Documents{s: s, st: st} }
+
 // PutDocument is Documents.PutDocument: the put, then a sweep of expired
 // documents, so that no housekeeping is needed for them.
-func (s Store) PutDocument(ctx context.Context, st DocumentStmts, d backends.Document) error {
+func (l Documents) PutDocument(ctx context.Context, d backends.Document) error {
+	s, st := l.s, l.st
 	if err := backends.CheckDocument(d); err != nil {
 		return err
 	}
@@ -46,7 +57,8 @@ func (s Store) PutDocument(ctx context.Context, st DocumentStmts, d backends.Doc
 }
 
 // GetDocument is Documents.GetDocument.
-func (s Store) GetDocument(ctx context.Context, st DocumentStmts, key string) (backends.Document, error) {
+func (l Documents) GetDocument(ctx context.Context, key string) (backends.Document, error) {
+	s, st := l.s, l.st
 	var d backends.Document
 	err := queryRow(ctx, s.DB, Stmt{Query: st.Get, Args: []any{key, s.Time(time.Now())}}, &d.Key, &d.Value, &d.Expires)
 	if errors.Is(err, errNoRow) {
@@ -57,7 +69,8 @@ func (s Store) GetDocument(ctx context.Context, st DocumentStmts, key string) (b
 }
 
 // ListDocuments is Documents.ListDocuments.
-func (s Store) ListDocuments(ctx context.Context, st DocumentStmts, prefix string) ([]backends.Document, error) {
+func (l Documents) ListDocuments(ctx context.Context, prefix string) ([]backends.Document, error) {
+	s, st := l.s, l.st
 	return QueryAll(ctx, s.DB, func(r Scanner) (backends.Document, error) {
 		var d backends.Document
 		err := r.Scan(&d.Key, &d.Value, &d.Expires)
