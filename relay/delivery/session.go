@@ -434,12 +434,14 @@ func (d *destination) mayReuse(c *client) bool {
 	if !d.route.MX() || c.sec.Policy != TLSOpportunistic && c.sec.Policy != TLSNone {
 		return false
 	}
-	ctx, cancel := context.WithCancel(d.e.abort)
-	defer cancel()
-	hosts, secure, rep, err := d.e.dns.hosts(ctx, d.domain)
-	if rep != nil || err != nil || !slices.Contains(hosts, c.host) {
+	// The MX answer that named the domain's site: no DNS question for a
+	// switch of domain.
+	hosts, secure, ok := d.e.knownHosts(d.domain)
+	if !ok || !slices.Contains(hosts, c.host) {
 		return false
 	}
+	ctx, cancel := context.WithCancel(d.e.abort)
+	defer cancel()
 	plan, err := d.mxPlan(ctx, c.host, secure)
 	return err == nil && plan.policy == c.sec.Policy && plan.report == nil
 }

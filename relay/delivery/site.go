@@ -153,7 +153,7 @@ func (e *Engine) route(route *Route, j *job) {
 // resolveSite looks up domain's MX hosts, and queues the jobs waiting for
 // them to its site, or gives them DNS's verdict.
 func (e *Engine) resolveSite(route *Route, domain string) {
-	hosts, _, rep, err := e.dns.hosts(e.abort, domain)
+	hosts, secure, rep, err := e.dns.hosts(e.abort, domain)
 	var s *site
 	if rep == nil && err == nil {
 		s = e.siteOf(e.rules.Of(hosts))
@@ -165,7 +165,7 @@ func (e *Engine) resolveSite(route *Route, domain string) {
 		if len(e.domains) >= maxSiteDomains {
 			e.forgetDomains()
 		}
-		e.domains[domain] = knownDomain{site: s, until: time.Now().Add(siteFor)}
+		e.domains[domain] = knownDomain{site: s, hosts: hosts, secure: secure, until: time.Now().Add(siteFor)}
 	}
 	e.mu.Unlock()
 	for _, j := range jobs {
@@ -202,10 +202,24 @@ func (e *Engine) forgetDomains() {
 	}
 }
 
-// knownDomain is a domain's site until its MX answer is old.
+// knownDomain is a domain's site, from its MX answer (its hosts, and
+// whether DNSSEC authenticated them), until that answer is old.
 type knownDomain struct {
-	site  *site
-	until time.Time
+	site   *site
+	hosts  []string
+	secure bool
+	until  time.Time
+}
+
+// knownHosts are domain's MX hosts while its MX answer is fresh.
+func (e *Engine) knownHosts(domain string) (hosts []string, secure, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c, ok := e.domains[domain]
+	if !ok || time.Now().After(c.until) {
+		return nil, false, false
+	}
+	return c.hosts, c.secure, true
 }
 
 // sessions is how many sessions the site may have at once now.
